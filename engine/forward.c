@@ -1,0 +1,158 @@
+/* forward.c - the llama forward pass for a batch of tokens from many
+ * sequences: embeddings, then per layer RMSNorm, Q/K/V projections, RoPE,
+ * paged K/V store and attention, output projection, SwiGLU feed-forward, and
+ * finally the output head for the requested rows only. Every buffer is sized
+ * at creation; a run allocates nothing. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_forward {
+    const kv_model *m;
+    kv_backend *b;
+    int max_tokens;
+    int max_logits;
+    float *x;       /* (max_tokens, dim) residual stream */
+    float *xb;      /* (max_tokens, dim) normed input / projection output */
+    float *q;       /* (max_tokens, n_heads * head_dim) */
+    float *k;       /* (max_tokens, n_kv_heads * head_dim) */
+    float *v;       /* (max_tokens, n_kv_heads * head_dim) */
+    float *att;     /* (max_tokens, n_heads * head_dim) attention output */
+    float *gate;    /* (max_tokens, ffn_dim) */
+    float *up;      /* (max_tokens, ffn_dim) */
+    float *xl;      /* (max_logits, dim) rows that produce logits */
+    float *logits;  /* (max_logits, n_vocab) backend buffer */
+    int32_t *ids;   /* (max_tokens) backend copy of the token ids */
+    int32_t *rows;  /* (max_logits) backend copy of the logit row indices */
+    uint64_t bytes; /* total of the above */
+};
+
+static void *balloc(kv_forward *f, size_t bytes) {
+    f->bytes += bytes;
+    return f->b->ops->alloc(f->b, bytes);
+}
+
+void kv_forward_free(kv_forward *f) {
+    if (!f) return;
+    void *bufs[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->gate, f->up, f->xl, f->logits, f->ids, f->rows};
+    for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++)
+        if (bufs[i]) f->b->ops->free(f->b, bufs[i]);
+    free(f);
+}
+
+kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int max_logits, kv_err *err) {
+    if (!m || !b || max_tokens <= 0 || max_logits <= 0 || max_logits > max_tokens) {
+        kv_err_set(err, KV_ERR_INVAL, "forward: bad sizes (max_tokens %d, max_logits %d)", max_tokens, max_logits);
+        return NULL;
+    }
+    kv_forward *f = calloc(1, sizeof *f);
+    if (!f) {
+        kv_err_set(err, KV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    f->m = m;
+    f->b = b;
+    f->max_tokens = max_tokens;
+    f->max_logits = max_logits;
+    const kv_hparams *hp = &m->hp;
+    size_t T = (size_t)max_tokens, qd = (size_t)hp->n_heads * hp->head_dim;
+    size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+    f->x = balloc(f, T * hp->dim * sizeof(float));
+    f->xb = balloc(f, T * hp->dim * sizeof(float));
+    f->q = balloc(f, T * qd * sizeof(float));
+    f->k = balloc(f, T * kvd * sizeof(float));
+    f->v = balloc(f, T * kvd * sizeof(float));
+    f->att = balloc(f, T * qd * sizeof(float));
+    f->gate = balloc(f, T * hp->ffn_dim * sizeof(float));
+    f->up = balloc(f, T * hp->ffn_dim * sizeof(float));
+    f->xl = balloc(f, (size_t)max_logits * hp->dim * sizeof(float));
+    f->logits = balloc(f, (size_t)max_logits * hp->n_vocab * sizeof(float));
+    f->ids = balloc(f, T * sizeof(int32_t));
+    f->rows = balloc(f, (size_t)max_logits * sizeof(int32_t));
+    if (!f->rows || !f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xl || !f->logits ||
+        !f->ids) {
+        kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate %.1f MiB of activations for %d tokens",
+                   (double)f->bytes / (1 << 20), max_tokens);
+        kv_forward_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+uint64_t kv_forward_activation_bytes(const kv_forward *f) { return f ? f->bytes : 0; }
+
+/* Validates the batch against the model, the cache and the scratch sizes. */
+static int check_batch(const kv_forward *f, const kv_pages *kv, const kv_batch *bt, kv_err *err) {
+    const kv_hparams *hp = &f->m->hp;
+    if (bt->n_tokens <= 0 || bt->n_tokens > f->max_tokens)
+        return kv_err_set(err, KV_ERR_INVAL, "forward: %d tokens in batch (1..%d allowed)", bt->n_tokens,
+                          f->max_tokens);
+    if (bt->n_logits < 0 || bt->n_logits > f->max_logits)
+        return kv_err_set(err, KV_ERR_INVAL, "forward: %d logit rows (0..%d allowed)", bt->n_logits, f->max_logits);
+    if (bt->n_layers < 0 || bt->n_layers > hp->n_layers)
+        return kv_err_set(err, KV_ERR_INVAL, "forward: n_layers %d out of range", bt->n_layers);
+    if (!kv || kv->n_layers != hp->n_layers || kv->n_kv_heads != hp->n_kv_heads || kv->head_dim != hp->head_dim)
+        return kv_err_set(err, KV_ERR_INVAL, "forward: KV cache shape does not match the model");
+    int64_t n_slots = (int64_t)kv->n_blocks * kv->block_size;
+    for (int i = 0; i < bt->n_tokens; i++) {
+        if (bt->tokens[i] < 0 || bt->tokens[i] >= hp->n_vocab)
+            return kv_err_set(err, KV_ERR_RANGE, "forward: token id %d out of range [0, %d)", bt->tokens[i],
+                              hp->n_vocab);
+        if (bt->ab.pos[i] < 0 || bt->ab.slot[i] < 0 || bt->ab.slot[i] >= n_slots || bt->ab.seq[i] < 0 ||
+            bt->ab.seq[i] >= bt->ab.n_seqs)
+            return kv_err_set(err, KV_ERR_RANGE, "forward: token %d has bad position/slot/sequence", i);
+    }
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
+            return kv_err_set(err, KV_ERR_RANGE, "forward: logit row %d out of range", bt->logit_rows[i]);
+    return 0;
+}
+
+int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logits, kv_err *err) {
+    int rc = check_batch(f, kv, bt, err);
+    if (rc) return rc;
+    const kv_model *m = f->m;
+    const kv_hparams *hp = &m->hp;
+    kv_backend *b = f->b;
+    const kv_backend_ops *o = b->ops;
+    const int n = bt->n_tokens, dim = hp->dim;
+    const int n_layers = bt->n_layers ? bt->n_layers : hp->n_layers;
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
+
+    o->upload(b, f->ids, bt->tokens, (size_t)n * sizeof(int32_t));
+    o->get_rows(b, &m->tok_embd, f->ids, f->x, n);
+    for (int l = 0; l < n_layers; l++) {
+        const kv_layer *L = &m->layers[l];
+        /* attention block */
+        o->rmsnorm(b, f->x, L->attn_norm, f->xb, n, dim, hp->rms_eps);
+        o->matmul(b, &L->wq, f->xb, f->q, n);
+        o->matmul(b, &L->wk, f->xb, f->k, n);
+        o->matmul(b, &L->wv, f->xb, f->v, n);
+        o->rope(b, f->q, bt->ab.pos, n, hp->n_heads, hp->head_dim, hp->rot_dim, hp->rope_base, hp->rope_neox);
+        o->rope(b, f->k, bt->ab.pos, n, hp->n_kv_heads, hp->head_dim, hp->rot_dim, hp->rope_base, hp->rope_neox);
+        o->kv_store(b, kv, l, &bt->ab, f->k, f->v);
+        o->attention(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, scale);
+        o->matmul(b, &L->wo, f->att, f->xb, n);
+        o->add(b, f->x, f->xb, (int64_t)n * dim);
+        /* feed-forward block (SwiGLU) */
+        o->rmsnorm(b, f->x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
+        o->matmul(b, &L->w_gate, f->xb, f->gate, n);
+        o->matmul(b, &L->w_up, f->xb, f->up, n);
+        o->silu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
+        o->matmul(b, &L->w_down, f->gate, f->xb, n);
+        o->add(b, f->x, f->xb, (int64_t)n * dim);
+    }
+    if (bt->n_logits == 0) return 0;
+    /* Only the rows that sample go through the (large) output head: gather
+     * them with get_rows over the residual stream viewed as an f32 matrix. */
+    kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
+                    .dev = f->x};
+    o->upload(b, f->rows, bt->logit_rows, (size_t)bt->n_logits * sizeof(int32_t));
+    o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
+    o->rmsnorm(b, f->xl, m->output_norm, f->xl, bt->n_logits, dim, hp->rms_eps);
+    o->matmul(b, &m->output, f->xl, f->logits, bt->n_logits);
+    o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));
+    return 0;
+}

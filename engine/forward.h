@@ -1,0 +1,39 @@
+/* forward.h - the llama forward pass over a batch of tokens from many
+ * sequences at once (prefill chunks and decode tokens together), reading and
+ * writing K/V through the paged cache. It calls only the backend table. */
+#ifndef KV_FORWARD_H
+#define KV_FORWARD_H
+
+#include "common.h"
+#include "model.h"
+#include "../kernels/backend.h"
+
+/* One batched forward. Token i is tokens[i] at ab.pos[i] of sequence
+ * ab.seq[i], its K/V go to slot ab.slot[i]. Logits are produced only for the
+ * rows listed in logit_rows (e.g. the last token of each sequence). */
+typedef struct kv_batch {
+    int n_tokens;
+    const int32_t *tokens;     /* (n_tokens) */
+    kv_attn_batch ab;          /* positions, sequences, slots, block tables */
+    int n_logits;
+    const int32_t *logit_rows; /* (n_logits) indices into tokens */
+    int n_layers;              /* 0: all layers; L > 0: only the first L, then the
+                                  final norm and head (self-speculative draft) */
+} kv_batch;
+
+typedef struct kv_forward kv_forward; /* buffers sized once at creation */
+
+/* Creates the scratch for batches of up to max_tokens tokens and max_logits
+ * logit rows. The model and backend are borrowed and must outlive it. */
+kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int max_logits,
+                           kv_err *err);
+void kv_forward_free(kv_forward *f);
+/* Bytes of activation buffers this forward holds (memory breakdown). */
+uint64_t kv_forward_activation_bytes(const kv_forward *f);
+
+/* Runs the batch. logits: (n_logits, n_vocab) floats, host memory. Checks
+ * token ids, positions and sizes first; on bad input returns KV_ERR_INVAL or
+ * KV_ERR_RANGE with err filled and touches nothing. */
+int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *batch, float *logits, kv_err *err);
+
+#endif

@@ -1,0 +1,143 @@
+/* kv_cache.h - the paged KV cache's block manager: a pool of fixed-size
+ * blocks for K and V of every layer, a block table per sequence (logical
+ * block -> physical block, like a page table), reference counts, a free
+ * list, prefix sharing through a hash chain over full blocks, copy-on-write,
+ * LRU eviction of unreferenced cached blocks, and a host swap pool.
+ *
+ * Contract: every call that allocates checks capacity first and, when it
+ * cannot complete, returns KV_AGAIN with nothing changed. Not thread-safe:
+ * the engine thread owns it. */
+#ifndef KV_KV_CACHE_H
+#define KV_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "../kernels/backend.h"
+
+typedef struct kv_cache kv_cache;
+
+typedef struct kv_cache_params {
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    kv_cache_dtype dtype;
+    int block_size;      /* tokens per block */
+    int n_blocks;        /* physical blocks on the device */
+    int prefix_sharing;  /* bool: index full blocks by content and reuse them */
+    int n_swap_blocks;   /* blocks in the host swap pool (0 = no swap) */
+} kv_cache_params;
+
+/* Bytes one block takes (K and V, all layers). */
+uint64_t kv_cache_block_bytes(const kv_cache_params *p);
+/* Blocks that fit in `bytes` (0 if not even one). */
+int kv_cache_blocks_for_bytes(const kv_cache_params *p, uint64_t bytes);
+
+/* A sequence's block table. Plain data owned by the caller (the scheduler's
+ * request); its blocks are references into the cache and must be released
+ * with kv_cache_seq_release (or swapped out) before the table is dropped. */
+typedef struct kv_seq {
+    int32_t *blocks;     /* (cap) logical block i -> physical block id (or swap block id when swapped) */
+    int n_blocks;        /* blocks in the table */
+    int cap;             /* allocated entries of blocks/hashes */
+    int n_tokens;        /* tokens whose K/V are committed (computed and verified) */
+    int n_reserved;      /* slots available = n_blocks * block_size */
+    uint64_t *hashes;    /* (cap) hash chain value of each full committed block */
+    int n_hashed;        /* leading blocks whose hashes are registered */
+    int swapped;         /* bool: blocks[] hold swap-pool ids */
+    int id;              /* owner id shown in the block map (request id) */
+    int tag;             /* owner tag (TUI session) */
+} kv_seq;
+
+kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err);
+void kv_cache_free(kv_cache *c); /* NULL is a no-op */
+const kv_cache_params *kv_cache_params_of(const kv_cache *c);
+kv_pages *kv_cache_pages(kv_cache *c); /* borrowed; for the forward pass */
+
+/* Sequences. init sets an empty table; release drops every reference
+ * (full hashed blocks stay cached for reuse until evicted) and frees the
+ * table's arrays. */
+void kv_seq_init(kv_seq *s, int id, int tag);
+void kv_cache_seq_release(kv_cache *c, kv_seq *s);
+
+/* Prefix sharing. match: how many leading tokens of tokens[0..n) are held
+ * by cached full blocks (a query: no side effects, counts nothing). At most
+ * n - 1 tokens are reported so at least one token is computed. attach:
+ * takes references on those blocks for an empty sequence and sets its
+ * n_tokens; returns the tokens reused (counted in the hit statistics). */
+int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n);
+int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, int n);
+
+/* Capacity. blocks_needed: blocks that reserve(s, n_new) would take from the
+ * pool (new blocks plus a copy-on-write of a shared partial last block).
+ * n_available: free blocks plus evictable cached blocks. reserve: makes
+ * room for n_new more tokens after s->n_tokens (allocating, evicting LRU
+ * cached blocks, copying a shared last block first); KV_AGAIN and no change
+ * when the pool cannot supply it. */
+int kv_cache_blocks_needed(const kv_cache *c, const kv_seq *s, int n_new);
+int kv_cache_n_available(const kv_cache *c);
+int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new);
+
+/* Physical slot (block * block_size + offset) of position pos of s. */
+int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos);
+
+/* After the forward wrote K/V for positions [s->n_tokens, n_total): marks
+ * them committed and, with prefix sharing on, registers every newly full
+ * block in the hash index (tokens holds the sequence's first n_total ids). */
+void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_total);
+/* Drops uncommitted or rejected positions: keeps n_tokens tokens, frees the
+ * blocks past them (speculative rollback, preemption by recompute uses
+ * release instead). Never touches registered (hashed) blocks. */
+void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens);
+
+/* Swap to / from the host pool. swap_out moves every block of s to the host
+ * pool and frees the device blocks (KV_AGAIN if the pool lacks room);
+ * swap_in does the reverse (KV_AGAIN if the device lacks blocks). */
+int kv_cache_seq_swap_out(kv_cache *c, kv_seq *s);
+int kv_cache_seq_swap_in(kv_cache *c, kv_seq *s);
+
+typedef struct kv_cache_stats {
+    int n_blocks;           /* physical blocks */
+    int n_free;             /* on the free list */
+    int n_cached;           /* unreferenced, kept for prefix reuse (evictable) */
+    int n_used;             /* referenced by at least one sequence */
+    int n_shared;           /* referenced by two or more sequences */
+    int n_swap_blocks;      /* host pool size */
+    int n_swap_used;
+    uint64_t lookups;       /* attach calls */
+    uint64_t hit_blocks;    /* blocks reused by attach */
+    uint64_t hit_tokens;    /* tokens reused by attach */
+    uint64_t evictions;     /* cached blocks reclaimed */
+    uint64_t cow_copies;    /* copy-on-write block copies */
+    uint64_t swapped_out;   /* blocks moved to host */
+    uint64_t swapped_in;    /* blocks moved back */
+} kv_cache_stats;
+
+void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out);
+
+typedef enum kv_block_state {
+    KV_BLOCK_FREE = 0,
+    KV_BLOCK_USED = 1,   /* referenced */
+    KV_BLOCK_CACHED = 2  /* unreferenced, holds a registered prefix block */
+} kv_block_state;
+
+typedef struct kv_block_info {
+    uint8_t state;       /* kv_block_state */
+    uint16_t refcount;
+    uint16_t fill;       /* tokens written in the block (block_size when full) */
+    int32_t owner;       /* id of the most recent sequence that referenced it, -1 if none */
+    int32_t owner_tag;   /* tag of that sequence */
+    uint64_t last_use;   /* LRU clock */
+} kv_block_info;
+
+/* Per-block state for the block map (n = n_blocks entries). */
+void kv_cache_block_map(const kv_cache *c, kv_block_info *out);
+
+/* Consistency checker: reference counts equal table references over the
+ * given live sequences; no block both free and referenced; the free list,
+ * cached set and used set partition the pool; the hash index points only at
+ * full blocks whose hash matches. Returns 0, or -1 with msg describing the
+ * first violation. */
+int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg, size_t cap);
+
+#endif

@@ -1,0 +1,76 @@
+/* model.h - a llama-architecture model in memory: hyper-parameters from GGUF
+ * metadata (or a llama2.c header), weight views into the file mapping, and
+ * the tokenizer and chat template that came with it. */
+#ifndef KV_MODEL_H
+#define KV_MODEL_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "gguf.h"
+#include "tokenizer.h"
+#include "../kernels/backend.h"
+
+typedef struct kv_hparams {
+    char arch[32];     /* "llama" */
+    int n_vocab;
+    int dim;           /* embedding length */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;    /* < n_heads: grouped-query attention */
+    int head_dim;      /* dim / n_heads unless the file says otherwise */
+    int ffn_dim;       /* feed-forward hidden size */
+    int ctx_len;       /* context length the model was trained/converted for */
+    int rot_dim;       /* rope.dimension_count (<= head_dim) */
+    float rope_base;   /* rope.freq_base, 10000 when absent */
+    int rope_neox;     /* 0: adjacent pairs (llama), 1: halves (neox) */
+    float rms_eps;
+    int tied_output;   /* 1: the output head is the token embedding */
+} kv_hparams;
+
+typedef struct kv_layer {
+    const float *attn_norm; /* (dim) */
+    kv_tensor wq;           /* (n_heads*head_dim rows, dim) */
+    kv_tensor wk;           /* (n_kv_heads*head_dim rows, dim) */
+    kv_tensor wv;           /* (n_kv_heads*head_dim rows, dim) */
+    kv_tensor wo;           /* (dim rows, n_heads*head_dim) */
+    const float *ffn_norm;  /* (dim) */
+    kv_tensor w_gate;       /* (ffn_dim rows, dim) */
+    kv_tensor w_up;         /* (ffn_dim rows, dim) */
+    kv_tensor w_down;       /* (dim rows, ffn_dim) */
+} kv_layer;
+
+typedef struct kv_model {
+    kv_hparams hp;
+    kv_tensor tok_embd;       /* (n_vocab rows, dim) */
+    kv_layer *layers;         /* (n_layers) */
+    const float *output_norm; /* (dim) */
+    kv_tensor output;         /* (n_vocab rows, dim); a copy of tok_embd's view when tied */
+    kv_tokenizer *tok;        /* owned */
+    char *chat_template;      /* owned; NULL when the file has none */
+    char name[128];           /* general.name or the file name */
+    char path[1024];
+    char format[16];          /* "gguf" or "llama2c" */
+    uint32_t gguf_version;    /* 0 for llama2.c */
+    uint64_t weight_bytes;    /* bytes of all weight tensors as stored */
+    uint64_t n_params;        /* elements of all weight tensors */
+    int type_counts[KV_TYPE_COUNT]; /* tensors per storage type */
+
+    /* private: what keeps the weights alive */
+    kv_gguf *gguf;            /* GGUF mapping, or NULL */
+    void *map;                /* llama2.c mapping, or NULL */
+    size_t map_size;
+    float **owned;            /* converted norm vectors etc. */
+    int n_owned;
+} kv_model;
+
+/* Loads a GGUF (path ends in anything) or a llama2.c checkpoint (then
+ * tokenizer_path names its tokenizer file; NULL/"" for GGUF). On error
+ * returns NULL and err names the file, key or tensor at fault. */
+kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *err);
+void kv_model_free(kv_model *m); /* NULL is a no-op */
+
+/* KV cache bytes one token takes over all layers (K and V) in dtype. */
+uint64_t kv_model_kv_bytes_per_token(const kv_model *m, kv_cache_dtype dtype);
+
+#endif

@@ -1,0 +1,198 @@
+/* sampler.c - logits -> token. The pipeline (repetition penalty, temperature,
+ * top-k, top-p, min-p) produces an explicit distribution so that plain
+ * sampling and speculative rejection sampling draw from the same thing. */
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void kv_rng_seed(kv_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t kv_rng_next(kv_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double kv_rng_uniform(kv_rng *r) { return (double)(kv_rng_next(r) >> 11) * 0x1.0p-53; }
+
+int kv_sampling_validate(const kv_sampling *p, kv_err *err) {
+    if (!(p->temperature >= 0) || p->temperature > 100)
+        return kv_err_set(err, KV_ERR_INVAL, "sampling.temperature must be in [0, 100], got %g", p->temperature);
+    if (p->top_k < 0) return kv_err_set(err, KV_ERR_INVAL, "sampling.top_k must be >= 0, got %d", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return kv_err_set(err, KV_ERR_INVAL, "sampling.top_p must be in (0, 1], got %g", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p < 1))
+        return kv_err_set(err, KV_ERR_INVAL, "sampling.min_p must be in [0, 1), got %g", p->min_p);
+    if (!(p->repeat_penalty > 0 && p->repeat_penalty <= 10))
+        return kv_err_set(err, KV_ERR_INVAL, "sampling.repeat_penalty must be in (0, 10], got %g", p->repeat_penalty);
+    if (p->repeat_last_n < 0)
+        return kv_err_set(err, KV_ERR_INVAL, "sampling.repeat_last_n must be >= 0, got %d", p->repeat_last_n);
+    return 0;
+}
+
+int32_t kv_argmax(const float *logits, int n) {
+    int32_t best = 0;
+    float bv = logits[0];
+    for (int i = 1; i < n; i++)
+        if (logits[i] > bv) {
+            bv = logits[i];
+            best = i;
+        }
+    return best;
+}
+
+typedef struct cand {
+    float v;   /* scaled logit */
+    int32_t i; /* token id */
+} cand;
+
+struct kv_sampler {
+    int n_vocab;
+    float *work;   /* (n_vocab) penalised / scaled logits, then probabilities */
+    cand *cand;     /* (n_vocab) candidates, sorted by probability */
+    float *probs;  /* (n_vocab) distribution for sample() */
+};
+
+kv_sampler *kv_sampler_new(int n_vocab) {
+    if (n_vocab <= 0) return NULL;
+    kv_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n_vocab = n_vocab;
+    s->work = malloc((size_t)n_vocab * sizeof(float));
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->probs = malloc((size_t)n_vocab * sizeof(float));
+    if (!s->work || !s->cand || !s->probs) {
+        kv_sampler_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void kv_sampler_free(kv_sampler *s) {
+    if (!s) return;
+    free(s->work);
+    free(s->cand);
+    free(s->probs);
+    free(s);
+}
+
+/* CTRL-style repetition penalty over the last repeat_last_n tokens: positive
+ * logits divided, negative multiplied; each distinct token once. */
+static void apply_penalty(float *w, int n, const kv_sampling *p, const int32_t *hist, int n_hist) {
+    if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0 || !hist) return;
+    int start = n_hist > p->repeat_last_n ? n_hist - p->repeat_last_n : 0;
+    for (int i = start; i < n_hist; i++) {
+        int32_t t = hist[i];
+        if (t < 0 || t >= n) continue;
+        int seen = 0;
+        for (int j = start; j < i; j++)
+            if (hist[j] == t) {
+                seen = 1;
+                break;
+            }
+        if (seen) continue;
+        w[t] = w[t] > 0 ? w[t] / p->repeat_penalty : w[t] * p->repeat_penalty;
+    }
+}
+
+/* Descending by value, ascending id on ties (deterministic). */
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits, const int32_t *history,
+                     int n_history, float *probs) {
+    const int n = s->n_vocab;
+    float *w = s->work;
+    memcpy(w, logits, (size_t)n * sizeof(float));
+    apply_penalty(w, n, p, history, n_history);
+    memset(probs, 0, (size_t)n * sizeof(float));
+    if (p->temperature <= 0) {
+        probs[kv_argmax(w, n)] = 1.0f;
+        return;
+    }
+    float mx = -FLT_MAX;
+    for (int i = 0; i < n; i++) {
+        w[i] /= p->temperature;
+        if (w[i] > mx) mx = w[i];
+    }
+    /* Candidates: tokens within exp(-30) of the best one. The rest hold less
+     * than n * 1e-13 of the mass together, so dropping them changes no
+     * probability visibly but keeps the sort short. */
+    cand *c = s->cand;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i] >= mx - 30.0f) c[m++] = (cand){w[i], i};
+    qsort(c, (size_t)m, sizeof *c, cmp_cand);
+    if (p->top_k > 0 && p->top_k < m) m = p->top_k;
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += exp((double)(c[i].v - mx));
+    /* top-p: the smallest prefix with mass >= top_p; min-p: drop tokens
+     * below min_p times the most likely one */
+    double cum = 0;
+    int keep = m;
+    for (int i = 0; i < m; i++) {
+        double e = exp((double)(c[i].v - mx));
+        if (i > 0 && p->min_p > 0 && e < p->min_p) {
+            keep = i;
+            break;
+        }
+        cum += e / sum;
+        if (cum >= p->top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    double z = 0;
+    for (int i = 0; i < keep; i++) z += exp((double)(c[i].v - mx));
+    for (int i = 0; i < keep; i++) probs[c[i].i] = (float)(exp((double)(c[i].v - mx)) / z);
+}
+
+int32_t kv_sample_from(const float *probs, int n, kv_rng *rng) {
+    double u = kv_rng_uniform(rng), cum = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue;
+        cum += probs[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last >= 0 ? last : 0; /* rounding left u above the total */
+}
+
+int32_t kv_sampler_sample(kv_sampler *s, const kv_sampling *p, const float *logits, const int32_t *history,
+                          int n_history, kv_rng *rng) {
+    if (p->temperature <= 0) {
+        if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0) return kv_argmax(logits, s->n_vocab);
+        memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
+        apply_penalty(s->work, s->n_vocab, p, history, n_history);
+        return kv_argmax(s->work, s->n_vocab);
+    }
+    kv_sampler_dist(s, p, logits, history, n_history, s->probs);
+    return kv_sample_from(s->probs, s->n_vocab, rng);
+}

@@ -1,0 +1,45 @@
+/* sampler.h - turns logits into the next token: greedy, temperature, top-k,
+ * top-p, min-p and repetition penalty, driven by a per-request seeded RNG so
+ * a run is deterministic for a given seed. The distribution step is exposed
+ * on its own for speculative decoding's rejection sampling. */
+#ifndef KV_SAMPLER_H
+#define KV_SAMPLER_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "config.h"
+
+/* xoshiro256** state; seeded through splitmix64. */
+typedef struct kv_rng {
+    uint64_t s[4];
+} kv_rng;
+
+void kv_rng_seed(kv_rng *r, uint64_t seed);
+uint64_t kv_rng_next(kv_rng *r);
+double kv_rng_uniform(kv_rng *r); /* [0, 1) */
+
+/* Checks a kv_sampling's ranges; KV_ERR_INVAL with err naming the field. */
+int kv_sampling_validate(const kv_sampling *p, kv_err *err);
+
+/* Index of the largest logit (lowest index on ties). */
+int32_t kv_argmax(const float *logits, int n);
+
+/* Scratch for sampling over a vocabulary (sized once). */
+typedef struct kv_sampler kv_sampler;
+kv_sampler *kv_sampler_new(int n_vocab);
+void kv_sampler_free(kv_sampler *s);
+
+/* The distribution the sampler draws from: probs(n_vocab) after repetition
+ * penalty over history, temperature, top-k, top-p and min-p (zeros outside
+ * the kept set, sums to 1). Greedy (temperature 0) gives a one-hot vector. */
+void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits,
+                     const int32_t *history, int n_history, float *probs);
+/* Draws a token for logits (not modified). Greedy is argmax after the
+ * repetition penalty. */
+int32_t kv_sampler_sample(kv_sampler *s, const kv_sampling *p, const float *logits,
+                          const int32_t *history, int n_history, kv_rng *rng);
+/* Draws an index from a normalised distribution. */
+int32_t kv_sample_from(const float *probs, int n, kv_rng *rng);
+
+#endif

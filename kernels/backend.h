@@ -1,0 +1,140 @@
+/* backend.h - the backend table. The forward pass in engine/ calls only
+ * these entry points, so the CPU backend, the CUDA backend and the simulated
+ * GPU backend are interchangeable per profile (as ggml_backend_i is).
+ *
+ * Buffers passed to ops are the backend's own (from ops.alloc); for the CPU
+ * backend they are plain host memory. Weights are kv_tensor views whose data
+ * lives in the model file mapping (CPU) or a device copy (ops.upload_weight). */
+#ifndef KV_BACKEND_H
+#define KV_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/common.h"
+#include "types.h"
+
+/* A 2-D weight matrix: ne1 rows of ne0 elements each, row-major, encoded in
+ * `type` (GGUF blocks run along a row). */
+typedef struct kv_tensor {
+    kv_type type;
+    int64_t ne0;       /* row length = input features */
+    int64_t ne1;       /* number of rows = output features */
+    size_t nb1;        /* bytes per row */
+    const void *data;  /* borrowed: host bytes (file mapping or converted copy) */
+    void *dev;         /* backend-private copy (CUDA), NULL on the CPU */
+} kv_tensor;
+
+/* KV cache element formats. */
+typedef enum kv_cache_dtype {
+    KV_CACHE_F32 = 0,
+    KV_CACHE_F16 = 1,
+    KV_CACHE_INT8 = 2,       /* symmetric, one f32 scale per (token, head) row */
+    KV_CACHE_INT8_ASYM = 3,  /* asymmetric, f32 scale + f32 min per row */
+    KV_CACHE_FP8_E4M3 = 4,   /* fp8 with one f32 scale per row */
+    KV_CACHE_FP8_E5M2 = 5,
+    KV_CACHE_DTYPE_COUNT
+} kv_cache_dtype;
+
+const char *kv_cache_dtype_name(kv_cache_dtype d);
+int kv_cache_dtype_from_name(const char *s, kv_cache_dtype *out); /* 0 or -1 */
+/* Bytes one (token, kv head) row of head_dim elements takes, scales included. */
+size_t kv_cache_row_bytes(kv_cache_dtype d, int head_dim);
+
+/* The paged KV storage (vLLM's layout idea): for every layer a pool of
+ * n_blocks blocks of block_size token slots; slot s = block * block_size +
+ * offset. Owned by engine/kv_cache; kernels only read and write rows. */
+typedef struct kv_pages {
+    kv_cache_dtype dtype;
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    int block_size;     /* tokens per block */
+    int n_blocks;       /* physical blocks per layer */
+    size_t row_bytes;   /* kv_cache_row_bytes(dtype, head_dim) */
+    size_t slot_bytes;  /* n_kv_heads * row_bytes */
+    size_t layer_bytes; /* n_blocks * block_size * slot_bytes */
+    uint8_t *k;         /* (n_layers, n_blocks, block_size, n_kv_heads, row_bytes) */
+    uint8_t *v;         /* same shape as k */
+} kv_pages;
+
+/* Which tokens of a forward batch attend to what. Token i sits at position
+ * pos[i] of sequence seq[i]; its K/V rows are written to physical slot
+ * slot[i]; it attends causally to positions 0..pos[i] of its sequence,
+ * found through tables[seq[i]] (logical block -> physical block). Tokens of
+ * the same sequence in one batch have increasing positions. */
+typedef struct kv_attn_batch {
+    int n_tokens;
+    const int32_t *pos;            /* (n_tokens) */
+    const int32_t *seq;            /* (n_tokens) index into tables */
+    const int32_t *slot;           /* (n_tokens) */
+    int n_seqs;
+    const int32_t *const *tables;  /* (n_seqs) each (ceil((max pos + 1) / block_size)) */
+} kv_attn_batch;
+
+typedef struct kv_backend kv_backend;
+
+typedef struct kv_backend_mem {
+    int valid;            /* 0: the backend cannot tell (print N/A) */
+    uint64_t total_bytes; /* device memory, or the host budget */
+    uint64_t used_bytes;
+} kv_backend_mem;
+
+typedef struct kv_backend_ops {
+    const char *name; /* "cpu", "cuda", "sim" */
+
+    /* Buffers (activations, logits). alloc returns NULL on failure. */
+    void *(*alloc)(kv_backend *b, size_t bytes);
+    void (*free)(kv_backend *b, void *p);
+    void (*upload)(kv_backend *b, void *dst, const void *src, size_t bytes);
+    void (*download)(kv_backend *b, void *dst, const void *src, size_t bytes);
+    /* Makes w usable by this backend (device copy); 0 or an error. */
+    int (*upload_weight)(kv_backend *b, kv_tensor *w, kv_err *err);
+
+    /* y(n, w.ne1) = x(n, w.ne0) . w^T, for every supported weight type.
+     * Activations are quantized to 8 bits per block for quantized weights,
+     * as GGUF engines do. Each weight row is read once for all n rows of x. */
+    void (*matmul)(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n);
+    /* out(n, w.ne0) = rows ids[0..n) of w, dequantized (embedding lookup). */
+    void (*get_rows)(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n);
+    /* out(n, dim) = x / rms(x) * weight, row by row. out may equal x. */
+    void (*rmsnorm)(kv_backend *b, const float *x, const float *weight, float *out, int n, int dim,
+                    float eps);
+    /* Rotates x(n, n_heads, head_dim) in place by positions pos(n); the first
+     * rot_dim of each head rotate; neox=0 pairs (2i, 2i+1), neox=1 pairs
+     * (i, i + rot_dim/2). */
+    void (*rope)(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                 int rot_dim, float base, int neox);
+    /* gate = silu(gate) * up, elementwise over count floats. */
+    void (*silu_mul)(kv_backend *b, float *gate, const float *up, int64_t count);
+    /* x += y, elementwise. */
+    void (*add)(kv_backend *b, float *x, const float *y, int64_t count);
+    /* Writes k, v (n_tokens, n_kv_heads * head_dim) into their slots of layer. */
+    void (*kv_store)(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch *ab,
+                     const float *k, const float *v);
+    /* out(n_tokens, n_heads * head_dim) = softmax(q k^T * scale) v over each
+     * token's causal context, read through the block tables (GQA: query head
+     * h uses kv head h / (n_heads / n_kv_heads)). */
+    void (*attention)(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                      const float *q, float *out, int n_heads, float scale);
+    /* Copies physical block src to dst in every layer (copy-on-write, swap). */
+    void (*copy_block)(kv_backend *b, kv_pages *kv, int dst, int src);
+
+    void (*mem_info)(kv_backend *b, kv_backend_mem *out);
+    void (*destroy)(kv_backend *b);
+} kv_backend_ops;
+
+struct kv_backend {
+    const kv_backend_ops *ops;
+    int n_threads;
+    void *ctx; /* backend-private state (thread pool, device handles) */
+};
+
+/* Creates a backend by name ("cpu", "cuda", "sim"). n_threads <= 0 means all
+ * cores. Returns NULL with err filled when unknown or unavailable. */
+kv_backend *kv_backend_create(const char *name, int n_threads, kv_err *err);
+void kv_backend_free(kv_backend *b); /* NULL is a no-op */
+/* Names of the compiled-in backends, NULL-terminated. */
+const char *const *kv_backend_names(void);
+
+#endif

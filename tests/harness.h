@@ -1,0 +1,94 @@
+/* harness.h - the test helper: CHECK(cond) records a failure with file:line,
+ * tests are listed in a table, the runner prints one line per test and then
+ * "N passed, N failed", and exits non-zero when anything failed.
+ *
+ *   static void test_foo(void) { CHECK(1 + 1 == 2); }
+ *   TEST_MAIN(T(test_foo), T(test_bar))
+ *
+ * A test binary takes an optional substring filter as argv[1]. */
+#ifndef KV_TEST_HARNESS_H
+#define KV_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+static int harness_cur_failures;
+
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);  \
+            harness_cur_failures++;                                                     \
+        }                                                                               \
+    } while (0)
+
+/* CHECK with a printf-style explanation printed on failure. */
+#define CHECKF(cond, ...)                                                               \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "  %s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);  \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fputc('\n', stderr);                                                        \
+            harness_cur_failures++;                                                     \
+        }                                                                               \
+    } while (0)
+
+/* Fails the current test and returns from it (for preconditions). */
+#define REQUIRE(cond)                                                                   \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "  %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond);\
+            harness_cur_failures++;                                                     \
+            return;                                                                     \
+        }                                                                               \
+    } while (0)
+
+typedef struct harness_case {
+    const char *name;
+    void (*fn)(void);
+} harness_case;
+
+#define T(fn) { #fn, fn }
+
+/* Directory of the shared test data (models, vocabularies). */
+static inline const char *harness_shared(void) {
+    const char *s = getenv("KVTOP_SHARED");
+    return (s && *s) ? s : "../shared";
+}
+
+/* Builds "<shared>/<rel>" into a static buffer (one at a time). */
+static inline const char *harness_shared_path(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", harness_shared(), rel);
+    return buf;
+}
+
+static inline int harness_run(const harness_case *cases, int n, int argc, char **argv) {
+    int passed = 0, failed = 0;
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    for (int i = 0; i < n; i++) {
+        if (filter && !strstr(cases[i].name, filter)) continue;
+        harness_cur_failures = 0;
+        cases[i].fn();
+        if (harness_cur_failures) {
+            failed++;
+            printf("FAIL %s\n", cases[i].name);
+        } else {
+            passed++;
+            printf("  ok %s\n", cases[i].name);
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_MAIN(...)                                                                  \
+    int main(int argc, char **argv) {                                                   \
+        static const harness_case cases[] = {__VA_ARGS__};                              \
+        return harness_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);   \
+    }
+
+#endif

@@ -1,0 +1,43 @@
+/* main.c - the kvtop binary: dispatches subcommands. With no subcommand (or
+ * a profile path) it opens the TUI. Only this file calls exit(). */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    /* one line per subcommand; keep in the order `kvtop --help` prints them */
+    {"info", cmd_info, "architecture, hyper-parameters, tensor types, weight and KV bytes of a model"},
+    {"generate", cmd_generate, "generate a continuation of a prompt (streams; --stats for speed)"},
+    {"chat", cmd_chat, "plain readline chat REPL in the model's chat template"},
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvtop [PROFILE.yaml] [--set key=value ...]   open the TUI\n"
+               "       kvtop COMMAND [options]                       (COMMAND --help for details)\n\n"
+               "commands:\n");
+    for (const command *c = commands; c->name; c++) fprintf(f, "  %-14s %s\n", c->name, c->help);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc >= 2) {
+        for (const command *c = commands; c->name; c++)
+            if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
+    }
+    for (const command *c = commands; c->name; c++)
+        if (!strcmp(c->name, "tui")) return c->fn(argc, argv);
+    if (argc >= 2) fprintf(stderr, "kvtop: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
