@@ -41,7 +41,9 @@ typedef struct kv_seq {
     int n_blocks;        /* blocks in the table */
     int cap;             /* allocated entries of blocks/hashes */
     int n_tokens;        /* tokens whose K/V are committed (computed and verified) */
-    int n_reserved;      /* slots available = n_blocks * block_size */
+    int n_reserved;      /* positions < n_reserved have a slot that may be written:
+                            n_blocks * block_size, or n_tokens while the block holding
+                            position n_tokens is shared or registered (reserve copies it) */
     uint64_t *hashes;    /* (cap) hash chain value of each full committed block */
     int n_hashed;        /* leading blocks whose hashes are registered */
     int swapped;         /* bool: blocks[] hold swap-pool ids */
@@ -64,16 +66,25 @@ void kv_cache_seq_release(kv_cache *c, kv_seq *s);
  * by cached full blocks (a query: no side effects, counts nothing). At most
  * n - 1 tokens are reported so at least one token is computed. attach:
  * takes references on those blocks for an empty sequence and sets its
- * n_tokens; returns the tokens reused (counted in the hit statistics). */
+ * n_tokens; returns the tokens reused (counted in the hit statistics), or
+ * KV_ERR_INVAL (sequence not empty) / KV_ERR_NOMEM with nothing changed.
+ * When all n tokens sit in cached blocks, every block is attached and
+ * n_tokens = n - 1: the reserve for the last token copies the last block
+ * (copy-on-write) and the commit that fills it swaps back to the cached
+ * original. Blocks match by hash AND by their exact token ids and parent
+ * block, so a hash collision can never share the wrong K/V. */
 int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n);
 int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, int n);
 
 /* Capacity. blocks_needed: blocks that reserve(s, n_new) would take from the
- * pool (new blocks plus a copy-on-write of a shared partial last block).
+ * pool (new blocks plus a copy-on-write of a shared partial last block; for
+ * a swapped sequence, the blocks it would hold after swap-in and reserve).
  * n_available: free blocks plus evictable cached blocks. reserve: makes
  * room for n_new more tokens after s->n_tokens (allocating, evicting LRU
  * cached blocks, copying a shared last block first); KV_AGAIN and no change
- * when the pool cannot supply it. */
+ * when the pool cannot supply it now, KV_ERR_RANGE (no change) when the
+ * sequence would need more blocks than the whole pool, KV_ERR_INVAL for a
+ * swapped sequence or n_new < 0. */
 int kv_cache_blocks_needed(const kv_cache *c, const kv_seq *s, int n_new);
 int kv_cache_n_available(const kv_cache *c);
 int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new);
@@ -132,6 +143,11 @@ typedef struct kv_block_info {
 
 /* Per-block state for the block map (n = n_blocks entries). */
 void kv_cache_block_map(const kv_cache *c, kv_block_info *out);
+
+/* Testing aid: keep only the low `bits` (1..64) bits of every chain hash,
+ * so that collisions are frequent and the exact token/parent comparison is
+ * exercised. Only while nothing is registered: returns 0, or KV_ERR_INVAL. */
+int kv_cache_set_hash_bits(kv_cache *c, int bits);
 
 /* Consistency checker: reference counts equal table references over the
  * given live sequences; no block both free and referenced; the free list,

@@ -3,6 +3,7 @@
 #ifndef KV_CLI_H
 #define KV_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Parses argv[*i + 1] as the value of option argv[*i], advancing *i.

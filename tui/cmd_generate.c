@@ -120,12 +120,15 @@ int cmd_generate(int argc, char **argv) {
         int nm = 0;
         if (system) msgs[nm++] = (kv_chat_msg){.role = "system", .content = system};
         msgs[nm++] = (kv_chat_msg){.role = "user", .content = prompt};
-        int need = kv_chat_format(t, m->chat_template, msgs, nm, 1, NULL, 0);
+        /* NOTE: like llama.cpp's chat formatting, only the messages given are rendered:
+         * the default system message a Jinja template injects is left out
+         * (pass --system to set one). */
+        int need = kv_chat_format(t, NULL, msgs, nm, 1, NULL, 0);
         if (need < 0 || !(text = malloc((size_t)need + 1))) {
             kv_err_set(&err, KV_ERR_NOMEM, "cannot format the chat template");
             goto fail;
         }
-        kv_chat_format(t, m->chat_template, msgs, nm, 1, text, (size_t)need + 1);
+        kv_chat_format(t, NULL, msgs, nm, 1, text, (size_t)need + 1);
         src = text;
         parse_special = 1;
     }

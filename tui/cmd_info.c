@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../engine/chat_template.h"
 #include "../engine/model.h"
 #include "cli.h"
 #include "commands.h"

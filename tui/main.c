@@ -15,7 +15,13 @@ static const command commands[] = {
     /* one line per subcommand; keep in the order `kvtop --help` prints them */
     {"info", cmd_info, "architecture, hyper-parameters, tensor types, weight and KV bytes of a model"},
     {"generate", cmd_generate, "generate a continuation of a prompt (streams; --stats for speed)"},
+    {"tokenize", cmd_tokenize, "print the token ids (or pieces) of a text; works on vocab-only GGUF files"},
     {"chat", cmd_chat, "plain readline chat REPL in the model's chat template"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight llama GGUF of any shape and type"},
+    {"bench-kernels", cmd_bench_kernels, "time the CPU matmul kernels per weight type and batch size"},
+    {"quantize", cmd_quantize, "re-encode a GGUF model: q8_0, q4_0/1, q5_0/1, q4_k(_m), q5_k(_m), q6_k, f16, bf16"},
+    {"tui", cmd_tui, "open the ncurses application (default)"},
+    {"replay", cmd_replay, "step through a recorded TUI trace; --export writes Chrome trace JSON"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,68 @@
+/* chat_template.h - turns a conversation into the prompt text an instruct
+ * model was trained on. The format is recognised from the model's Jinja
+ * tokenizer.chat_template (ChatML, Llama 2, Mistral, Llama 3, Zephyr, Gemma,
+ * Phi-3, DeepSeek-R1) and rendered by hand-written C, not by a Jinja
+ * interpreter; a plain "User: ...\nAssistant:" format covers the rest.
+ *
+ * The rendered text contains the special-token texts ("<|im_start|>") and is
+ * meant to be encoded with parse_special on and add_bos as the tokenizer
+ * says; a BOS the template would emit first is left to the tokenizer. */
+#ifndef KV_CHAT_TEMPLATE_H
+#define KV_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+
+#include "common.h"
+
+typedef enum kv_chat_tmpl {
+    KV_CHAT_PLAIN = 0,  /* system text, "User: ...\n", "Assistant: ...\n", generation prompt "Assistant:" */
+    KV_CHAT_CHATML,     /* <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, ...) */
+    KV_CHAT_LLAMA2,     /* [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s><s>[INST] ... */
+    KV_CHAT_MISTRAL,    /* [INST]...[/INST]...</s> (Mistral v3-tekken / Nemo, no spaces) */
+    KV_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    KV_CHAT_ZEPHYR,     /* <|user|>\n...</s>\n */
+    KV_CHAT_GEMMA,      /* <start_of_turn>user\n...<end_of_turn>\n, "model" for the assistant */
+    KV_CHAT_PHI3,       /* <|user|>\n...<|end|>\n */
+    KV_CHAT_DEEPSEEK_R1 /* <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜> */
+} kv_chat_tmpl;
+
+typedef struct kv_chat_msg {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* NUL-terminated UTF-8 */
+} kv_chat_msg;
+
+/* Recognises a format from a Jinja template text (tokenizer.chat_template),
+ * or from a format name ("chatml", "llama2", "mistral", "llama3", "zephyr",
+ * "gemma", "phi3", "deepseek-r1", "plain"). NULL, "" or anything
+ * unrecognised gives KV_CHAT_PLAIN. */
+kv_chat_tmpl kv_chat_detect(const char *template_text);
+/* Same for text that is not NUL-terminated (a GGUF string). */
+kv_chat_tmpl kv_chat_detect_n(const char *template_text, size_t len);
+
+/* Format name ("chatml", ...). */
+const char *kv_chat_tmpl_name(kv_chat_tmpl t);
+/* Text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", ...; "\n"
+ * for plain): a stop string for models whose end marker is not a single
+ * end-of-generation token. */
+const char *kv_chat_end_of_turn(kv_chat_tmpl t);
+
+/* The system message template_text injects when a conversation has none
+ * (SmolLM2's "You are a helpful AI assistant named SmolLM, ...", Qwen
+ * 2.5's), read from the string literal that holds a whole ChatML system
+ * turn. Writes it NUL-terminated (cut to cap) and returns its length, or 0
+ * when the template has none. */
+size_t kv_chat_default_system(const char *template_text, char *out, size_t cap);
+
+/* Renders n messages (roles system/user/assistant) in format t and, with
+ * add_generation_prompt, the opening of the assistant's reply.
+ * template_text (may be NULL) supplies what the template adds on its own:
+ * a default system message (ChatML), Llama 3.1's "Cutting Knowledge Date"
+ * system header, DeepSeek-R1's "<think>" opening. Writes at most cap bytes
+ * including a terminating NUL (when cap > 0) and returns the full length
+ * excluding the NUL, like snprintf: a result >= cap means the output was
+ * cut; out may be NULL with cap 0 to measure. Returns KV_ERR_INVAL for an
+ * unknown role, a NULL content or bad arguments. */
+int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg *msgs, int n,
+                   int add_generation_prompt, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,766 @@
+/* config.c - the defaults, the key table (every setting by dotted name, with
+ * its type, its place in kv_config and its allowed range) and the value
+ * parsing, formatting and range checks built on it. profiles/ feeds YAML and
+ * --set text through this table; nothing here knows YAML. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Enum keys are read and written through an int. */
+_Static_assert(sizeof(kv_layout) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_preempt) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_spec_method) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_arrival) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_cache_dtype) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_dist_kind) == sizeof(int), "enum size");
+
+#define KIB 1024.0
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define TIB (1024.0 * GIB)
+#define TOKENS_MAX 1048576.0 /* 1M tokens: upper bound of every length */
+
+/* NOTE: the KV dtype names repeat kernels/kv_dtype.c's (kv_cache_dtype_name)
+ * so the table stays plain static data for --help and dumps; parsing goes
+ * through kv_cache_dtype_from_name (which also takes "fp8" and any case),
+ * and the profile tests check that both agree. */
+static const char *const dtype_names[] = {"f32", "f16", "int8", "int8_asym", "fp8_e4m3", "fp8_e5m2", NULL};
+_Static_assert(KV_ARRAY_LEN(dtype_names) == KV_CACHE_DTYPE_COUNT + 1, "dtype names");
+static const char *const layout_names[] = {"paged", "contiguous", NULL};
+static const char *const policy_names[] = {"continuous", "static", NULL};
+static const char *const preempt_names[] = {"recompute", "swap", NULL};
+static const char *const spec_names[] = {"off", "draft_model", "self", "ngram", NULL};
+static const char *const arrival_names[] = {"poisson", "burst", "closed", NULL};
+static const char *const dist_names[] = {"fixed", "uniform", "lognormal", NULL};
+static const char *const backend_names[] = {"cpu", "cuda", "sim", NULL};
+static const char *const theme_names[] = {"auto", "mono", NULL};
+static const char *const dist_fields[] = {"dist", "value", "min", "max", "mean", "sigma", NULL};
+
+#define OFF(f) offsetof(kv_config, f)
+#define FSZ(f) sizeof(((kv_config *)0)->f)
+#define K_STR(p, f, fl, nm, doc) {p, KV_KEY_STRING, OFF(f), FSZ(f), 0, 0, fl, nm, doc}
+#define K_INT(p, f, lo, hi, doc) {p, KV_KEY_INT, OFF(f), FSZ(f), lo, hi, 0, NULL, doc}
+#define K_U64(p, f, doc) {p, KV_KEY_U64, OFF(f), FSZ(f), 0, 18446744073709551615.0, 0, NULL, doc}
+#define K_SIZE(p, f, lo, hi, doc) {p, KV_KEY_SIZE, OFF(f), FSZ(f), lo, hi, 0, NULL, doc}
+#define K_DBL(p, f, lo, hi, fl, doc) {p, KV_KEY_DOUBLE, OFF(f), FSZ(f), lo, hi, fl, NULL, doc}
+#define K_FLT(p, f, lo, hi, fl, doc) {p, KV_KEY_FLOAT, OFF(f), FSZ(f), lo, hi, fl, NULL, doc}
+#define K_BOOL(p, f, doc) {p, KV_KEY_BOOL, OFF(f), FSZ(f), 0, 1, 0, NULL, doc}
+#define K_ENUM(p, f, nm, doc) {p, KV_KEY_ENUM, OFF(f), FSZ(f), 0, 0, 0, nm, doc}
+#define K_DIST(p, f, doc) {p, KV_KEY_DIST, OFF(f), FSZ(f), 1, TOKENS_MAX, 0, dist_names, doc}
+
+/* The order here is the order of --help and of the dumped YAML; keys of one
+ * section stay together. */
+static const kv_config_key keys[] = {
+    K_STR("model.path", model.path, KV_KEY_NONEMPTY, NULL,
+          "model file: GGUF or llama2.c .bin, relative to the working directory"),
+    K_STR("model.tokenizer", model.tokenizer, 0, NULL, "llama2.c tokenizer file; empty for GGUF"),
+    K_INT("threads", threads, 0, 1024, "CPU threads; 0 = all cores"),
+    K_STR("backend", backend, 0, backend_names, "compute backend"),
+    K_STR("sim_device", sim_device, KV_KEY_NONEMPTY, NULL, "sim backend: the GPU to model (h100, a100, ...)"),
+
+    K_INT("kv.block_size", kv.block_size, 1, 1024, "tokens per KV block"),
+    K_SIZE("kv.memory", kv.memory, 0, TIB, "KV cache budget (bytes, or 256MiB, 1GiB, ...); 0 = use kv.blocks"),
+    K_INT("kv.blocks", kv.blocks, 0, 16777216, "KV blocks; 0 = derive from kv.memory"),
+    K_ENUM("kv.dtype", kv.dtype, dtype_names, "KV element format (int8/fp8 keep per-row scales)"),
+    K_BOOL("kv.prefix_sharing", kv.prefix_sharing, "share identical prompt prefixes between requests"),
+    K_ENUM("kv.layout", kv.layout, layout_names,
+           "paged: blocks on demand; contiguous: reserve max_seq_len per request"),
+    K_SIZE("kv.swap_memory", kv.swap_memory, 0, TIB, "host swap pool for preempted requests; 0 = none"),
+
+    K_ENUM("scheduler.policy", scheduler.policy, policy_names,
+           "continuous: admit at every step; static: run each batch to completion"),
+    K_INT("scheduler.max_seqs", scheduler.max_seqs, 1, 4096, "sequences per batch"),
+    K_INT("scheduler.max_batched_tokens", scheduler.max_batched_tokens, 1, 1048576, "tokens per forward step"),
+    K_INT("scheduler.prefill_chunk", scheduler.prefill_chunk, 1, 1048576,
+          "prompt tokens per prefill chunk (the step budget caps it further)"),
+    K_ENUM("scheduler.preemption", scheduler.preemption, preempt_names,
+           "what happens to a request whose KV blocks are taken back"),
+    K_DBL("scheduler.max_wait_ms", scheduler.max_wait_ms, 0, 1e9, 0,
+          "starvation guard: a request waiting longer goes first"),
+    K_INT("scheduler.max_seq_len", scheduler.max_seq_len, 0, 1048576,
+          "prompt + output tokens per request; 0 = the model's context length"),
+
+    K_FLT("sampling.temperature", sampling.temperature, 0, 100, 0, "0 = greedy"),
+    K_INT("sampling.top_k", sampling.top_k, 0, 1048576, "0 = off"),
+    K_FLT("sampling.top_p", sampling.top_p, 0, 1, KV_KEY_MIN_OPEN, "nucleus sampling; 1 = off"),
+    K_FLT("sampling.min_p", sampling.min_p, 0, 1, KV_KEY_MAX_OPEN, "drop tokens below min_p * p(best); 0 = off"),
+    K_FLT("sampling.repeat_penalty", sampling.repeat_penalty, 0, 100, KV_KEY_MIN_OPEN, "1 = off"),
+    K_INT("sampling.repeat_last_n", sampling.repeat_last_n, 0, 1048576, "tokens the repeat penalty looks back over"),
+    K_U64("sampling.seed", sampling.seed, "sampler seed (every value, 0 included, is a fixed seed)"),
+
+    K_ENUM("spec.method", spec.method, spec_names, "speculative decoding: where drafts come from"),
+    K_INT("spec.k", spec.k, 1, 32, "tokens drafted per step"),
+    K_INT("spec.draft_layers", spec.draft_layers, 1, 1024, "self: target layers the draft runs"),
+    K_STR("spec.draft_model", spec.draft_model, 0, NULL, "draft_model: model file with the target's vocabulary"),
+    K_FLT("spec.min_acceptance", spec.min_acceptance, 0, 1, 0, "below this acceptance rate: plain decoding for a while"),
+    K_BOOL("spec.adaptive", spec.adaptive, "k follows the recent acceptance rate"),
+    K_INT("spec.ngram_n", spec.ngram_n, 1, 16, "ngram: tokens matched in the prompt"),
+
+    K_DBL("sla.ttft_ms", sla.ttft_ms, 0, 1e9, 0, "time to first token bound for goodput; 0 = none"),
+    K_DBL("sla.tpot_ms", sla.tpot_ms, 0, 1e9, 0, "time per output token bound for goodput; 0 = none"),
+
+    K_INT("workload.requests", workload.requests, 0, 1000000, "requests in the synthetic workload"),
+    K_ENUM("workload.arrival", workload.arrival, arrival_names,
+           "poisson: at workload.rate; burst: all at t = 0; closed: workload.concurrency in flight"),
+    K_DBL("workload.rate", workload.rate, 0, 1e6, 0, "poisson: mean requests per second"),
+    K_INT("workload.concurrency", workload.concurrency, 1, 4096, "closed: requests in flight"),
+    K_DIST("workload.prompt_len", workload.prompt_len, "prompt tokens per request (after the system prompt)"),
+    K_DIST("workload.output_len", workload.output_len, "output tokens per request"),
+    K_INT("workload.system_prompt_len", workload.system_prompt_len, 0, 1048576,
+          "tokens of a shared system prompt put before the prompt; 0 = none"),
+    K_DBL("workload.system_prompt_fraction", workload.system_prompt_fraction, 0, 1, 0,
+          "fraction of requests that start with the system prompt"),
+    K_STR("workload.prompts_file", workload.prompts_file, 0, NULL,
+          "JSONL file of {\"prompt\": ...} lines used instead of synthetic text"),
+    K_U64("workload.seed", workload.seed, "workload seed: same seed, same requests"),
+    K_BOOL("workload.ignore_eos", workload.ignore_eos, "generate exactly output_len tokens"),
+    K_INT("workload.sessions", workload.sessions, 0, 256, "TUI: background sessions the load key injects"),
+
+    K_INT("ui.fps", ui.fps, 1, 120, "frames per second"),
+    K_STR("ui.theme", ui.theme, 0, theme_names, "colours"),
+    K_INT("ui.step_delay_ms", ui.step_delay_ms, 0, 60000, "slow motion: pause after each engine step"),
+    K_BOOL("ui.show_token_source", ui.show_token_source, "colour tokens by how they were produced"),
+};
+
+void kv_config_default(kv_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model.path, sizeof c->model.path, "%s", "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    c->threads = 0;
+    snprintf(c->backend, sizeof c->backend, "%s", "cpu");
+    snprintf(c->sim_device, sizeof c->sim_device, "%s", "h100");
+
+    c->kv.block_size = 16;
+    c->kv.memory = 256ull << 20;
+    c->kv.blocks = 0;
+    c->kv.dtype = KV_CACHE_F16;
+    c->kv.prefix_sharing = 1;
+    c->kv.layout = KV_LAYOUT_PAGED;
+    c->kv.swap_memory = 0;
+
+    c->scheduler.policy = KV_POLICY_CONTINUOUS;
+    c->scheduler.max_seqs = 64;
+    c->scheduler.max_batched_tokens = 512;
+    c->scheduler.prefill_chunk = 256;
+    c->scheduler.preemption = KV_PREEMPT_RECOMPUTE;
+    c->scheduler.max_wait_ms = 5000;
+    c->scheduler.max_seq_len = 0;
+
+    c->sampling.temperature = 0.7f;
+    c->sampling.top_k = 40;
+    c->sampling.top_p = 0.95f;
+    c->sampling.min_p = 0.05f;
+    c->sampling.repeat_penalty = 1.0f;
+    c->sampling.repeat_last_n = 64;
+    c->sampling.seed = 0; /* a real seed, not "use the clock": runs repeat */
+
+    c->spec.method = KV_SPEC_OFF;
+    c->spec.k = 4;
+    c->spec.draft_layers = 2;
+    c->spec.min_acceptance = 0.4f;
+    c->spec.adaptive = 1;
+    c->spec.ngram_n = 3;
+
+    c->sla.ttft_ms = 2000;
+    c->sla.tpot_ms = 100;
+
+    c->workload.requests = 32;
+    c->workload.arrival = KV_ARRIVAL_POISSON;
+    c->workload.rate = 4;
+    c->workload.concurrency = 8;
+    c->workload.prompt_len = (kv_dist){.kind = KV_DIST_LOGNORMAL, .value = 128, .min = 8, .max = 1024,
+                                       .mean = 128, .sigma = 0.5};
+    c->workload.output_len = (kv_dist){.kind = KV_DIST_LOGNORMAL, .value = 128, .min = 8, .max = 512,
+                                       .mean = 128, .sigma = 0.6};
+    c->workload.system_prompt_len = 0;
+    c->workload.system_prompt_fraction = 1.0;
+    c->workload.seed = 1;
+    c->workload.ignore_eos = 0;
+    c->workload.sessions = 4;
+
+    c->ui.fps = 10;
+    snprintf(c->ui.theme, sizeof c->ui.theme, "%s", "auto");
+    c->ui.step_delay_ms = 0;
+    c->ui.show_token_source = 1;
+}
+
+const kv_config_key *kv_config_keys(int *n) {
+    if (n) *n = (int)KV_ARRAY_LEN(keys);
+    return keys;
+}
+
+const kv_config_key *kv_config_key_find(const char *path) {
+    if (!path) return NULL;
+    for (size_t i = 0; i < KV_ARRAY_LEN(keys); i++)
+        if (!strcmp(keys[i].path, path)) return &keys[i];
+    return NULL;
+}
+
+const char *kv_config_key_type_name(kv_key_type t) {
+    switch (t) {
+    case KV_KEY_INT: return "integer";
+    case KV_KEY_U64: return "integer";
+    case KV_KEY_SIZE: return "size";
+    case KV_KEY_DOUBLE: return "number";
+    case KV_KEY_FLOAT: return "number";
+    case KV_KEY_BOOL: return "bool";
+    case KV_KEY_STRING: return "string";
+    case KV_KEY_ENUM: return "enum";
+    case KV_KEY_DIST: return "distribution";
+    }
+    return "?";
+}
+
+const char *const *kv_config_dist_fields(void) { return dist_fields; }
+
+/* ---- scalar parsing (strict: the whole text, no surrounding blanks) ---- */
+
+/* Copies s into buf as a short quoted-ready excerpt: at most ~48 bytes,
+ * non-printable bytes as '?', "..." when cut. */
+static const char *excerpt(const char *s, char *buf, size_t cap) {
+    size_t n = 0, i = 0;
+    for (; s[i] && n + 4 < cap && i < 48; i++) buf[n++] = isprint((unsigned char)s[i]) ? s[i] : '?';
+    if (s[i] && n + 4 <= cap) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static int parse_ll(const char *s, long long *out) {
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (const char *q = p; *q; q++)
+        if (!isdigit((unsigned char)*q)) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_ull(const char *s, unsigned long long *out) {
+    const char *p = s;
+    if (*p == '+') p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    for (const char *q = p; *q; q++)
+        if (!isdigit((unsigned char)*q)) return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A decimal number: [+-]digits[.digits][e[+-]digits] or .digits; no hex,
+ * no inf/nan (strtod alone takes those). */
+static int parse_num(const char *s, double *out) {
+    const char *p = s;
+    int digits = 0;
+    if (*p == '+' || *p == '-') p++;
+    while (isdigit((unsigned char)*p)) p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) p++, digits++;
+    }
+    if (!digits) return -1;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!isdigit((unsigned char)*p)) return -1;
+        while (isdigit((unsigned char)*p)) p++;
+    }
+    if (*p) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bool(const char *s, int *out) {
+    static const char *const t[] = {"true", "yes", "on", "1"};
+    static const char *const f[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < KV_ARRAY_LEN(t); i++) {
+        if (!strcasecmp(s, t[i])) return *out = 1, 0;
+        if (!strcasecmp(s, f[i])) return *out = 0, 0;
+    }
+    return -1;
+}
+
+/* Sizes: digits[.digits][ ][suffix]. Fractions need a suffix (no half bytes). */
+static int parse_size(const char *s, uint64_t *out) {
+    static const struct {
+        const char *sfx;
+        uint64_t mult;
+    } sfx[] = {
+        {"", 1},           {"b", 1},
+        {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+        {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+        {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+        {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
+    };
+    const char *p = s;
+    if (!isdigit((unsigned char)*p)) return -1;
+    uint64_t whole = 0;
+    while (isdigit((unsigned char)*p)) {
+        if (kv_mul_overflow(whole, 10, &whole) || kv_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
+            return -1;
+        p++;
+    }
+    double frac = 0, scale = 0.1;
+    int has_frac = 0;
+    if (*p == '.') {
+        p++;
+        if (!isdigit((unsigned char)*p)) return -1;
+        while (isdigit((unsigned char)*p)) frac += (*p++ - '0') * scale, scale *= 0.1, has_frac = 1;
+    }
+    int spaced = *p == ' ';
+    if (spaced) p++;
+    for (size_t i = spaced; i < KV_ARRAY_LEN(sfx); i++) { /* "12 " is not a size */
+        if (strcasecmp(p, sfx[i].sfx)) continue;
+        if (has_frac && sfx[i].mult == 1) return -1;
+        uint64_t v, f = (uint64_t)llround(frac * (double)sfx[i].mult);
+        if (kv_mul_overflow(whole, sfx[i].mult, &v) || kv_add_overflow(v, f, &v)) return -1;
+        *out = v;
+        return 0;
+    }
+    return -1;
+}
+
+static int name_index(const char *const *names, const char *s) {
+    for (int i = 0; names && names[i]; i++)
+        if (!strcmp(names[i], s)) return i;
+    return -1;
+}
+
+static void names_list(const char *const *names, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; names[i] && n + 1 < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "|" : "", names[i]);
+}
+
+/* ---- range checks ---- */
+
+static void fmt_num(char *buf, size_t cap, double v) {
+    if (fabs(v) >= 1e15 && v == floor(v)) snprintf(buf, cap, "%.0f", v);
+    else snprintf(buf, cap, "%.10g", v);
+}
+
+static void fmt_size(char *buf, size_t cap, uint64_t v) {
+    static const struct {
+        const char *sfx;
+        uint64_t mult;
+    } units[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}};
+    for (size_t i = 0; i < KV_ARRAY_LEN(units); i++)
+        if (v >= units[i].mult && v % units[i].mult == 0) {
+            snprintf(buf, cap, "%llu%s", (unsigned long long)(v / units[i].mult), units[i].sfx);
+            return;
+        }
+    snprintf(buf, cap, "%llu", (unsigned long long)v);
+}
+
+/* Checks v against [min, max] of k (with its open ends); `name` is the
+ * dotted name to report, `shown` the value as the user would write it. */
+static int check_range(const kv_config_key *k, const char *name, double v, const char *shown, kv_err *err) {
+    int lo_ok = (k->flags & KV_KEY_MIN_OPEN) ? v > k->min : v >= k->min;
+    int hi_ok = (k->flags & KV_KEY_MAX_OPEN) ? v < k->max : v <= k->max;
+    if (lo_ok && hi_ok) return 0;
+    char lo[48], hi[48];
+    if (k->type == KV_KEY_SIZE) {
+        fmt_size(lo, sizeof lo, (uint64_t)k->min);
+        fmt_size(hi, sizeof hi, (uint64_t)k->max);
+    } else {
+        fmt_num(lo, sizeof lo, k->min);
+        fmt_num(hi, sizeof hi, k->max);
+    }
+    return kv_err_set(err, KV_ERR_INVAL, "%s: must be in %c%s, %s%c, got %s", name,
+                      (k->flags & KV_KEY_MIN_OPEN) ? '(' : '[', lo, hi,
+                      (k->flags & KV_KEY_MAX_OPEN) ? ')' : ']', shown);
+}
+
+static int check_dist(const kv_config_key *k, const kv_dist *d, kv_err *err) {
+    char name[128], shown[48];
+    if ((int)d->kind < 0 || d->kind > KV_DIST_LOGNORMAL)
+        return kv_err_set(err, KV_ERR_INVAL, "%s.dist: unknown distribution %d", k->path, (int)d->kind);
+#define RANGE(field)                                                                     \
+    do {                                                                                 \
+        snprintf(name, sizeof name, "%s." #field, k->path);                              \
+        fmt_num(shown, sizeof shown, d->field);                                          \
+        if (check_range(k, name, d->field, shown, err)) return KV_ERR_INVAL;             \
+    } while (0)
+    switch (d->kind) {
+    case KV_DIST_FIXED: RANGE(value); break;
+    case KV_DIST_UNIFORM:
+        RANGE(min);
+        RANGE(max);
+        break;
+    case KV_DIST_LOGNORMAL:
+        RANGE(mean);
+        RANGE(min);
+        RANGE(max);
+        if (!(d->sigma >= 0 && d->sigma <= 4))
+            return kv_err_set(err, KV_ERR_INVAL, "%s.sigma: must be in [0, 4], got %g", k->path, d->sigma);
+        break;
+    }
+#undef RANGE
+    if (d->kind != KV_DIST_FIXED && ceil(d->min) > floor(d->max))
+        return kv_err_set(err, KV_ERR_INVAL, "%s.min: %g is above %s.max (%g)", k->path, d->min, k->path,
+                          d->max);
+    return 0;
+}
+
+int kv_config_key_check(const kv_config_key *k, const kv_config *c, kv_err *err) {
+    const char *p = (const char *)c + k->offset;
+    char shown[64];
+    switch (k->type) {
+    case KV_KEY_INT: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        snprintf(shown, sizeof shown, "%d", v);
+        return check_range(k, k->path, v, shown, err);
+    }
+    case KV_KEY_U64: return 0; /* every value is allowed */
+    case KV_KEY_SIZE: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        fmt_size(shown, sizeof shown, v);
+        return check_range(k, k->path, (double)v, shown, err);
+    }
+    case KV_KEY_DOUBLE: {
+        double v;
+        memcpy(&v, p, sizeof v);
+        if (!isfinite(v)) return kv_err_set(err, KV_ERR_INVAL, "%s: must be a finite number", k->path);
+        fmt_num(shown, sizeof shown, v);
+        return check_range(k, k->path, v, shown, err);
+    }
+    case KV_KEY_FLOAT: {
+        float v;
+        memcpy(&v, p, sizeof v);
+        if (!isfinite(v)) return kv_err_set(err, KV_ERR_INVAL, "%s: must be a finite number", k->path);
+        fmt_num(shown, sizeof shown, v);
+        return check_range(k, k->path, v, shown, err);
+    }
+    case KV_KEY_BOOL: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        if (v != 0 && v != 1) return kv_err_set(err, KV_ERR_INVAL, "%s: must be true or false", k->path);
+        return 0;
+    }
+    case KV_KEY_STRING: {
+        if (!memchr(p, '\0', k->size))
+            return kv_err_set(err, KV_ERR_INVAL, "%s: not NUL-terminated", k->path);
+        if ((k->flags & KV_KEY_NONEMPTY) && !p[0])
+            return kv_err_set(err, KV_ERR_INVAL, "%s: must not be empty", k->path);
+        if (k->names && name_index(k->names, p) < 0) {
+            char list[256], ex[64];
+            names_list(k->names, list, sizeof list);
+            return kv_err_set(err, KV_ERR_INVAL, "%s: unknown value '%s' (expected %s)", k->path,
+                              excerpt(p, ex, sizeof ex), list);
+        }
+        return 0;
+    }
+    case KV_KEY_ENUM: {
+        int v, n = 0;
+        memcpy(&v, p, sizeof v);
+        while (k->names[n]) n++;
+        if (v < 0 || v >= n)
+            return kv_err_set(err, KV_ERR_INVAL, "%s: enum value %d out of range [0, %d)", k->path, v, n);
+        return 0;
+    }
+    case KV_KEY_DIST: return check_dist(k, (const kv_dist *)(const void *)p, err);
+    }
+    return kv_err_set(err, KV_ERR_INVAL, "%s: unknown key type", k->path);
+}
+
+/* ---- parsing a value from text ---- */
+
+static int bad_type(const kv_config_key *k, const char *what, const char *text, kv_err *err) {
+    char ex[64];
+    return kv_err_set(err, KV_ERR_INVAL, "%s: expected %s, got '%s'", k->path, what,
+                      excerpt(text, ex, sizeof ex));
+}
+
+/* Parses a token count (an integer) for a DIST sub-field. */
+static int parse_tokens(const kv_config_key *k, const char *field, const char *text, double *out, kv_err *err) {
+    long long v;
+    if (parse_ll(text, &v)) {
+        char ex[64];
+        return kv_err_set(err, KV_ERR_INVAL, "%s%s%s: expected an integer token count, got '%s'", k->path,
+                          field ? "." : "", field ? field : "", excerpt(text, ex, sizeof ex));
+    }
+    *out = (double)v;
+    return 0;
+}
+
+int kv_config_dist_parse(const kv_config_key *k, kv_dist *d, const char *field, const char *text,
+                         kv_err *err) {
+    if (!k || k->type != KV_KEY_DIST || !d || !field || !text)
+        return kv_err_set(err, KV_ERR_INVAL, "kv_config_dist_parse: bad arguments");
+    kv_dist t = *d;
+    char name[128], shown[64];
+    snprintf(name, sizeof name, "%s.%s", k->path, field);
+    if (!strcmp(field, "dist")) {
+        int i = name_index(dist_names, text);
+        if (i < 0) {
+            char list[128], ex[64];
+            names_list(dist_names, list, sizeof list);
+            return kv_err_set(err, KV_ERR_INVAL, "%s: unknown distribution '%s' (expected %s)", name,
+                              excerpt(text, ex, sizeof ex), list);
+        }
+        t.kind = (kv_dist_kind)i;
+    } else if (!strcmp(field, "value") || !strcmp(field, "min") || !strcmp(field, "max")) {
+        double v;
+        if (parse_tokens(k, field, text, &v, err)) return KV_ERR_INVAL;
+        snprintf(shown, sizeof shown, "%.0f", v);
+        if (check_range(k, name, v, shown, err)) return KV_ERR_INVAL;
+        if (field[0] == 'v') t.value = v;
+        else if (field[1] == 'i') t.min = v;
+        else t.max = v;
+    } else if (!strcmp(field, "mean") || !strcmp(field, "sigma")) {
+        double v;
+        if (parse_num(text, &v)) {
+            char ex[64];
+            return kv_err_set(err, KV_ERR_INVAL, "%s: expected a number, got '%s'", name,
+                              excerpt(text, ex, sizeof ex));
+        }
+        if (field[0] == 'm') {
+            fmt_num(shown, sizeof shown, v);
+            if (check_range(k, name, v, shown, err)) return KV_ERR_INVAL;
+            t.mean = v;
+        } else {
+            if (!(v >= 0 && v <= 4))
+                return kv_err_set(err, KV_ERR_INVAL, "%s: must be in [0, 4], got %g", name, v);
+            t.sigma = v;
+        }
+    } else {
+        char ex[64];
+        return kv_err_set(err, KV_ERR_INVAL, "%s: unknown field '%s' (fields: dist, value, min, max, mean, sigma)",
+                          k->path, excerpt(field, ex, sizeof ex));
+    }
+    *d = t;
+    return 0;
+}
+
+int kv_config_key_parse(const kv_config_key *k, kv_config *c, const char *text, kv_err *err) {
+    if (!k || !c || !text) return kv_err_set(err, KV_ERR_INVAL, "kv_config_key_parse: bad arguments");
+    char *p = (char *)c + k->offset;
+    char shown[64];
+    switch (k->type) {
+    case KV_KEY_INT: {
+        long long v;
+        if (parse_ll(text, &v)) return bad_type(k, "an integer", text, err);
+        snprintf(shown, sizeof shown, "%lld", v);
+        if (check_range(k, k->path, (double)v, shown, err)) return KV_ERR_INVAL;
+        int iv = (int)v;
+        memcpy(p, &iv, sizeof iv);
+        return 0;
+    }
+    case KV_KEY_U64: {
+        unsigned long long v;
+        if (parse_ull(text, &v)) return bad_type(k, "a non-negative integer", text, err);
+        uint64_t u = v;
+        memcpy(p, &u, sizeof u);
+        return 0;
+    }
+    case KV_KEY_SIZE: {
+        uint64_t v;
+        if (parse_size(text, &v))
+            return bad_type(k, "a size (bytes, or a number with K, M, G, KiB, MiB, GiB, KB, MB, GB)", text, err);
+        fmt_size(shown, sizeof shown, v);
+        if (check_range(k, k->path, (double)v, shown, err)) return KV_ERR_INVAL;
+        memcpy(p, &v, sizeof v);
+        return 0;
+    }
+    case KV_KEY_DOUBLE:
+    case KV_KEY_FLOAT: {
+        double v;
+        if (parse_num(text, &v)) return bad_type(k, "a number", text, err);
+        if (k->type == KV_KEY_FLOAT && fabs(v) > 3.0e38) return bad_type(k, "a number", text, err);
+        fmt_num(shown, sizeof shown, v);
+        if (check_range(k, k->path, v, shown, err)) return KV_ERR_INVAL;
+        if (k->type == KV_KEY_DOUBLE) {
+            memcpy(p, &v, sizeof v);
+        } else {
+            float f = (float)v;
+            memcpy(p, &f, sizeof f);
+        }
+        return 0;
+    }
+    case KV_KEY_BOOL: {
+        int v;
+        if (parse_bool(text, &v)) return bad_type(k, "true or false", text, err);
+        memcpy(p, &v, sizeof v);
+        return 0;
+    }
+    case KV_KEY_STRING: {
+        size_t n = strlen(text);
+        if (n >= k->size)
+            return kv_err_set(err, KV_ERR_INVAL, "%s: too long (%zu bytes, at most %zu)", k->path, n, k->size - 1);
+        if ((k->flags & KV_KEY_NONEMPTY) && n == 0)
+            return kv_err_set(err, KV_ERR_INVAL, "%s: must not be empty", k->path);
+        if (k->names && name_index(k->names, text) < 0) {
+            char list[256], ex[64];
+            names_list(k->names, list, sizeof list);
+            return kv_err_set(err, KV_ERR_INVAL, "%s: unknown value '%s' (expected %s)", k->path,
+                              excerpt(text, ex, sizeof ex), list);
+        }
+        memcpy(p, text, n + 1);
+        return 0;
+    }
+    case KV_KEY_ENUM: {
+        int i = name_index(k->names, text);
+        kv_cache_dtype d;
+        if (i < 0 && k->names == dtype_names && kv_cache_dtype_from_name(text, &d) == 0) i = (int)d;
+        if (i < 0) {
+            char list[256], ex[64];
+            names_list(k->names, list, sizeof list);
+            return kv_err_set(err, KV_ERR_INVAL, "%s: unknown value '%s' (expected %s)", k->path,
+                              excerpt(text, ex, sizeof ex), list);
+        }
+        memcpy(p, &i, sizeof i);
+        return 0;
+    }
+    case KV_KEY_DIST: {
+        /* A scalar is a fixed distribution; the other fields keep their
+         * values so a later `.dist=lognormal` finds sensible bounds. */
+        kv_dist d;
+        memcpy(&d, p, sizeof d);
+        double v;
+        if (parse_tokens(k, NULL, text, &v, err)) return KV_ERR_INVAL;
+        snprintf(shown, sizeof shown, "%.0f", v);
+        if (check_range(k, k->path, v, shown, err)) return KV_ERR_INVAL;
+        d.kind = KV_DIST_FIXED;
+        d.value = v;
+        memcpy(p, &d, sizeof d);
+        return 0;
+    }
+    }
+    return kv_err_set(err, KV_ERR_INVAL, "%s: unknown key type", k->path);
+}
+
+/* ---- formatting ---- */
+
+/* Shortest of %.Ng that reads back to exactly v (so dumps round-trip). */
+static void fmt_exact(char *buf, size_t cap, double v, int is_float) {
+    for (int prec = is_float ? 6 : 15; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (is_float ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) return;
+    }
+}
+
+int kv_config_key_format(const kv_config_key *k, const kv_config *c, char *buf, size_t cap) {
+    const char *p = (const char *)c + k->offset;
+    switch (k->type) {
+    case KV_KEY_INT: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return snprintf(buf, cap, "%d", v);
+    }
+    case KV_KEY_U64: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        return snprintf(buf, cap, "%llu", (unsigned long long)v);
+    }
+    case KV_KEY_SIZE: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        char t[48];
+        fmt_size(t, sizeof t, v);
+        return snprintf(buf, cap, "%s", t);
+    }
+    case KV_KEY_DOUBLE:
+    case KV_KEY_FLOAT: {
+        double v;
+        if (k->type == KV_KEY_DOUBLE) {
+            memcpy(&v, p, sizeof v);
+        } else {
+            float f;
+            memcpy(&f, p, sizeof f);
+            v = f;
+        }
+        char t[64];
+        fmt_exact(t, sizeof t, v, k->type == KV_KEY_FLOAT);
+        return snprintf(buf, cap, "%s", t);
+    }
+    case KV_KEY_BOOL: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return snprintf(buf, cap, "%s", v ? "true" : "false");
+    }
+    case KV_KEY_STRING: return snprintf(buf, cap, "%.*s", (int)strnlen(p, k->size), p);
+    case KV_KEY_ENUM: {
+        int v, n = 0;
+        memcpy(&v, p, sizeof v);
+        while (k->names[n]) n++;
+        return snprintf(buf, cap, "%s", v >= 0 && v < n ? k->names[v] : "?");
+    }
+    case KV_KEY_DIST: {
+        kv_dist d;
+        memcpy(&d, p, sizeof d);
+        char a[64], b[64], m[64], s[64];
+        fmt_exact(a, sizeof a, d.min, 0);
+        fmt_exact(b, sizeof b, d.max, 0);
+        switch (d.kind) {
+        case KV_DIST_FIXED:
+            fmt_exact(m, sizeof m, d.value, 0);
+            return snprintf(buf, cap, "%s", m);
+        case KV_DIST_UNIFORM: return snprintf(buf, cap, "{dist: uniform, min: %s, max: %s}", a, b);
+        case KV_DIST_LOGNORMAL:
+            fmt_exact(m, sizeof m, d.mean, 0);
+            fmt_exact(s, sizeof s, d.sigma, 0);
+            return snprintf(buf, cap, "{dist: lognormal, mean: %s, sigma: %s, min: %s, max: %s}", m, s, a, b);
+        }
+        return snprintf(buf, cap, "?");
+    }
+    }
+    return snprintf(buf, cap, "?");
+}
+
+/* ---- validation ---- */
+
+/* The largest length d can draw. */
+static double dist_upper(const kv_dist *d) { return d->kind == KV_DIST_FIXED ? nearbyint(d->value) : floor(d->max); }
+
+int kv_config_validate(const kv_config *c, kv_err *err) {
+    if (!c) return kv_err_set(err, KV_ERR_INVAL, "kv_config_validate: NULL config");
+    for (size_t i = 0; i < KV_ARRAY_LEN(keys); i++)
+        if (kv_config_key_check(&keys[i], c, err)) return KV_ERR_INVAL;
+    /* Consistency between keys. Each message starts with the key to change. */
+    if (c->kv.memory == 0 && c->kv.blocks == 0)
+        return kv_err_set(err, KV_ERR_INVAL, "kv.memory: kv.memory and kv.blocks are both 0; set one of them");
+    if (c->scheduler.preemption == KV_PREEMPT_SWAP && c->kv.swap_memory == 0)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "kv.swap_memory: scheduler.preemption is swap but kv.swap_memory is 0");
+    if (c->spec.method == KV_SPEC_DRAFT_MODEL && !c->spec.draft_model[0])
+        return kv_err_set(err, KV_ERR_INVAL, "spec.draft_model: required when spec.method is draft_model");
+    if (c->workload.arrival == KV_ARRIVAL_POISSON && !(c->workload.rate > 0))
+        return kv_err_set(err, KV_ERR_INVAL, "workload.rate: must be > 0 for poisson arrivals");
+    if (c->scheduler.max_seq_len > 0) {
+        /* The longest request the workload can draw must fit, or the engine
+         * would have to cut requests behind the user's back. */
+        double plen = c->workload.prompts_file[0] ? 0 : dist_upper(&c->workload.prompt_len);
+        double longest = c->workload.system_prompt_len + plen + dist_upper(&c->workload.output_len);
+        if (longest > c->scheduler.max_seq_len)
+            return kv_err_set(err, KV_ERR_INVAL,
+                              "workload.output_len: the longest request (system_prompt_len %d + prompt_len up to %.0f"
+                              " + output_len up to %.0f) exceeds scheduler.max_seq_len (%d)",
+                              c->workload.system_prompt_len, plen, dist_upper(&c->workload.output_len),
+                              c->scheduler.max_seq_len);
+    }
+    kv_err_clear(err);
+    return KV_OK;
+}

@@ -1,0 +1,364 @@
+/* mkmodel.c - random-weight llama models as GGUF: llama.cpp's tensor names
+ * and shapes, llama.* metadata, a synthetic SentencePiece-style vocabulary,
+ * and weights produced row by row at write time (seeded per tensor and row,
+ * quantized with kv_quantize_row), so a 110M model takes seconds and little
+ * memory and the same seed always gives the same bytes. */
+#include "mkmodel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+
+#define MK_MIN_VOCAB 259 /* <unk>, <s>, </s> and the 256 byte tokens */
+#define MK_MAX_VOCAB (1 << 21)
+#define MK_MAX_DIM 65536
+#define MK_MAX_LAYERS 1024
+#define MK_MAX_FFN (1 << 20)
+#define MK_MAX_CTX (1 << 24)
+#define MK_PIECE_BYTES 16 /* longest synthetic piece is 7 bytes + NUL */
+
+/* Standard deviation of the weights: GPT-2's 0.02, with the projections
+ * that write into the residual stream (attn_output, ffn_down) scaled by
+ * 1/sqrt(2 * n_layers) so the stream grows slowly with depth and deep random
+ * models keep finite activations. Values are uniform with that deviation. */
+#define MK_STD 0.02f
+
+kv_mkmodel_params kv_mkmodel_default_params(void) {
+    kv_mkmodel_params p;
+    memset(&p, 0, sizeof p);
+    p.dim = 128;
+    p.n_layers = 4;
+    p.n_heads = 4;
+    p.n_kv_heads = 2;
+    p.ffn_dim = 384;
+    p.n_vocab = 512;
+    p.ctx_len = 2048;
+    p.type = KV_TYPE_F32;
+    p.untied = 0;
+    p.seed = 42;
+    p.rope_base = 10000.0f;
+    p.rms_eps = 1e-5f;
+    return p;
+}
+
+int kv_mkmodel_file_type(kv_type t) {
+    switch (t) {
+    case KV_TYPE_F32: return 0;  /* LLAMA_FTYPE_ALL_F32 */
+    case KV_TYPE_F16: return 1;  /* MOSTLY_F16 */
+    case KV_TYPE_Q4_0: return 2; /* MOSTLY_Q4_0 */
+    case KV_TYPE_Q4_1: return 3; /* MOSTLY_Q4_1 */
+    case KV_TYPE_Q8_0: return 7; /* MOSTLY_Q8_0 */
+    case KV_TYPE_Q5_0: return 8;
+    case KV_TYPE_Q5_1: return 9;
+    case KV_TYPE_Q2_K: return 10;
+    case KV_TYPE_Q3_K: return 11; /* Q3_K_S */
+    case KV_TYPE_Q4_K: return 14; /* Q4_K_S */
+    case KV_TYPE_Q5_K: return 16; /* Q5_K_S */
+    case KV_TYPE_Q6_K: return 18;
+    case KV_TYPE_BF16: return 32; /* MOSTLY_BF16 */
+    default: return -1;
+    }
+}
+
+/* 1 when kv_quantize_row can produce t (tried on one zero block). */
+static int type_writable(kv_type t) {
+    const kv_type_traits *tr = kv_type_get((int)t);
+    if (!tr || tr->blck_size > 256 || tr->type_size > 1024) return 0;
+    float zeros[256] = {0};
+    unsigned char out[1024];
+    return kv_quantize_row(t, zeros, out, tr->blck_size) == 0;
+}
+
+int kv_mkmodel_validate(const kv_mkmodel_params *p, kv_err *err) {
+    if (!p) return kv_err_set(err, KV_ERR_INVAL, "mkmodel: NULL parameters");
+#define RANGE(field, lo, hi, what)                                                                     \
+    if (p->field < (lo) || p->field > (hi))                                                            \
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: %s %d is out of range [%d, %d]", what, p->field, \
+                          (int)(lo), (int)(hi));
+    RANGE(dim, 2, MK_MAX_DIM, "dim")
+    RANGE(n_layers, 1, MK_MAX_LAYERS, "layers")
+    RANGE(n_heads, 1, p->dim, "heads")
+    RANGE(n_kv_heads, 1, p->n_heads, "kv-heads")
+    RANGE(ffn_dim, 1, MK_MAX_FFN, "ffn")
+    RANGE(ctx_len, 1, MK_MAX_CTX, "ctx")
+    if (!p->vocab_from) RANGE(n_vocab, MK_MIN_VOCAB, MK_MAX_VOCAB, "vocab")
+#undef RANGE
+    if (p->dim % p->n_heads)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: heads %d does not divide dim %d", p->n_heads, p->dim);
+    if ((p->dim / p->n_heads) % 2)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: head size %d (dim %d / heads %d) must be even for RoPE",
+                          p->dim / p->n_heads, p->dim, p->n_heads);
+    if (p->n_heads % p->n_kv_heads)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: kv-heads %d does not divide heads %d", p->n_kv_heads,
+                          p->n_heads);
+    if (!(p->rope_base > 0.0f) || !isfinite(p->rope_base))
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: rope base %g must be positive", p->rope_base);
+    if (!(p->rms_eps > 0.0f && p->rms_eps < 1.0f))
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: rms epsilon %g must be in (0, 1)", p->rms_eps);
+    const kv_type_traits *tr = kv_type_get((int)p->type);
+    if (!tr || kv_mkmodel_file_type(p->type) < 0 || !type_writable(p->type))
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: weight type %s (%d) cannot be written (no quantizer)",
+                          kv_type_name((int)p->type), (int)p->type);
+    if (p->dim % tr->blck_size || p->ffn_dim % tr->blck_size)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: %s needs dim (%d) and ffn (%d) to be multiples of %d",
+                          tr->name, p->dim, p->ffn_dim, tr->blck_size);
+    return 0;
+}
+
+uint64_t kv_mkmodel_n_params(const kv_mkmodel_params *p) {
+    if (kv_mkmodel_validate(p, NULL)) return 0;
+    uint64_t d = (uint64_t)p->dim, f = (uint64_t)p->ffn_dim, v = (uint64_t)p->n_vocab;
+    uint64_t kvd = d / (uint64_t)p->n_heads * (uint64_t)p->n_kv_heads;
+    uint64_t layer = 2 * d + 2 * d * d + 2 * d * kvd + 3 * d * f;
+    return v * d * (p->untied ? 2 : 1) + d + (uint64_t)p->n_layers * layer;
+}
+
+/* ---- deterministic random numbers ------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* One weight tensor's producer: rows are independent streams seeded by
+ * (tensor seed, row), so the bytes do not depend on how the writer chunks
+ * its calls. */
+typedef struct mk_fill {
+    kv_type type;
+    int64_t ne0;      /* row length */
+    size_t row_bytes; /* encoded row */
+    uint64_t seed;    /* from the model seed and the tensor name */
+    float amp;        /* uniform half-width: std * sqrt(3) */
+    float *scratch;   /* shared, >= ne0 floats (one writer thread) */
+} mk_fill;
+
+static int mk_fill_rows(void *vctx, void *dst, int64_t row0, int64_t n_rows) {
+    const mk_fill *f = vctx;
+    unsigned char *out = dst;
+    const float scale = f->amp * (2.0f / 16777216.0f); /* 24-bit integer -> [-amp, amp) */
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint64_t s = f->seed ^ ((uint64_t)(row0 + r) * 0xd1342543de82ef95ull);
+        splitmix64(&s);
+        float *x = f->scratch;
+        int64_t j = 0;
+        for (; j + 1 < f->ne0; j += 2) {
+            uint64_t z = splitmix64(&s);
+            x[j] = (float)(int32_t)((uint32_t)z >> 8) * scale - f->amp;
+            x[j + 1] = (float)(int32_t)(uint32_t)(z >> 40) * scale - f->amp;
+        }
+        if (j < f->ne0) x[j] = (float)(int32_t)((uint32_t)splitmix64(&s) >> 8) * scale - f->amp;
+        if (kv_quantize_row(f->type, x, out + (size_t)r * f->row_bytes, f->ne0)) return KV_ERR_UNSUPPORTED;
+    }
+    return 0;
+}
+
+/* ---- synthetic vocabulary ---------------------------------------------- */
+
+/* Single characters that get their own piece: "▁" (U+2581, the SentencePiece
+ * word-start marker), letters, digits, common punctuation. */
+static const char *const mk_singles = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'\"-:;()";
+
+/* Fills tokens/scores/types for n tokens: <unk>, <s>, </s>, <0x00>..<0xFF>,
+ * then "▁" and the single characters, then for L = 1, 2, ...: "▁" + every
+ * L-letter lowercase word, then every (L+1)-letter word, in order, until n.
+ * Every piece's prefixes come earlier, so SentencePiece-style merging can
+ * reach each one; scores fall with the index so shorter pieces merge first. */
+static void mk_vocab(int n, char *store, const char **tokens, float *scores, int32_t *types) {
+    int k = 0;
+#define PUT(str, score, type)                                        \
+    do {                                                             \
+        if (k >= n) return;                                          \
+        snprintf(store + (size_t)k * MK_PIECE_BYTES, MK_PIECE_BYTES, "%s", str); \
+        tokens[k] = store + (size_t)k * MK_PIECE_BYTES;              \
+        scores[k] = (score);                                         \
+        types[k] = (type);                                           \
+        k++;                                                         \
+    } while (0)
+    PUT("<unk>", 0.0f, 2); /* unknown */
+    PUT("<s>", 0.0f, 3);   /* control */
+    PUT("</s>", 0.0f, 3);
+    for (int b = 0; b < 256; b++) {
+        char t[8];
+        snprintf(t, sizeof t, "<0x%02X>", b);
+        PUT(t, 0.0f, 6); /* byte */
+    }
+    int normal = 0;
+    PUT("\xe2\x96\x81", -(float)normal++, 1);
+    for (const char *c = mk_singles; *c; c++) {
+        char t[2] = {*c, 0};
+        PUT(t, -(float)normal++, 1);
+    }
+    for (int L = 1; L <= 5; L++) {
+        for (int marked = 1; marked >= 0; marked--) {
+            int m = marked ? L : L + 1; /* letters in the piece */
+            long count = 1;
+            for (int i = 0; i < m; i++) count *= 26;
+            for (long idx = 0; idx < count; idx++) {
+                char t[MK_PIECE_BYTES];
+                int o = 0;
+                if (marked) {
+                    memcpy(t, "\xe2\x96\x81", 3);
+                    o = 3;
+                }
+                long v = idx;
+                for (int i = m - 1; i >= 0; i--) {
+                    t[o + i] = (char)('a' + v % 26);
+                    v /= 26;
+                }
+                t[o + m] = '\0';
+                PUT(t, -(float)normal++, 1);
+            }
+        }
+    }
+#undef PUT
+}
+
+static int skip_non_tokenizer(const char *key, void *ctx) {
+    (void)ctx;
+    return strncmp(key, "tokenizer.", 10) != 0;
+}
+
+/* ---- the model ---------------------------------------------------------- */
+
+int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err) {
+    int rc = kv_mkmodel_validate(pin, err);
+    if (rc) return rc;
+    if (!path || !*path) return kv_err_set(err, KV_ERR_INVAL, "mkmodel: no output path");
+    kv_mkmodel_params p = *pin;
+    kv_gguf *src = NULL;
+    kv_gguf_writer *w = NULL;
+    char *store = NULL;
+    const char **tokens = NULL;
+    float *scores = NULL, *ones = NULL, *scratch = NULL;
+    int32_t *types = NULL;
+    mk_fill *fills = NULL;
+
+    if (p.vocab_from) {
+        src = kv_gguf_open(p.vocab_from, err);
+        if (!src) return err ? err->code : KV_ERR_IO;
+        kv_gguf_vtype et;
+        uint64_t n = 0;
+        rc = kv_gguf_get_arr(src, "tokenizer.ggml.tokens", &et, &n, err);
+        if (rc == 0 && et != KV_GGUF_STRING) rc = KV_ERR_FORMAT;
+        if (rc || n < 1 || n > MK_MAX_VOCAB) {
+            rc = kv_err_set(err, KV_ERR_FORMAT, "%s: no usable tokenizer.ggml.tokens (string array of 1..%d)",
+                            p.vocab_from, MK_MAX_VOCAB);
+            goto fail;
+        }
+        p.n_vocab = (int)n;
+    }
+
+    w = kv_gguf_writer_new();
+    ones = malloc((size_t)p.dim * sizeof *ones);
+    scratch = malloc((size_t)KV_MAX(p.dim, p.ffn_dim) * sizeof *scratch);
+    fills = calloc((size_t)p.n_layers * 7 + 2, sizeof *fills);
+    if (!w || !ones || !scratch || !fills) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "mkmodel: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < p.dim; i++) ones[i] = 1.0f;
+
+    /* metadata, in the order llama.cpp's converters write it */
+    int hd = p.dim / p.n_heads;
+    kv_gguf_writer_add_str(w, "general.architecture", "llama");
+    kv_gguf_writer_add_str(w, "general.name", p.name ? p.name : "kvtop-random");
+    kv_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)p.ctx_len);
+    kv_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)p.dim);
+    kv_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)p.n_layers);
+    kv_gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)p.ffn_dim);
+    kv_gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
+    kv_gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)p.n_heads);
+    kv_gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)p.n_kv_heads);
+    kv_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", p.rms_eps);
+    kv_gguf_writer_add_f32(w, "llama.rope.freq_base", p.rope_base);
+    kv_gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)p.n_vocab);
+    kv_gguf_writer_add_u32(w, "general.file_type", (uint32_t)kv_mkmodel_file_type(p.type));
+    kv_gguf_writer_add_u32(w, "general.quantization_version", 2);
+    kv_gguf_writer_add_u64(w, "kvtop.mkmodel.seed", p.seed);
+
+    if (src) {
+        kv_gguf_writer_copy_kv(w, src, skip_non_tokenizer, NULL);
+    } else {
+        store = malloc((size_t)p.n_vocab * MK_PIECE_BYTES);
+        tokens = malloc((size_t)p.n_vocab * sizeof *tokens);
+        scores = malloc((size_t)p.n_vocab * sizeof *scores);
+        types = malloc((size_t)p.n_vocab * sizeof *types);
+        if (!store || !tokens || !scores || !types) {
+            rc = kv_err_set(err, KV_ERR_NOMEM, "mkmodel: out of memory for a %d-token vocabulary", p.n_vocab);
+            goto fail;
+        }
+        mk_vocab(p.n_vocab, store, tokens, scores, types);
+        kv_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+        kv_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, NULL, (uint64_t)p.n_vocab);
+        kv_gguf_writer_add_arr(w, "tokenizer.ggml.scores", KV_GGUF_FLOAT32, scores, (uint64_t)p.n_vocab);
+        kv_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", KV_GGUF_INT32, types, (uint64_t)p.n_vocab);
+        kv_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        kv_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+        kv_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+        kv_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 1);
+        kv_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    }
+
+    /* tensors: ne[0] is the input (row) length, as llama.cpp stores them */
+    int kvd = hd * p.n_kv_heads;
+    const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
+    int nf = 0;
+#define WEIGHT(name_, in, out, std)                                                                    \
+    do {                                                                                           \
+        mk_fill *f = &fills[nf++];                                                                 \
+        int64_t ne_[2] = {(in), (out)};                                                            \
+        f->type = p.type;                                                                          \
+        f->ne0 = (in);                                                                             \
+        f->row_bytes = kv_type_row_size(p.type, (in));                                             \
+        uint64_t s_ = p.seed ^ hash_str(name_);                                                    \
+        f->seed = splitmix64(&s_);                                                                 \
+        f->amp = (std) * 1.7320508f;                                                               \
+        f->scratch = scratch;                                                                      \
+        kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
+    } while (0)
+    int64_t ne_norm[1] = {p.dim};
+    size_t norm_bytes = (size_t)p.dim * sizeof(float);
+    WEIGHT("token_embd.weight", p.dim, p.n_vocab, MK_STD);
+    kv_gguf_writer_add_tensor_ref(w, "output_norm.weight", KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
+    if (p.untied) WEIGHT("output.weight", p.dim, p.n_vocab, MK_STD);
+    for (int l = 0; l < p.n_layers; l++) {
+        char nm[64];
+#define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
+        kv_gguf_writer_add_tensor_ref(w, NAME("attn_norm.weight"), KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
+        WEIGHT(NAME("attn_q.weight"), p.dim, p.dim, layer_std);
+        WEIGHT(NAME("attn_k.weight"), p.dim, kvd, layer_std);
+        WEIGHT(NAME("attn_v.weight"), p.dim, kvd, layer_std);
+        WEIGHT(NAME("attn_output.weight"), p.dim, p.dim, resid_std);
+        kv_gguf_writer_add_tensor_ref(w, NAME("ffn_norm.weight"), KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
+        WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
+        WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
+        WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
+#undef NAME
+    }
+#undef WEIGHT
+    /* any add that failed above is remembered by the writer and reported here */
+    rc = kv_gguf_writer_write(w, path, err);
+
+fail:
+    kv_gguf_writer_free(w);
+    kv_gguf_close(src);
+    free(store);
+    free(tokens);
+    free(scores);
+    free(types);
+    free(ones);
+    free(scratch);
+    free(fills);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* mkmodel.h - writes a deterministic random-weight llama model of any shape
+ * and weight type as a GGUF file, with the tensor names, shapes and metadata
+ * llama.cpp uses, and a SentencePiece-style vocabulary (or one copied from
+ * another GGUF). For benchmarks and tests that need a model of a given size. */
+#ifndef KV_MKMODEL_H
+#define KV_MKMODEL_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "../kernels/types.h"
+
+typedef struct kv_mkmodel_params {
+    int dim;                /* embedding length */
+    int n_layers;           /* transformer blocks */
+    int n_heads;            /* query heads; divides dim, head size dim/n_heads is even */
+    int n_kv_heads;         /* key/value heads; divides n_heads */
+    int ffn_dim;            /* feed-forward hidden size */
+    int n_vocab;            /* tokens (>= 259: 3 specials + 256 bytes); ignored with vocab_from */
+    int ctx_len;            /* llama.context_length */
+    kv_type type;           /* type of the 2-D weights (norms are always F32) */
+    int untied;             /* 1: separate output.weight; 0: output shares token_embd */
+    uint64_t seed;          /* same seed, same parameters -> identical bytes */
+    float rope_base;        /* llama.rope.freq_base */
+    float rms_eps;          /* llama.attention.layer_norm_rms_epsilon */
+    const char *vocab_from; /* borrowed; a GGUF whose tokenizer.* keys are copied, or NULL */
+    const char *name;       /* borrowed; general.name, NULL for "kvtop-random" */
+} kv_mkmodel_params;
+
+/* A small model: dim 128, 4 layers, 4 heads (2 kv), ffn 384, vocab 512,
+ * ctx 2048, f32, tied, seed 42, rope base 10000, eps 1e-5. */
+kv_mkmodel_params kv_mkmodel_default_params(void);
+
+/* Checks p (sizes > 0 and within sane bounds, heads divide dim, kv heads
+ * divide heads, head size even, type quantizable with dim and ffn multiples
+ * of its block size). Returns 0 or KV_ERR_INVAL with err naming the bad
+ * parameter. Does not look at vocab_from. */
+int kv_mkmodel_validate(const kv_mkmodel_params *p, kv_err *err);
+
+/* Number of weights the model has (n_vocab as given; the real count with
+ * vocab_from depends on that file). 0 when p is invalid. */
+uint64_t kv_mkmodel_n_params(const kv_mkmodel_params *p);
+
+/* GGUF general.file_type (llama_ftype) for a weight type, or -1. */
+int kv_mkmodel_file_type(kv_type t);
+
+/* Validates p and writes the model to path (via path.tmp, renamed at the
+ * end), streaming row by row so memory stays small. Returns 0 or an error
+ * (KV_ERR_INVAL bad parameters, KV_ERR_IO, KV_ERR_FORMAT bad vocab_from
+ * file) with err filled; on error no file is left at path. */
+int kv_mkmodel_write(const kv_mkmodel_params *p, const char *path, kv_err *err);
+
+#endif

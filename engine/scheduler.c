@@ -1,0 +1,825 @@
+/* scheduler.c - continuous batching: each step grows the running requests
+ * (preempting the lowest-priority, newest one when blocks run out), swaps
+ * requests back in, admits waiting ones in priority order under the step's
+ * budgets, and lays every scheduled token out in one batch. Every decision
+ * is written down as a kv_decision so the TUI can show why. */
+#include "scheduler.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_sched {
+    kv_sched_params p;
+    kv_cache *c;
+    int block_size;
+    int n_blocks;
+
+    /* queues of borrowed requests */
+    kv_sreq **running;   /* (cap_running) admission order */
+    int n_running, cap_running;
+    kv_sreq **waiting;   /* (cap_waiting) sorted at every schedule */
+    int n_waiting, cap_waiting;
+    kv_sreq **swapped;   /* (cap_swapped) */
+    int n_swapped, cap_swapped;
+
+    /* the plan of the current step (arrays sized at creation) */
+    kv_sched_out out;
+    kv_sreq **sched;     /* (max_seqs) scheduled requests in decision order */
+    int n_sched;
+    kv_sreq **order;     /* (cap_order) scratch copy of a queue */
+    int cap_order;
+    int budget;          /* tokens left in this step */
+
+    /* static policy */
+    uint64_t batch_seq;  /* last batch id handed out */
+    uint64_t cur_batch;  /* the batch now running, 0 = none */
+    int batch_live;      /* unfinished members of cur_batch */
+
+    /* the step record */
+    uint64_t step;
+    double now_ms;
+    kv_step_record rec;
+    kv_decision *dec;    /* (cap_dec) this step's decisions */
+    int n_dec, cap_dec;
+    kv_sched_counters cnt;
+};
+
+/* ---- requests ---- */
+
+int kv_sreq_init(kv_sreq *r, int64_t id, const int32_t *prompt, int n, int max_tokens, int spec_k) {
+    memset(r, 0, sizeof *r);
+    if (n <= 0 || max_tokens <= 0 || spec_k < 0 || (int64_t)n + max_tokens + spec_k + 1 > INT32_MAX)
+        return KV_ERR_INVAL;
+    int cap = n + max_tokens + spec_k + 1;
+    r->tokens = malloc((size_t)cap * sizeof(int32_t));
+    r->draft = malloc((size_t)(spec_k > 0 ? spec_k : 1) * sizeof(int32_t));
+    if (!r->tokens || !r->draft) {
+        free(r->tokens);
+        free(r->draft);
+        memset(r, 0, sizeof *r);
+        return KV_ERR_NOMEM;
+    }
+    memcpy(r->tokens, prompt, (size_t)n * sizeof(int32_t));
+    r->id = id;
+    r->cap_tokens = cap;
+    r->cap_draft = spec_k;
+    r->n_prompt = n;
+    r->n_tokens = n;
+    r->max_tokens = max_tokens;
+    r->state = KV_REQ_WAITING;
+    kv_seq_init(&r->seq, (int)id, 0);
+    return 0;
+}
+
+void kv_sreq_free(kv_sreq *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->draft);
+    r->tokens = r->draft = NULL;
+}
+
+/* ---- small helpers ---- */
+
+static int grow(void **arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return KV_ERR_NOMEM;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+static int push(kv_sreq ***q, int *n, int *cap, kv_sreq *r) {
+    if (grow((void **)q, cap, *n + 1, sizeof **q)) return KV_ERR_NOMEM;
+    (*q)[(*n)++] = r;
+    return 0;
+}
+
+static int remove_from(kv_sreq **q, int *n, const kv_sreq *r) {
+    for (int i = 0; i < *n; i++)
+        if (q[i] == r) {
+            memmove(q + i, q + i + 1, (size_t)(*n - i - 1) * sizeof *q);
+            (*n)--;
+            return 1;
+        }
+    return 0;
+}
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* Records a decision of this step. The list only grows when it must; a
+ * failed growth drops the decision rather than the step. */
+static void __attribute__((format(printf, 4, 5)))
+decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *fmt, ...) {
+    if (grow((void **)&s->dec, &s->cap_dec, s->n_dec + 1, sizeof *s->dec)) return;
+    kv_decision *d = &s->dec[s->n_dec++];
+    d->step = s->step;
+    d->kind = kind;
+    d->req = req;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->text, sizeof d->text, fmt, ap);
+    va_end(ap);
+}
+
+/* Sets the reason a request is not running, with a WAIT decision only when
+ * the reason changed (a queue of 50 requests would otherwise log 50 lines
+ * per step). */
+static void __attribute__((format(printf, 3, 4))) wait_reason(kv_sched *s, kv_sreq *r, const char *fmt, ...) {
+    char buf[sizeof r->wait_reason];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (strcmp(buf, r->wait_reason) != 0) {
+        memcpy(r->wait_reason, buf, sizeof buf);
+        decide(s, KV_DEC_WAIT, r->id, "wait #%lld: %s", (long long)r->id, buf);
+    }
+}
+
+/* Cache operations that may evict cached blocks or copy a shared one: the
+ * counters' difference becomes EVICT / COW decisions naming the request. */
+static void note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats *before) {
+    kv_cache_stats after;
+    kv_cache_get_stats(s->c, &after);
+    uint64_t ev = after.evictions - before->evictions, cow = after.cow_copies - before->cow_copies;
+    if (ev) {
+        s->rec.n_evicted += (int)ev;
+        decide(s, KV_DEC_EVICT, r->id, "evict %llu cached block%s (LRU) for #%lld", (unsigned long long)ev,
+               ev == 1 ? "" : "s", (long long)r->id);
+    }
+    if (cow) {
+        s->rec.n_cow += (int)cow;
+        decide(s, KV_DEC_COW, r->id, "copy-on-write: #%lld copies %llu shared block%s", (long long)r->id,
+               (unsigned long long)cow, cow == 1 ? "" : "s");
+    }
+}
+
+static int reserve_tracked(kv_sched *s, kv_sreq *r, int n_new) {
+    if (r->seq.n_reserved >= r->seq.n_tokens + n_new) return 0;
+    kv_cache_stats before;
+    kv_cache_get_stats(s->c, &before);
+    int rc = kv_cache_seq_reserve(s->c, &r->seq, n_new);
+    note_cache_delta(s, r, &before);
+    return rc;
+}
+
+/* ---- lifecycle ---- */
+
+void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int ctx_len, int n_blocks) {
+    memset(p, 0, sizeof *p);
+    p->policy = cfg->scheduler.policy;
+    p->layout = cfg->kv.layout;
+    p->preemption = cfg->scheduler.preemption;
+    p->max_seqs = cfg->scheduler.max_seqs;
+    p->max_batched_tokens = cfg->scheduler.max_batched_tokens;
+    p->prefill_chunk = cfg->scheduler.prefill_chunk;
+    p->max_wait_ms = cfg->scheduler.max_wait_ms;
+    p->max_seq_len = cfg->scheduler.max_seq_len > 0 ? KV_MIN(cfg->scheduler.max_seq_len, ctx_len) : ctx_len;
+    p->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
+    p->watermark_blocks = n_blocks / 100;
+}
+
+kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
+    if (!p || !c) {
+        kv_err_set(err, KV_ERR_INVAL, "scheduler: NULL params or cache");
+        return NULL;
+    }
+    if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->prefill_chunk < 1 || p->max_seq_len < 1 ||
+        p->watermark_blocks < 0 || p->max_wait_ms < 0) {
+        kv_err_set(err, KV_ERR_INVAL,
+                   "scheduler: max_seqs %d, max_batched_tokens %d, prefill_chunk %d, max_seq_len %d must be >= 1",
+                   p->max_seqs, p->max_batched_tokens, p->prefill_chunk, p->max_seq_len);
+        return NULL;
+    }
+    kv_sched *s = calloc(1, sizeof *s);
+    if (!s) goto nomem;
+    s->p = *p;
+    if (s->p.layout == KV_LAYOUT_CONTIGUOUS) s->p.prefix_sharing = 0;
+    s->c = c;
+    const kv_cache_params *cp = kv_cache_params_of(c);
+    s->block_size = cp->block_size;
+    s->n_blocks = cp->n_blocks;
+    int T = p->max_batched_tokens, S = p->max_seqs;
+    s->out.tokens = malloc((size_t)T * sizeof(int32_t));
+    s->out.pos = malloc((size_t)T * sizeof(int32_t));
+    s->out.seq = malloc((size_t)T * sizeof(int32_t));
+    s->out.slot = malloc((size_t)T * sizeof(int32_t));
+    s->out.logit_rows = malloc((size_t)T * sizeof(int32_t));
+    s->out.reqs = malloc((size_t)S * sizeof(kv_sreq *));
+    s->out.tables = malloc((size_t)S * sizeof(int32_t *));
+    s->sched = malloc((size_t)S * sizeof(kv_sreq *));
+    if (!s->out.tokens || !s->out.pos || !s->out.seq || !s->out.slot || !s->out.logit_rows || !s->out.reqs ||
+        !s->out.tables || !s->sched)
+        goto nomem;
+    if (grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
+    return s;
+nomem:
+    kv_sched_free(s);
+    kv_err_set(err, KV_ERR_NOMEM, "scheduler: out of memory for %d tokens x %d sequences", p->max_batched_tokens,
+               p->max_seqs);
+    return NULL;
+}
+
+void kv_sched_free(kv_sched *s) {
+    if (!s) return;
+    free(s->running);
+    free(s->waiting);
+    free(s->swapped);
+    free(s->out.tokens);
+    free(s->out.pos);
+    free(s->out.seq);
+    free(s->out.slot);
+    free(s->out.logit_rows);
+    free(s->out.reqs);
+    free(s->out.tables);
+    free(s->sched);
+    free(s->order);
+    free(s->dec);
+    free(s);
+}
+
+const kv_sched_params *kv_sched_params_of(const kv_sched *s) { return &s->p; }
+kv_cache *kv_sched_cache(kv_sched *s) { return s->c; }
+
+void kv_sched_begin_step(kv_sched *s, uint64_t step, double now_ms) {
+    s->step = step;
+    s->now_ms = now_ms;
+    s->n_dec = 0;
+    memset(&s->rec, 0, sizeof s->rec);
+    s->rec.step = step;
+    s->rec.t_ms = now_ms;
+    s->out.n_reqs = 0; /* counts only; the arrays stay */
+    s->out.n_tokens = s->out.n_logits = 0;
+    s->out.n_prefill_tokens = s->out.n_decode_tokens = s->out.n_spec_tokens = 0;
+    s->n_sched = 0;
+}
+
+int kv_sched_add(kv_sched *s, kv_sreq *r) {
+    if (!r || r->state != KV_REQ_WAITING || r->admitted || r->n_prompt <= 0 || r->n_tokens != r->n_prompt ||
+        r->seq.n_blocks != 0)
+        return KV_ERR_INVAL;
+    /* Every queue gets room for every live request now, so moving requests
+     * between queues later (preemption, swap, admission) cannot fail. */
+    int live = s->n_waiting + s->n_running + s->n_swapped + 1;
+    if (grow((void **)&s->waiting, &s->cap_waiting, live, sizeof *s->waiting) ||
+        grow((void **)&s->running, &s->cap_running, live, sizeof *s->running) ||
+        grow((void **)&s->swapped, &s->cap_swapped, live, sizeof *s->swapped) ||
+        grow((void **)&s->order, &s->cap_order, live, sizeof *s->order))
+        return KV_ERR_NOMEM;
+    s->waiting[s->n_waiting++] = r;
+    r->seq.id = (int)r->id;
+    r->seq.tag = r->session;
+    r->wait_reason[0] = 0;
+    return 0;
+}
+
+/* ---- ordering ---- */
+
+static int starving(const kv_sched *s, const kv_sreq *r) {
+    return s->p.max_wait_ms > 0 && s->now_ms - r->arrival_ms > s->p.max_wait_ms;
+}
+
+/* Scheduling order: requests past the starvation guard first (oldest
+ * first), then priority (higher first), then arrival. The guard applies
+ * to waiting queues only. */
+static int before(const kv_sched *s, const kv_sreq *a, const kv_sreq *b, int guard) {
+    int sa = guard && starving(s, a), sb = guard && starving(s, b);
+    if (sa != sb) return sa > sb;
+    if (!sa && a->priority != b->priority) return a->priority > b->priority;
+    if (a->arrival_ms != b->arrival_ms) return a->arrival_ms < b->arrival_ms;
+    return a->id < b->id;
+}
+
+/* Insertion sort: queues are nearly sorted from step to step, and the
+ * comparison needs the scheduler (qsort has no context argument in C11). */
+static void sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
+    for (int i = 1; i < n; i++) {
+        kv_sreq *x = q[i];
+        int j = i - 1;
+        while (j >= 0 && before(s, x, q[j], guard)) {
+            q[j + 1] = q[j];
+            j--;
+        }
+        q[j + 1] = x;
+    }
+}
+
+/* The victim when blocks run out: lowest priority, then most recent arrival. */
+static kv_sreq *pick_victim(const kv_sched *s) {
+    kv_sreq *v = NULL;
+    for (int i = 0; i < s->n_running; i++) {
+        kv_sreq *r = s->running[i];
+        if (!v || r->priority < v->priority ||
+            (r->priority == v->priority &&
+             (r->arrival_ms > v->arrival_ms || (r->arrival_ms == v->arrival_ms && r->id > v->id))))
+            v = r;
+    }
+    return v;
+}
+
+/* ---- scheduling ---- */
+
+static void unschedule(kv_sched *s, kv_sreq *r) {
+    if (r->n_sched > 0 && remove_from(s->sched, &s->n_sched, r)) s->budget += r->n_sched;
+    r->n_sched = r->n_sched_draft = 0;
+}
+
+static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
+    unschedule(s, v);
+    remove_from(s->running, &s->n_running, v);
+    v->preemptions++;
+    v->n_draft = 0;
+    s->cnt.preemptions++;
+    int held = v->seq.n_blocks;
+    char why[48];
+    if (for_req == v)
+        snprintf(why, sizeof why, "to grow itself");
+    else
+        snprintf(why, sizeof why, "for #%lld", (long long)for_req->id);
+    if (s->p.preemption == KV_PREEMPT_SWAP) {
+        if (kv_cache_seq_swap_out(s->c, &v->seq) == 0) {
+            v->state = KV_REQ_SWAPPED;
+            push(&s->swapped, &s->n_swapped, &s->cap_swapped, v); /* capacity ensured by kv_sched_add */
+            s->cnt.swaps_out++;
+            s->rec.n_swapped_out++;
+            decide(s, KV_DEC_SWAP_OUT, v->id, "swap out #%lld %s: %d blocks to host, %d tokens kept",
+                   (long long)v->id, why, held, v->n_computed);
+            snprintf(v->wait_reason, sizeof v->wait_reason, "swapped out");
+            return;
+        }
+        decide(s, KV_DEC_PREEMPT, v->id, "swap pool full: #%lld falls back to recompute", (long long)v->id);
+    }
+    kv_cache_seq_release(s->c, &v->seq);
+    kv_seq_init(&v->seq, (int)v->id, v->session);
+    int lost = v->n_computed;
+    v->n_computed = 0;
+    v->state = KV_REQ_PREEMPTED;
+    s->cnt.recomputes++;
+    s->rec.n_preempted++;
+    push(&s->waiting, &s->n_waiting, &s->cap_waiting, v); /* capacity ensured by kv_sched_add */
+    decide(s, KV_DEC_PREEMPT, v->id, "preempt #%lld %s (recompute): %d blocks freed, %d tokens to redo",
+           (long long)v->id, why, held, lost);
+    snprintf(v->wait_reason, sizeof v->wait_reason, "preempted (recompute)");
+}
+
+static void put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
+    r->n_sched = n_new;
+    r->n_sched_draft = n_draft;
+    r->is_prefill = !(r->n_tokens - r->n_computed == 1 && kv_sreq_n_generated(r) > 0);
+    s->sched[s->n_sched++] = r;
+    s->budget -= n_new;
+}
+
+/* Tokens r would run this step within the budget, and its drafts. */
+static int plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft) {
+    int remaining = r->n_tokens - r->n_computed;
+    *n_draft = 0;
+    if (remaining <= 0 || s->budget <= 0) return 0;
+    if (remaining == 1) {
+        int d = r->n_draft;
+        int room = r->max_tokens - kv_sreq_n_generated(r) - 1; /* drafts never overshoot max_tokens */
+        d = KV_MIN(d, room);
+        d = KV_MIN(d, s->budget - 1);
+        d = KV_MIN(d, r->cap_draft);
+        *n_draft = d > 0 ? d : 0;
+        return 1 + *n_draft;
+    }
+    return KV_MIN(KV_MIN(remaining, s->p.prefill_chunk), s->budget);
+}
+
+/* Schedules running request r, preempting others (or r) when its next
+ * tokens need blocks the pool does not have. */
+static void schedule_running(kv_sched *s, kv_sreq *r) {
+    int n_draft;
+    int n_new = plan_tokens(s, r, &n_draft);
+    if (n_new == 0) return;
+    for (;;) {
+        int rc = reserve_tracked(s, r, n_new);
+        if (rc == 0) break;
+        if (rc < 0) { /* internal error from the cache: leave r out of this step */
+            decide(s, KV_DEC_WAIT, r->id, "#%lld: cache refused to grow (%d)", (long long)r->id, rc);
+            return;
+        }
+        if (n_draft > 0) { /* drafts are optional: drop them before hurting anyone */
+            n_new -= n_draft;
+            n_draft = 0;
+            continue;
+        }
+        kv_sreq *v = pick_victim(s);
+        if (!v) return;
+        preempt(s, v, r);
+        if (v == r) return;
+    }
+    put_scheduled(s, r, n_new, n_draft);
+}
+
+static int batch_active(const kv_sched *s) { return s->p.policy == KV_POLICY_STATIC && s->batch_live > 0; }
+
+/* Tries to bring swapped requests back, oldest/highest first. */
+static void schedule_swapped(kv_sched *s) {
+    if (s->n_swapped == 0) return;
+    sort_queue(s, s->swapped, s->n_swapped, 1);
+    for (int i = 0; i < s->n_swapped;) {
+        kv_sreq *r = s->swapped[i];
+        if (s->n_running >= s->p.max_seqs) {
+            wait_reason(s, r, "swapped out; max_seqs (%d) running", s->p.max_seqs);
+            i++;
+            continue;
+        }
+        if (s->budget <= 0) {
+            wait_reason(s, r, "swapped out; token budget spent");
+            i++;
+            continue;
+        }
+        /* its blocks, one more for the next token, and the watermark */
+        int need = r->seq.n_blocks + 1, avail = kv_cache_n_available(s->c);
+        if (need > avail || kv_cache_seq_swap_in(s->c, &r->seq) != 0) {
+            wait_reason(s, r, "swapped out; %d free blocks, needs %d", avail, need);
+            i++;
+            continue;
+        }
+        remove_from(s->swapped, &s->n_swapped, r);
+        r->state = KV_REQ_RUNNING;
+        r->wait_reason[0] = 0;
+        push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
+        s->cnt.swaps_in++;
+        s->rec.n_swapped_in++;
+        decide(s, KV_DEC_SWAP_IN, r->id, "swap in #%lld: %d blocks back from host", (long long)r->id,
+               r->seq.n_blocks);
+        int n_draft;
+        int n_new = plan_tokens(s, r, &n_draft);
+        if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
+    }
+}
+
+/* Blocks r still needs on admission: the prompt (minus a prefix hit) in the
+ * paged layout, max_seq_len slots in the contiguous one. */
+static int admission_tokens(const kv_sched *s, const kv_sreq *r) {
+    return s->p.layout == KV_LAYOUT_CONTIGUOUS ? s->p.max_seq_len : r->n_tokens;
+}
+
+/* Tries to admit waiting request r. Returns 1 when admitted; otherwise 0
+ * with *free_blocks / *need set when it failed on blocks. */
+static int try_admit(kv_sched *s, kv_sreq *r, int *free_blocks, int *need) {
+    const int bs = s->block_size;
+    int total = admission_tokens(s, r);
+    int avail = kv_cache_n_available(s->c);
+    int hit = s->p.prefix_sharing ? kv_cache_match_prefix(s->c, r->tokens, r->n_tokens) : 0;
+    /* Without attaching: blocks for positions [hit, total) plus a copy of a
+     * shared partial block. Attaching can only take blocks out of the
+     * evictable pool, so too little here is final. */
+    int est = ceil_div(total, bs) - hit / bs;
+    *free_blocks = avail - s->p.watermark_blocks;
+    *need = est;
+    if (est + s->p.watermark_blocks > avail) return 0;
+    kv_cache_stats before;
+    kv_cache_get_stats(s->c, &before);
+    int reused = 0;
+    if (hit > 0) {
+        reused = kv_cache_seq_attach_prefix(s->c, &r->seq, r->tokens, r->n_tokens);
+        int exact = kv_cache_blocks_needed(s->c, &r->seq, total - r->seq.n_tokens);
+        int avail2 = kv_cache_n_available(s->c);
+        if (exact + s->p.watermark_blocks > avail2) {
+            /* the matched blocks were evictable ones we were counting on */
+            kv_cache_seq_release(s->c, &r->seq);
+            kv_seq_init(&r->seq, (int)r->id, r->session);
+            *free_blocks = avail2 - s->p.watermark_blocks;
+            *need = exact;
+            return 0;
+        }
+    }
+    if (kv_cache_seq_reserve(s->c, &r->seq, total - r->seq.n_tokens) != 0) {
+        kv_cache_seq_release(s->c, &r->seq);
+        kv_seq_init(&r->seq, (int)r->id, r->session);
+        *free_blocks = kv_cache_n_available(s->c) - s->p.watermark_blocks;
+        *need = est;
+        return 0;
+    }
+    note_cache_delta(s, r, &before);
+    r->n_computed = r->seq.n_tokens;
+    r->n_prefix_hit = reused;
+    r->n_prefix_hit_total += reused;
+    if (s->p.prefix_sharing) {
+        s->cnt.prefix_lookups++;
+        s->cnt.prefix_hit_tokens += (uint64_t)reused;
+        s->cnt.prefix_hit_blocks += (uint64_t)ceil_div(reused, bs);
+    }
+    return 1;
+}
+
+static void schedule_waiting(kv_sched *s) {
+    if (s->n_waiting == 0) return;
+    sort_queue(s, s->waiting, s->n_waiting, 1);
+    /* Iterate over a copy: admission removes from the queue. */
+    int n = s->n_waiting;
+    memcpy(s->order, s->waiting, (size_t)n * sizeof *s->order);
+    const kv_sreq *blocked = NULL; /* first request that did not fit in the blocks */
+    int static_mode = s->p.policy == KV_POLICY_STATIC;
+    int starting_batch = static_mode && !batch_active(s);
+    for (int i = 0; i < n; i++) {
+        kv_sreq *r = s->order[i];
+        if (s->n_swapped > 0) {
+            wait_reason(s, r, "swapped requests first");
+            continue;
+        }
+        if (static_mode && !starting_batch && r->batch != s->cur_batch) {
+            wait_reason(s, r, "static batch running");
+            continue;
+        }
+        if (s->n_running >= s->p.max_seqs) {
+            wait_reason(s, r, "max_seqs (%d) running", s->p.max_seqs);
+            continue;
+        }
+        /* continuous batching admits only what can start computing now;
+         * a static batch starts together and prefills over the next steps */
+        if (!static_mode && s->budget <= 0) {
+            wait_reason(s, r, "token budget (%d per step) spent", s->p.max_batched_tokens);
+            continue;
+        }
+        if (blocked) {
+            /* Skip-ahead: a smaller request may use blocks the head cannot,
+             * unless the head starves or outranks it. */
+            if (starving(s, blocked)) {
+                wait_reason(s, r, "starvation guard: #%lld goes first", (long long)blocked->id);
+                continue;
+            }
+            if (r->priority < blocked->priority) {
+                wait_reason(s, r, "priority: #%lld (priority %d) first", (long long)blocked->id,
+                            blocked->priority);
+                continue;
+            }
+        }
+        int free_blocks, need;
+        if (!try_admit(s, r, &free_blocks, &need)) {
+            wait_reason(s, r, "%d free blocks, needs %d", free_blocks < 0 ? 0 : free_blocks, need);
+            if (!blocked) blocked = r;
+            continue;
+        }
+        /* admitted */
+        remove_from(s->waiting, &s->n_waiting, r);
+        push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
+        int first = !r->admitted;
+        if (first) {
+            r->admitted = 1;
+            r->first_admit_ms = s->now_ms;
+        }
+        r->state = KV_REQ_RUNNING;
+        r->wait_reason[0] = 0;
+        s->cnt.admitted++;
+        s->rec.n_admitted++;
+        if (static_mode) {
+            if (starting_batch && s->batch_live == 0) s->cur_batch = ++s->batch_seq;
+            if (r->batch != s->cur_batch) {
+                r->batch = s->cur_batch;
+                s->batch_live++;
+            }
+        }
+        if (first)
+            decide(s, KV_DEC_ADMIT, r->id, "admit #%lld: %d prompt tokens, %d from prefix cache", (long long)r->id,
+                   r->n_prompt, r->n_prefix_hit);
+        else
+            decide(s, KV_DEC_ADMIT, r->id, "readmit #%lld: %d tokens to recompute, %d from prefix cache",
+                   (long long)r->id, r->n_tokens, r->n_prefix_hit);
+        if (r->n_prefix_hit > 0)
+            decide(s, KV_DEC_SHARE, r->id, "share: #%lld reuses %d cached tokens (%d blocks)", (long long)r->id,
+                   r->n_prefix_hit, ceil_div(r->n_prefix_hit, s->block_size));
+        int n_draft;
+        int n_new = plan_tokens(s, r, &n_draft);
+        if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
+    }
+}
+
+/* Lays the scheduled requests out as batch rows. */
+static int build_batch(kv_sched *s) {
+    kv_sched_out *o = &s->out;
+    o->n_reqs = 0;
+    o->n_tokens = o->n_logits = 0;
+    o->n_prefill_tokens = o->n_decode_tokens = o->n_spec_tokens = 0;
+    for (int i = 0; i < s->n_sched; i++) {
+        kv_sreq *r = s->sched[i];
+        int si = o->n_reqs++;
+        o->reqs[si] = r;
+        o->tables[si] = r->seq.blocks;
+        r->sched_row = o->n_tokens;
+        r->logit_row = -1;
+        r->n_logits = 0;
+        for (int j = 0; j < r->n_sched; j++) {
+            int p = r->n_computed + j;
+            int row = o->n_tokens++;
+            if (row >= s->p.max_batched_tokens) return KV_ERR_RANGE;
+            o->tokens[row] = p < r->n_tokens ? r->tokens[p] : r->draft[p - r->n_tokens];
+            o->pos[row] = p;
+            o->seq[row] = si;
+            o->slot[row] = kv_cache_slot(s->c, &r->seq, p);
+            if (o->slot[row] < 0) return KV_ERR_RANGE;
+        }
+        if (r->n_computed + r->n_sched - r->n_sched_draft == r->n_tokens) {
+            /* the step reaches the last known token: it samples, and each
+             * draft is scored by the row before it */
+            r->logit_row = o->n_logits;
+            r->n_logits = 1 + r->n_sched_draft;
+            for (int j = 0; j < r->n_logits; j++)
+                o->logit_rows[o->n_logits++] = r->sched_row + (r->n_tokens - 1 - r->n_computed) + j;
+        }
+        int n_plain = r->n_sched - r->n_sched_draft;
+        if (r->is_prefill) {
+            o->n_prefill_tokens += n_plain;
+            if (r->n_sched > 0)
+                decide(s, KV_DEC_CHUNK, r->id, "chunk #%lld: tokens %d..%d of %d%s", (long long)r->id, r->n_computed,
+                       r->n_computed + n_plain - 1, r->n_tokens, r->n_logits ? ", then samples" : "");
+        } else {
+            o->n_decode_tokens += n_plain;
+        }
+        o->n_spec_tokens += r->n_sched_draft;
+        if (r->n_sched_draft > 0)
+            decide(s, KV_DEC_SPEC, r->id, "verify #%lld: %d drafted tokens", (long long)r->id, r->n_sched_draft);
+    }
+    return 0;
+}
+
+int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
+    s->now_ms = now_ms;
+    s->budget = s->p.max_batched_tokens;
+    s->n_sched = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        s->running[i]->n_sched = s->running[i]->n_sched_draft = 0;
+        s->running[i]->n_logits = 0;
+    }
+    /* 1. running requests: decodes first so a long prefill never stalls
+     * them, then prefill chunks; each group by priority and arrival. */
+    if (s->n_running > 0) {
+        int n = s->n_running;
+        memcpy(s->order, s->running, (size_t)n * sizeof *s->order);
+        sort_queue(s, s->order, n, 0);
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < n; i++) {
+                kv_sreq *r = s->order[i];
+                if (r->state != KV_REQ_RUNNING || r->n_sched > 0) continue;
+                int decoding = r->n_tokens - r->n_computed == 1;
+                if (decoding != (pass == 0)) continue;
+                schedule_running(s, r);
+            }
+    }
+    /* 2. swapped requests come back before anyone new is admitted. */
+    schedule_swapped(s);
+    /* 3. admission. */
+    schedule_waiting(s);
+    if (s->n_running > s->cnt.max_running) s->cnt.max_running = s->n_running;
+    int rc = build_batch(s);
+    *out = &s->out;
+    if (rc) return rc;
+    s->cnt.prefill_tokens += (uint64_t)s->out.n_prefill_tokens;
+    s->cnt.decode_tokens += (uint64_t)s->out.n_decode_tokens;
+    s->cnt.spec_tokens += (uint64_t)s->out.n_spec_tokens;
+    return s->out.n_tokens;
+}
+
+int kv_sched_update(kv_sched *s, kv_sreq *r, const int32_t *new_tokens, int n_new) {
+    if (!r || r->state != KV_REQ_RUNNING || r->n_sched <= 0) return KV_ERR_INVAL;
+    int accepted = 0;
+    if (r->n_logits == 0) {
+        if (n_new != 0) return KV_ERR_INVAL;
+    } else {
+        if (n_new < 1 || n_new > 1 + r->n_sched_draft || !new_tokens) return KV_ERR_INVAL;
+        accepted = n_new - 1;
+        /* accepted drafts must be the drafts whose K/V the forward wrote */
+        for (int j = 0; j < accepted; j++)
+            if (new_tokens[j] != r->draft[j]) return KV_ERR_INVAL;
+        if (r->n_tokens + n_new > r->cap_tokens) return KV_ERR_INVAL;
+    }
+    int n_valid = r->n_sched - r->n_sched_draft + accepted;
+    if (n_new > 0) memcpy(r->tokens + r->n_tokens, new_tokens, (size_t)n_new * sizeof(int32_t));
+    r->n_tokens += n_new;
+    kv_cache_seq_commit(s->c, &r->seq, r->tokens, r->n_computed + n_valid);
+    r->n_computed += n_valid;
+    if (accepted < r->n_sched_draft) kv_cache_seq_truncate(s->c, &r->seq, r->n_computed);
+    r->n_draft = 0;
+    r->n_sched = 0; /* one update per scheduled step */
+    return 0;
+}
+
+void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why) {
+    if (!r || r->state == KV_REQ_FINISHED) return;
+    int was_running = r->state == KV_REQ_RUNNING;
+    if (!remove_from(s->running, &s->n_running, r) && !remove_from(s->waiting, &s->n_waiting, r))
+        remove_from(s->swapped, &s->n_swapped, r);
+    if (r->n_sched > 0) remove_from(s->sched, &s->n_sched, r);
+    kv_cache_seq_release(s->c, &r->seq);
+    kv_seq_init(&r->seq, (int)r->id, r->session);
+    if (s->p.policy == KV_POLICY_STATIC && r->batch != 0 && r->batch == s->cur_batch && s->batch_live > 0)
+        s->batch_live--;
+    r->state = KV_REQ_FINISHED;
+    r->n_draft = 0;
+    static const char *names[] = {"none", "eos", "length", "stop string", "cancelled", "rejected", "error"};
+    const char *name = (unsigned)why < KV_ARRAY_LEN(names) ? names[why] : "?";
+    if (why == KV_FINISH_CANCELLED) {
+        decide(s, KV_DEC_CANCEL, r->id, "cancel #%lld (%s): %d tokens generated", (long long)r->id,
+               was_running ? "running" : "not running", kv_sreq_n_generated(r));
+    } else {
+        decide(s, KV_DEC_FINISH, r->id, "finish #%lld (%s): %d prompt + %d generated tokens", (long long)r->id, name,
+               r->n_prompt, kv_sreq_n_generated(r));
+    }
+    s->cnt.finished++;
+    s->rec.n_finished++;
+}
+
+void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **decisions, int *n_decisions) {
+    kv_cache_stats st;
+    kv_cache_get_stats(s->c, &st);
+    s->rec.n_seqs = s->out.n_reqs;
+    s->rec.n_prefill_tokens = s->out.n_prefill_tokens;
+    s->rec.n_decode_tokens = s->out.n_decode_tokens;
+    s->rec.n_spec_tokens = s->out.n_spec_tokens;
+    s->rec.n_blocks_used = st.n_used;
+    s->rec.n_waiting = s->n_waiting + s->n_swapped;
+    if (rec) *rec = s->rec;
+    if (decisions) *decisions = s->dec;
+    if (n_decisions) *n_decisions = s->n_dec;
+}
+
+/* ---- public extras ---- */
+
+void kv_sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *text) {
+    decide(s, kind, req, "%s", text);
+}
+
+int kv_sched_running(const kv_sched *s, kv_sreq *const **out) {
+    *out = s->running;
+    return s->n_running;
+}
+int kv_sched_waiting(const kv_sched *s, kv_sreq *const **out) {
+    *out = s->waiting;
+    return s->n_waiting;
+}
+int kv_sched_swapped(const kv_sched *s, kv_sreq *const **out) {
+    *out = s->swapped;
+    return s->n_swapped;
+}
+int kv_sched_idle(const kv_sched *s) { return s->n_running == 0 && s->n_waiting == 0 && s->n_swapped == 0; }
+
+void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out) { *out = s->cnt; }
+
+int kv_sched_check(const kv_sched *s, char *msg, size_t cap) {
+    int n = s->n_running + s->n_swapped;
+    kv_seq **seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
+    if (!seqs) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    int k = 0, rc = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        const kv_sreq *r = s->running[i];
+        if (r->state != KV_REQ_RUNNING) {
+            snprintf(msg, cap, "running #%lld has state %d", (long long)r->id, r->state);
+            rc = -1;
+            goto out;
+        }
+        if (r->seq.swapped || r->n_computed != r->seq.n_tokens || r->seq.n_reserved < r->n_computed ||
+            r->n_computed > r->n_tokens) {
+            snprintf(msg, cap, "running #%lld: n_computed %d, seq.n_tokens %d, reserved %d, n_tokens %d",
+                     (long long)r->id, r->n_computed, r->seq.n_tokens, r->seq.n_reserved, r->n_tokens);
+            rc = -1;
+            goto out;
+        }
+        seqs[k++] = (kv_seq *)&r->seq;
+    }
+    for (int i = 0; i < s->n_swapped; i++) {
+        const kv_sreq *r = s->swapped[i];
+        if (r->state != KV_REQ_SWAPPED || !r->seq.swapped) {
+            snprintf(msg, cap, "swapped #%lld has state %d, swapped flag %d", (long long)r->id, r->state,
+                     r->seq.swapped);
+            rc = -1;
+            goto out;
+        }
+        seqs[k++] = (kv_seq *)&r->seq;
+    }
+    for (int i = 0; i < s->n_waiting; i++) {
+        const kv_sreq *r = s->waiting[i];
+        if ((r->state != KV_REQ_WAITING && r->state != KV_REQ_PREEMPTED) || r->seq.n_blocks != 0 ||
+            r->n_computed != 0) {
+            snprintf(msg, cap, "waiting #%lld: state %d, %d blocks, n_computed %d", (long long)r->id, r->state,
+                     r->seq.n_blocks, r->n_computed);
+            rc = -1;
+            goto out;
+        }
+    }
+    if (s->n_running > s->p.max_seqs) {
+        snprintf(msg, cap, "%d running > max_seqs %d", s->n_running, s->p.max_seqs);
+        rc = -1;
+        goto out;
+    }
+    if (s->out.n_tokens > s->p.max_batched_tokens) {
+        snprintf(msg, cap, "%d batch tokens > max_batched_tokens %d", s->out.n_tokens, s->p.max_batched_tokens);
+        rc = -1;
+        goto out;
+    }
+    rc = kv_cache_check(s->c, seqs, k, msg, cap);
+out:
+    free(seqs);
+    return rc;
+}

@@ -1,0 +1,184 @@
+/* scheduler.h - iteration-level (continuous) batching over the paged KV
+ * cache: which requests run in the next forward, how many tokens each, who
+ * is admitted, preempted (recompute or swap) or left waiting and why. It
+ * knows tokens and blocks, not text: the engine samples and decides EOS.
+ *
+ * One rule, as in vLLM, covers prefill, chunked prefill, prefix caching,
+ * decode, recompute after preemption and speculative tokens: a request
+ * knows n_tokens (prompt + generated) and n_computed (tokens whose K/V are
+ * in the cache); each step it gets up to n_tokens + n_draft - n_computed new
+ * tokens, capped by the chunk size and the step's token budget, and it
+ * samples when the step brings it to the end of what is known.
+ *
+ * A step, driven by the engine (or a test that plays the forward):
+ *   kv_sched_begin_step -> kv_sched_add / kv_sched_finish (cancellations)
+ *   -> kv_sched_schedule (decisions + the batch arrays) -> forward + sampling
+ *   -> kv_sched_update per scheduled request -> kv_sched_finish for those
+ *   that ended -> kv_sched_end_step (the step record).
+ * Not thread-safe: the engine thread owns it. */
+#ifndef KV_SCHEDULER_H
+#define KV_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "common.h"
+#include "config.h"
+#include "engine.h"
+#include "kv_cache.h"
+
+/* The scheduler's view of one request. The owner (the engine) allocates it,
+ * fills the identity fields and the tokens with kv_sreq_init, and keeps it
+ * alive until kv_sched_finish returned; the scheduler only holds pointers. */
+typedef struct kv_sreq {
+    /* public: identity, set by the owner before kv_sched_add */
+    int64_t id;            /* > 0, increasing with arrival */
+    int session;           /* owner tag shown in the block map */
+    int priority;          /* higher runs first; preemption picks the lowest */
+    int max_tokens;        /* tokens to generate at most */
+    double arrival_ms;     /* engine clock */
+
+    /* tokens: prompt then generated; n_prompt + max_tokens + spec slack fit */
+    int32_t *tokens;       /* (cap_tokens) owned, see kv_sreq_init */
+    int cap_tokens;
+    int n_prompt;          /* original prompt tokens */
+    int n_tokens;          /* known tokens = n_prompt + generated */
+
+    /* speculative decoding hook: tokens proposed after tokens[n_tokens-1].
+     * The drafter fills them before kv_sched_schedule; the scheduler scores
+     * them in the same forward (logits for 1 + n_draft rows) and the verifier
+     * passes the accepted ones to kv_sched_update. Cleared every step. */
+    int32_t *draft;        /* (cap_draft) owned */
+    int cap_draft;
+    int n_draft;
+
+    /* private to the scheduler (read-only for the owner) */
+    kv_req_state state;
+    kv_seq seq;            /* block table; seq.n_tokens == n_computed while on device */
+    int n_computed;        /* tokens whose K/V are committed */
+    int n_prefix_hit;      /* prompt tokens reused from the prefix cache at the last admission */
+    int n_prefix_hit_total;/* over every admission (recompute re-admissions included) */
+    int preemptions;       /* times preempted (recompute or swap) */
+    int admitted;          /* bool: admitted at least once */
+    double first_admit_ms; /* engine clock of the first admission */
+    uint64_t batch;        /* static policy: the batch it belongs to (0 = none yet) */
+    char wait_reason[96];  /* why it is not running ("3 free blocks, needs 9"), "" when running */
+
+    /* this step, filled by kv_sched_schedule */
+    int n_sched;           /* tokens in the batch (drafts included), 0 when not scheduled */
+    int n_sched_draft;     /* of which drafts */
+    int sched_row;         /* first batch row */
+    int n_logits;          /* logit rows: 0 (mid-prefill), 1, or 1 + n_sched_draft */
+    int logit_row;         /* first row in the logits matrix */
+    int is_prefill;        /* bool: the scheduled tokens are prompt (or recompute) tokens */
+} kv_sreq;
+
+/* Allocates the token arrays for a prompt of n tokens that may generate up
+ * to max_tokens more plus spec_k drafted ones, copies the prompt and clears
+ * the state. Returns 0 or KV_ERR_NOMEM. */
+int kv_sreq_init(kv_sreq *r, int64_t id, const int32_t *prompt, int n, int max_tokens, int spec_k);
+/* Frees the arrays (the KV blocks must be released: kv_sched_finish). */
+void kv_sreq_free(kv_sreq *r);
+/* Generated tokens so far. */
+static inline int kv_sreq_n_generated(const kv_sreq *r) { return r->n_tokens - r->n_prompt; }
+
+typedef struct kv_sched_params {
+    kv_policy policy;
+    kv_layout layout;
+    kv_preempt preemption;
+    int max_seqs;           /* running requests at most */
+    int max_batched_tokens; /* tokens per forward (drafts included) */
+    int prefill_chunk;      /* prompt tokens per request per step at most */
+    double max_wait_ms;     /* starvation guard; 0 = off */
+    int max_seq_len;        /* tokens per request (> 0); contiguous layout reserves this many */
+    int prefix_sharing;     /* bool (forced off in the contiguous layout) */
+    int watermark_blocks;   /* blocks admission leaves free for running requests to grow */
+} kv_sched_params;
+
+/* Fills p from a config; max_seq_len is resolved against the model context
+ * (ctx_len), the watermark is 1% of n_blocks. */
+void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int ctx_len, int n_blocks);
+
+typedef struct kv_sched kv_sched;
+
+/* The cache is borrowed and must outlive the scheduler. Batch arrays are
+ * sized here once (max_batched_tokens tokens, max_seqs sequences). */
+kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err);
+void kv_sched_free(kv_sched *s); /* NULL is a no-op; requests are not freed */
+const kv_sched_params *kv_sched_params_of(const kv_sched *s);
+kv_cache *kv_sched_cache(kv_sched *s);
+
+/* Starts a step: clears the step's decisions and counters. */
+void kv_sched_begin_step(kv_sched *s, uint64_t step, double now_ms);
+
+/* Queues a new request (state WAITING). r is borrowed until kv_sched_finish.
+ * Returns 0, or KV_ERR_INVAL when r is not a fresh request or the queue
+ * cannot grow (KV_ERR_NOMEM). */
+int kv_sched_add(kv_sched *s, kv_sreq *r);
+
+/* The plan of one step; owned by the scheduler, valid until the next
+ * kv_sched_schedule. Row i of the batch is token tokens[i] at position
+ * pos[i] of sequence seq[i] (an index into tables and reqs), K/V to slot[i]. */
+typedef struct kv_sched_out {
+    int n_reqs;
+    kv_sreq **reqs;         /* (n_reqs) scheduled requests in batch order */
+    int n_tokens;
+    int32_t *tokens;        /* (n_tokens) */
+    int32_t *pos;           /* (n_tokens) */
+    int32_t *seq;           /* (n_tokens) */
+    int32_t *slot;          /* (n_tokens) */
+    const int32_t **tables; /* (n_reqs) block tables */
+    int n_logits;
+    int32_t *logit_rows;    /* (n_logits) batch rows whose logits are needed */
+    int n_prefill_tokens, n_decode_tokens, n_spec_tokens;
+} kv_sched_out;
+
+/* Decides the step: grows running requests (preempting when blocks run
+ * out), swaps requests back in, admits waiting ones, and builds the batch.
+ * Returns the number of scheduled tokens (0: nothing to run), or a negative
+ * KV_ERR_* on an internal inconsistency. *out is set in both cases. */
+int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out);
+
+/* After the forward for scheduled request r: new tokens are appended to
+ * r->tokens (the accepted drafts, then the token sampled after them; none
+ * when r->n_logits == 0), the K/V of the scheduled tokens that stay valid
+ * are committed (rejected drafts are truncated) and n_computed advances.
+ * Returns 0 or KV_ERR_INVAL (n_new out of range; nothing changed). */
+int kv_sched_update(kv_sched *s, kv_sreq *r, const int32_t *new_tokens, int n_new);
+
+/* Ends r (any state): releases its blocks (device or swap pool), removes it
+ * from every queue and records the decision. r may then be freed. */
+void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why);
+
+/* Ends the step: fills the counters of rec (the caller adds times) and
+ * returns the step's decisions (owned by the scheduler, valid until the
+ * next kv_sched_begin_step). */
+void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **decisions, int *n_decisions);
+
+/* Adds a decision of the owner's (reject, spec) to this step's list. */
+void kv_sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *text);
+
+/* Queues, in scheduling order (borrowed, valid until the next call that
+ * changes them). */
+int kv_sched_running(const kv_sched *s, kv_sreq *const **out);
+int kv_sched_waiting(const kv_sched *s, kv_sreq *const **out);
+int kv_sched_swapped(const kv_sched *s, kv_sreq *const **out);
+/* True when nothing is waiting, running or swapped. */
+int kv_sched_idle(const kv_sched *s);
+
+/* Running totals since creation. */
+typedef struct kv_sched_counters {
+    uint64_t admitted, preemptions, recomputes, swaps_out, swaps_in, finished;
+    uint64_t prefill_tokens;    /* prompt and recompute tokens scheduled */
+    uint64_t decode_tokens, spec_tokens;
+    uint64_t prefix_lookups, prefix_hit_tokens, prefix_hit_blocks;
+    int max_running;            /* most requests running at once */
+} kv_sched_counters;
+void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out);
+
+/* Consistency check for tests: the cache's checker over every live
+ * sequence, plus the scheduler's own invariants (queues partition the
+ * requests, n_computed == seq.n_tokens on device, budgets respected by the
+ * last plan). Returns 0 or -1 with msg. */
+int kv_sched_check(const kv_sched *s, char *msg, size_t cap);
+
+#endif

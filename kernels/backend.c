@@ -1,0 +1,58 @@
+/* backend.c - the registry of compiled-in backends: name -> constructor.
+ * Adding a backend is one line in the table below (plus its constructor's
+ * declaration). */
+#include "backend.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#ifdef KV_HAVE_CUDA
+kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err);
+#endif
+
+typedef struct backend_entry {
+    const char *name;
+    kv_backend *(*create)(int n_threads, kv_err *err);
+} backend_entry;
+
+static const backend_entry registry[] = {
+    {"cpu", kv_cpu_backend_create},
+#ifdef KV_HAVE_CUDA
+    {"cuda", kv_cuda_backend_create},
+#endif
+};
+
+#define N_BACKENDS (sizeof registry / sizeof registry[0])
+
+kv_backend *kv_backend_create(const char *name, int n_threads, kv_err *err) {
+    if (!name) {
+        kv_err_set(err, KV_ERR_INVAL, "backend: no name given");
+        return NULL;
+    }
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (!strcmp(registry[i].name, name)) return registry[i].create(n_threads, err);
+    if (!strcmp(name, "cuda"))
+        kv_err_set(err, KV_ERR_UNSUPPORTED, "backend 'cuda' is not compiled in (build with make CUDA=1)");
+    else
+        kv_err_set(err, KV_ERR_INVAL, "unknown backend '%s'", name);
+    return NULL;
+}
+
+void kv_backend_free(kv_backend *b) {
+    if (b && b->ops && b->ops->destroy) b->ops->destroy(b);
+}
+
+static const char *names[N_BACKENDS + 1]; /* NULL-terminated copy of the registry's names */
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_init(void) {
+    for (size_t i = 0; i < N_BACKENDS; i++) names[i] = registry[i].name;
+    names[N_BACKENDS] = NULL;
+}
+
+const char *const *kv_backend_names(void) {
+    pthread_once(&names_once, names_init);
+    return names;
+}

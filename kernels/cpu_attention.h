@@ -1,0 +1,28 @@
+/* cpu_attention.h - extras of the CPU paged-attention kernels (the backend
+ * ops themselves, kv_cpu_kv_store / kv_cpu_attention / kv_cpu_copy_block,
+ * are declared in cpu.h): an explicit-pool, explicit-ISA entry point for
+ * tests and benchmarks, and the batch validator the kernels rely on. */
+#ifndef KV_CPU_ATTENTION_H
+#define KV_CPU_ATTENTION_H
+
+#include "backend.h"
+#include "matmul.h" /* kv_cpu_isa */
+#include "threadpool.h"
+
+/* kv_cpu_attention on `pool` (NULL: the calling thread only) with the
+ * kernels of `isa` (an ISA this CPU lacks falls back to scalar). */
+void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                 const float *q, float *out, int n_heads, float scale);
+/* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
+void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
+                   const float *k, const float *v);
+
+/* Checks what the kernels assume and do not re-check in the hot path:
+ * n_heads a positive multiple of kv->n_kv_heads; every token's sequence in
+ * [0, n_seqs), position >= 0, slot in the pool and equal to the slot its
+ * table gives for its position; every table entry up to its position in
+ * [0, n_blocks). Returns 0, or KV_ERR_RANGE / KV_ERR_INVAL with err naming
+ * the token. O(sum of context blocks). */
+int kv_attn_batch_check(const kv_pages *kv, const kv_attn_batch *ab, int n_heads, kv_err *err);
+
+#endif

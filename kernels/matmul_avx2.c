@@ -1,0 +1,477 @@
+/* matmul_avx2.c - AVX2 + FMA + F16C matmul kernels, for x86-64 CPUs without
+ * AVX-512 VNNI. Compiled for that target with function attributes; the
+ * driver calls them only when the CPU has the features.
+ *
+ *  - quantized weights: tiles of 4 weight rows x up to 2 activation rows,
+ *    weights read straight from the mapping and reused from L1 for every
+ *    activation pair; int8 products with vpmaddubsw (u8 x s8) + vpmaddwd.
+ *    q8_0 uses |w| x sign(a, w) so the 16-bit pair sums cannot saturate;
+ *    the q4 nibbles are unsigned already (zero point via kv_q8a.ioff).
+ *  - float weights: direct 4 x 2 tiles for small n; for n >= 3 a panel of 16
+ *    rows is repacked (k-major, f32) and a 16-row x 6-activation register tile
+ *    runs over it. */
+#include "matmul.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#define KV_AI static inline __attribute__((always_inline))
+#define KV_FKC 256
+
+/* ---- activation quantizer ------------------------------------------------ */
+
+KV_AI float hmax256(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+KV_AI float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+KV_AI int hsum256i(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    return _mm_cvtsi128_si32(h);
+}
+
+void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
+                     int zp) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    /* packs_epi32 / packs_epi16 interleave 128-bit lanes; this restores order */
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < K / KV_QK; b++) {
+        const float *xb = x + b * KV_QK;
+        size_t o = (size_t)b * bstride;
+        __m256 v[4], m = _mm256_setzero_ps(), nanv = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            m = _mm256_max_ps(_mm256_and_ps(v[i], absmask), m); /* NaN lanes keep m */
+            nanv = _mm256_or_ps(nanv, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+        }
+        float amax = hmax256(m);
+        float db = amax / 127.0f;
+        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+        int sum = hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+        _mm256_storeu_si256((__m256i *)(void *)(qs + o * KV_QK), p);
+        if (_mm256_movemask_ps(nanv) || isinf(amax)) db = NAN;
+        d[o] = db;
+        ioff[o] = -zp * sum;
+        ds[o] = db * (float)sum;
+    }
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+KV_AI size_t qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
+
+/* q8_0: the raw signed quants; q4: nibbles 0..15 in element order. */
+KV_AI __m256i q_load(kv_type t, const uint8_t *blk) {
+    if (t == KV_TYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + (t == KV_TYPE_Q4_1 ? 4 : 2)));
+    __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+    return _mm256_set_m128i(hi, lo);
+}
+
+static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, int64_t nbp, uint16_t *tmp, float *out) {
+    int64_t b = 0;
+    for (; b < nb; b++) tmp[b] = kv_mm_rd16(row + (size_t)b * bs + off);
+    for (; b < nbp; b++) tmp[b] = 0;
+    for (b = 0; b < nbp; b += 8)
+        _mm256_storeu_ps(out + b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(tmp + b))));
+}
+
+/* ---- quantized tiles ----------------------------------------------------- */
+
+KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, float *scr) {
+    const int64_t nb = a->K / KV_QK, nbp = (nb + 15) & ~(int64_t)15;
+    const size_t bs = qblk_bytes(t), n = (size_t)a->n;
+    float *dwf = scr;           /* (R, nbp) */
+    float *mwf = dwf + 4 * nbp; /* (R, nbp) */
+    float *scl = mwf + 4 * nbp; /* (R, J, nbp) */
+    uint16_t *tmp = (uint16_t *)(scl + 16 * nbp);
+    const uint8_t *rows[4];
+    float mterm[4][2];
+    for (int rr = 0; rr < R; rr++) {
+        rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
+        extract_f16(rows[rr], bs, 0, nb, nbp, tmp, dwf + rr * nbp);
+        if (t == KV_TYPE_Q4_1) extract_f16(rows[rr], bs, 2, nb, nbp, tmp, mwf + rr * nbp);
+        for (int jj = 0; jj < J; jj++) {
+            float *sc = scl + (rr * J + jj) * nbp;
+            float mt = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                size_t o = (size_t)b * n + (size_t)(j0 + jj);
+                sc[b] = dwf[rr * nbp + b] * a->a.d[o];
+                if (t == KV_TYPE_Q4_1) mt += mwf[rr * nbp + b] * a->a.ds[o];
+            }
+            mterm[rr][jj] = mt;
+        }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
+    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
+    const int32_t *io = a->a.ioff + j0;
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
+        __m256i wv[4];
+#pragma GCC unroll 4
+        for (int rr = 0; rr < R; rr++) wv[rr] = q_load(t, rows[rr] + (size_t)b * bs);
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) {
+            __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
+#pragma GCC unroll 4
+            for (int rr = 0; rr < R; rr++) {
+                __m256i p;
+                if (t == KV_TYPE_Q8_0) {
+                    p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv[rr], wv[rr]), _mm256_sign_epi8(av, wv[rr]));
+                    p = _mm256_madd_epi16(p, ones);
+                } else {
+                    p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[rr], av), ones);
+                    if (t == KV_TYPE_Q4_0) p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj])));
+                }
+                acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scl[(rr * J + jj) * nbp + b]), acc[rr][jj]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 4
+        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = hsum256(acc[rr][jj]) + mterm[rr][jj];
+}
+
+#define QD(t)                                                                                                          \
+    static void qd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J, float *scr) {                                  \
+        if (J == 2)                                                                                                    \
+            qd_tile(a, t, r, 4, j0, 2, scr);                                                                           \
+        else                                                                                                           \
+            qd_tile(a, t, r, 4, j0, 1, scr);                                                                           \
+    }                                                                                                                  \
+    static void qd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J, float *scr) {                                  \
+        if (J == 2)                                                                                                    \
+            qd_tile(a, t, r, 1, j0, 2, scr);                                                                           \
+        else                                                                                                           \
+            qd_tile(a, t, r, 1, j0, 1, scr);                                                                           \
+    }
+QD(KV_TYPE_Q8_0)
+QD(KV_TYPE_Q4_0)
+QD(KV_TYPE_Q4_1)
+
+typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, float *scr);
+
+/* Row tiles outside, activation pairs inside: a 4-row tile (a few KB) stays
+ * in L1 while every activation row passes over it. */
+static void q_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        for (int j0 = 0; j0 < a->n; j0 += 2) f4(a, r, j0, KV_MIN(a->n - j0, 2), scratch);
+    for (; r < r1; r++)
+        for (int j0 = 0; j0 < a->n; j0 += 2) f1(a, r, j0, KV_MIN(a->n - j0, 2), scratch);
+}
+
+/* ---- float tiles --------------------------------------------------------- */
+
+KV_AI __m256 ldw(kv_type t, const uint8_t *row, int64_t k) {
+    if (t == KV_TYPE_F32) return _mm256_loadu_ps((const float *)(const void *)row + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k));
+    if (t == KV_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Scalar element k of a row, as f32. */
+KV_AI float ldw1(kv_type t, const uint8_t *row, int64_t k) {
+    if (t == KV_TYPE_F32) {
+        float v;
+        memcpy(&v, row + 4 * k, 4);
+        return v;
+    }
+    uint16_t h = kv_mm_rd16(row + 2 * k);
+    if (t == KV_TYPE_F16) return _cvtsh_ss(h);
+    uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+KV_AI void fd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J) {
+    const uint8_t *rows[4];
+    const float *xs[2];
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++) rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
+#pragma GCC unroll 2
+    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * a->K;
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= a->K; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int rr = 0; rr < R; rr++) wv[rr] = ldw(t, rows[rr], k);
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) {
+            __m256 xv = _mm256_loadu_ps(xs[jj] + k);
+#pragma GCC unroll 4
+            for (int rr = 0; rr < R; rr++) acc[rr][jj] = _mm256_fmadd_ps(wv[rr], xv, acc[rr][jj]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int rr = 0; rr < R; rr++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) {
+            float s = hsum256(acc[rr][jj]);
+            for (int64_t kk = k; kk < a->K; kk++) s += ldw1(t, rows[rr], kk) * xs[jj][kk];
+            a->y[(size_t)(j0 + jj) * a->M + r + rr] = s;
+        }
+}
+
+#define FD(t)                                                                                                          \
+    static void fd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J) {                                              \
+        if (J == 2)                                                                                                    \
+            fd_tile(a, t, r, 4, j0, 2);                                                                                \
+        else                                                                                                           \
+            fd_tile(a, t, r, 4, j0, 1);                                                                                \
+    }                                                                                                                  \
+    static void fd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J) {                                              \
+        if (J == 2)                                                                                                    \
+            fd_tile(a, t, r, 1, j0, 2);                                                                                \
+        else                                                                                                           \
+            fd_tile(a, t, r, 1, j0, 1);                                                                                \
+    }
+FD(KV_TYPE_F32)
+FD(KV_TYPE_F16)
+FD(KV_TYPE_BF16)
+
+typedef void (*fd_fn)(const kv_mm_args *a, int64_t r, int j0, int J);
+
+static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, fd_fn f4, fd_fn f1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        for (int j0 = 0; j0 < a->n; j0 += 2) f4(a, r, j0, KV_MIN(a->n - j0, 2));
+    for (; r < r1; r++)
+        for (int j0 = 0; j0 < a->n; j0 += 2) f1(a, r, j0, KV_MIN(a->n - j0, 2));
+}
+
+/* In-register transpose of an 8x8 float tile. */
+KV_AI void tr8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* Packs rows r0..r0+rows as pf[k][16] (f32; missing rows and the k tail
+ * beyond K are zero-filled through a small staging copy). */
+KV_AI void pack_f(const kv_mm_args *a, kv_type t, int64_t r0, int rows, float *pf) {
+    const int64_t K = a->K;
+    for (int64_t k = 0; k < K; k += 8) {
+        int nk = (int)KV_MIN((int64_t)8, K - k);
+        for (int half = 0; half < 2; half++) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) {
+                int rr = half * 8 + i;
+                if (rr >= rows) {
+                    v[i] = _mm256_setzero_ps();
+                } else if (nk == 8) {
+                    v[i] = ldw(t, a->w + (size_t)(r0 + rr) * a->nb1, k);
+                } else {
+                    float tmp[8] = {0};
+                    for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, a->w + (size_t)(r0 + rr) * a->nb1, k + kk);
+                    v[i] = _mm256_loadu_ps(tmp);
+                }
+            }
+            tr8(v);
+            for (int i = 0; i < nk; i++) _mm256_store_ps(pf + (k + i) * 16 + half * 8, v[i]);
+        }
+    }
+}
+
+/* y rows j0..j0+J (xg: their packed activations, 16 floats per k) x panel
+ * rows r0..r0+rows, over k in [k0, k1); adds to y when k0 > 0. */
+KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0,
+                     int rows, int j0, const int J) {
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int jj = 0; jj < J; jj++) {
+        float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
+        if (k0 == 0) {
+            acc[jj][0] = acc[jj][1] = _mm256_setzero_ps();
+        } else if (rows == 16) {
+            acc[jj][0] = _mm256_loadu_ps(yj);
+            acc[jj][1] = _mm256_loadu_ps(yj + 8);
+        } else {
+            float tmp[16] = {0};
+            memcpy(tmp, yj, (size_t)rows * sizeof(float));
+            acc[jj][0] = _mm256_loadu_ps(tmp);
+            acc[jj][1] = _mm256_loadu_ps(tmp + 8);
+        }
+    }
+    const float *xk = xg + k0 * KV_MM_XGROUP;
+    const float *wk = pf + k0 * 16;
+    for (int64_t k = k0; k < k1; k++, xk += KV_MM_XGROUP, wk += 16) {
+        __m256 w0 = _mm256_load_ps(wk), w1 = _mm256_load_ps(wk + 8);
+#pragma GCC unroll 6
+        for (int jj = 0; jj < J; jj++) {
+            __m256 xb = _mm256_broadcast_ss(xk + jj);
+            acc[jj][0] = _mm256_fmadd_ps(w0, xb, acc[jj][0]);
+            acc[jj][1] = _mm256_fmadd_ps(w1, xb, acc[jj][1]);
+        }
+    }
+    for (int jj = 0; jj < J; jj++) {
+        float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
+        if (rows == 16) {
+            _mm256_storeu_ps(yj, acc[jj][0]);
+            _mm256_storeu_ps(yj + 8, acc[jj][1]);
+        } else {
+            float tmp[16];
+            _mm256_storeu_ps(tmp, acc[jj][0]);
+            _mm256_storeu_ps(tmp + 8, acc[jj][1]);
+            memcpy(yj, tmp, (size_t)rows * sizeof(float));
+        }
+    }
+}
+
+static void fp_panel(const kv_mm_args *a, const float *pf, int64_t r0, int rows) {
+    for (int64_t k0 = 0; k0 < a->K; k0 += KV_FKC) {
+        int64_t k1 = KV_MIN(a->K, k0 + KV_FKC);
+        for (int g0 = 0; g0 < a->n; g0 += KV_MM_XGROUP) {
+            const float *xg = a->xp + (size_t)(g0 / KV_MM_XGROUP) * (size_t)a->K * KV_MM_XGROUP;
+            int left = KV_MIN(a->n - g0, KV_MM_XGROUP), jo = 0;
+            for (; left - jo >= 6; jo += 6) fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 6);
+            switch (left - jo) {
+            case 5: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 5); break;
+            case 4: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 4); break;
+            case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 3); break;
+            case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 2); break;
+            case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 1); break;
+            default: break;
+            }
+        }
+    }
+}
+
+void kv_mm_xpack_avx2(const float *x, int n, int64_t K, float *xp, int g0, int g1) {
+    for (int g = g0; g < g1; g++) {
+        float *dst = xp + (size_t)g * (size_t)K * KV_MM_XGROUP;
+        int rows = KV_MIN(n - g * KV_MM_XGROUP, KV_MM_XGROUP);
+        const float *src = x + (size_t)g * KV_MM_XGROUP * (size_t)K;
+        for (int64_t k = 0; k < K; k += 8) {
+            int nk = (int)KV_MIN((int64_t)8, K - k);
+            for (int half = 0; half < 2; half++) {
+                __m256 v[8];
+                for (int i = 0; i < 8; i++) {
+                    int rr = half * 8 + i;
+                    if (rr >= rows) {
+                        v[i] = _mm256_setzero_ps();
+                    } else if (nk == 8) {
+                        v[i] = _mm256_loadu_ps(src + (size_t)rr * K + k);
+                    } else {
+                        float tmp[8] = {0};
+                        memcpy(tmp, src + (size_t)rr * K + k, (size_t)nk * sizeof(float));
+                        v[i] = _mm256_loadu_ps(tmp);
+                    }
+                }
+                tr8(v);
+                for (int i = 0; i < nk; i++) _mm256_storeu_ps(dst + (k + i) * KV_MM_XGROUP + half * 8, v[i]);
+            }
+        }
+    }
+}
+
+static void pack_f32(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F32, r0, rows, pf); }
+static void pack_f16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F16, r0, rows, pf); }
+static void pack_bf16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_BF16, r0, rows, pf); }
+
+static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
+                     void (*pack)(const kv_mm_args *, int64_t, int, float *)) {
+    float *pf = scratch;
+    for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
+        int rows = (int)KV_MIN(r1 - r, (int64_t)KV_MM_PANEL);
+        pack(a, r, rows, pf);
+        fp_panel(a, pf, r, rows);
+    }
+}
+
+/* ---- entry --------------------------------------------------------------- */
+
+void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
+    switch (a->type) {
+    case KV_TYPE_Q8_0:
+        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q8_0, qd_1_KV_TYPE_Q8_0);
+        break;
+    case KV_TYPE_Q4_0:
+        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_0, qd_1_KV_TYPE_Q4_0);
+        break;
+    case KV_TYPE_Q4_1:
+        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_1, qd_1_KV_TYPE_Q4_1);
+        break;
+    case KV_TYPE_F32:
+        if (a->xp)
+            f_packed(a, r0, r1, scratch, pack_f32);
+        else
+            f_direct(a, r0, r1, fd_4_KV_TYPE_F32, fd_1_KV_TYPE_F32);
+        break;
+    case KV_TYPE_F16:
+        if (a->xp)
+            f_packed(a, r0, r1, scratch, pack_f16);
+        else
+            f_direct(a, r0, r1, fd_4_KV_TYPE_F16, fd_1_KV_TYPE_F16);
+        break;
+    case KV_TYPE_BF16:
+        if (a->xp)
+            f_packed(a, r0, r1, scratch, pack_bf16);
+        else
+            f_direct(a, r0, r1, fd_4_KV_TYPE_BF16, fd_1_KV_TYPE_BF16);
+        break;
+    default:
+        kv_mm_rows_ref(a, r0, r1, scratch);
+        break;
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+#else  /* not x86 */
+typedef int kv_matmul_avx2_unused; /* ISO C wants a declaration */
+#endif

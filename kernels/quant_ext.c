@@ -1,0 +1,841 @@
+/* quant_ext.c - Q5_0, Q5_1, Q8_1 and the K-quants (Q4_K, Q5_K, Q6_K, Q8_K):
+ * exact dequantizers, ggml's reference quantizers (including the iterative
+ * scale/min search of the K-quants), the activation quantizers, the scalar
+ * dot products that are the oracle for the SIMD ones in quant_ext_x86.c,
+ * and the run-time choice between them. */
+#include "quant_ext.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "quant_ext_isa.h"
+
+void kv_type_mark_supported(kv_type t); /* types.c */
+
+/* ------------------------------------------------------------------ */
+/* helpers                                                            */
+
+static inline float h2f(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return kv_fp16_to_fp32(v);
+}
+static inline void f2h(void *p, float f) {
+    uint16_t v = kv_fp32_to_fp16(f);
+    memcpy(p, &v, 2);
+}
+
+/* Round to nearest, ties to even, as ggml's nearest_int: exact for
+ * |f| <= 2^22, which every caller guarantees for finite input. The bit
+ * trick (not a float->int cast) keeps NaN/inf from being undefined
+ * behaviour; callers clamp the result. */
+static inline int nearest_int(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* trunc(v) clamped to [0, hi]; NaN gives 0. For finite input it equals
+ * ggml's MIN(hi, (int8_t)v) on the ranges its quantizers produce. */
+static inline unsigned trunc_clamp(float v, unsigned hi) {
+    if (!(v > 0.0f)) return 0;
+    return v >= (float)hi ? hi : (unsigned)v;
+}
+
+/* roundf clamped to [-127, 127] (NaN gives 0), for the 8-bit quantizers. */
+static inline int8_t round_i8(float v) {
+    if (!(v == v)) return 0;
+    float r = roundf(v);
+    if (r > 127.f) r = 127.f;
+    if (r < -127.f) r = -127.f;
+    return (int8_t)r;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* 6-bit scale and min of sub-block j of a q4_K/q5_K super-block. */
+static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Packs eight 6-bit scales and mins into the 12-byte q4_K/q5_K layout. */
+static void k4_pack_scales(const uint8_t ls[8], const uint8_t lm[8], uint8_t out[12]) {
+    memset(out, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            out[j] = ls[j];
+            out[j + 4] = lm[j];
+        } else {
+            out[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+            out[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            out[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+}
+
+#define GROUP_MAX_EPS 1e-15f
+
+/* ggml's make_qx_quants (rmse_type 1, no importance weights): symmetric
+ * quants L in [0, 2*nmax) for n values, trying 19 scales around nmax/max and
+ * keeping the one with the best weighted (x^2) least-squares fit. Returns
+ * the scale (value = scale * (L - nmax)). */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (!(amax >= GROUP_MAX_EPS)) { /* all (near) zero, or NaN */
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* ggml's make_qkx2_quants: asymmetric quants L in [0, nmax] with value =
+ * scale * L - min. Starts from the min/max fit, then tries nstep+1 scales
+ * (nmax + rmin + rdelta*is)/(max - min) and, for each, the weighted
+ * least-squares scale and min for those L; keeps the lowest weighted squared
+ * error. *the_min receives min >= 0 (stored negated, as ggml does). */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+    float min = x[0], max = x[0];
+    float sum_w = weights[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (!(max > min)) { /* constant block (or NaN): everything is the min */
+        for (int i = 0; i < n; i++) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_mad = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)clampi(l, 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best_mad += weights[i] * (diff * diff); /* ggml's association: same rounding, same choices */
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float mad = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                mad += weights[i] * (diff * diff);
+            }
+            if (mad < best_mad) {
+                memcpy(L, Laux, (size_t)n);
+                best_mad = mad;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* ------------------------------------------------------------------ */
+/* 32-element types                                                   */
+
+static void deq_q5_0(const void *src, float *y, int64_t n) {
+    const kv_block_q5_0 *x = src;
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const float d = h2f(&x[i].d);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
+            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+            y[j] = x0 * d;
+            y[j + 16] = x1 * d;
+        }
+    }
+}
+
+static void deq_q5_1(const void *src, float *y, int64_t n) {
+    const kv_block_q5_1 *x = src;
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const float d = h2f(&x[i].d), m = h2f(&x[i].m);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+            y[j] = x0 * d + m;
+            y[j + 16] = x1 * d + m;
+        }
+    }
+}
+
+static void deq_q8_1(const void *src, float *y, int64_t n) {
+    const kv_block_q8_1 *x = src;
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const float d = h2f(&x[i].d);
+        for (int j = 0; j < 32; j++) y[j] = x[i].qs[j] * d;
+    }
+}
+
+/* Packs 32 quants in [0, 31] into q5 nibbles + high-bit word. */
+static void pack_q5(const uint8_t L[32], uint8_t qs[16], uint8_t qh_out[4]) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((L[j] & 0x0F) | ((L[j + 16] & 0x0F) << 4));
+        qh |= ((L[j] & 0x10u) >> 4) << j;
+        qh |= ((L[j + 16] & 0x10u) >> 4) << (j + 16);
+    }
+    memcpy(qh_out, &qh, 4);
+}
+
+/* ggml's quantize_row_q5_0_ref: d = max / -16 where max is the value of
+ * largest magnitude, q = trunc(x/d + 16.5) clamped to 31. */
+static void quant_q5_0(const float *x, void *dst, int64_t n) {
+    kv_block_q5_0 *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(&y[i].d, d);
+        uint8_t L[32];
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)trunc_clamp(x[j] * id + 16.5f, 31);
+        pack_q5(L, y[i].qs, y[i].qh);
+    }
+}
+
+/* ggml's quantize_row_q5_1_ref: d = (max - min) / 31, m = min,
+ * q = trunc((x - min)/d + 0.5). */
+static void quant_q5_1(const float *x, void *dst, int64_t n) {
+    kv_block_q5_1 *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < 32; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
+        }
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(&y[i].d, d);
+        f2h(&y[i].m, min);
+        uint8_t L[32];
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)trunc_clamp((x[j] - min) * id + 0.5f, 31);
+        pack_q5(L, y[i].qs, y[i].qh);
+    }
+}
+
+/* ggml's quantize_row_q8_1_ref: d = amax / 127, q = roundf(x / d),
+ * s = d * sum(q). */
+static void quant_q8_1(const float *x, void *dst, int64_t n) {
+    kv_block_q8_1 *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(&y[i].d, d);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            y[i].qs[j] = round_i8(x[j] * id);
+            sum += y[i].qs[j];
+        }
+        f2h(&y[i].s, (float)sum * d);
+    }
+}
+
+/* ggml's quantize_row_q8_0_ref (the activation side of the q5_0 dot). */
+static void quant_q8_0(const float *x, void *dst, int64_t n) {
+    qx_block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        f2h(&y[i].d, d);
+        for (int j = 0; j < 32; j++) y[i].qs[j] = round_i8(x[j] * id);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* K-quants                                                           */
+
+static void deq_q4_K(const void *src, float *y, int64_t n) {
+    const kv_block_q4_K *x = src;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        const float d = h2f(&x[i].d), min = h2f(&x[i].dmin);
+        for (int g = 0; g < 4; g++, q += 32) {
+            uint8_t sc, m;
+            k4_scale_min(2 * g, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void deq_q5_K(const void *src, float *y, int64_t n) {
+    const kv_block_q5_K *x = src;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+        const float d = h2f(&x[i].d), min = h2f(&x[i].dmin);
+        uint8_t u1 = 1, u2 = 2;
+        for (int g = 0; g < 4; g++, ql += 32, u1 <<= 2, u2 <<= 2) {
+            uint8_t sc, m;
+            k4_scale_min(2 * g, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void deq_q6_K(const void *src, float *y, int64_t n) {
+    const kv_block_q6_K *x = src;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const float d = h2f(&x[i].d);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is + 0] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
+static void deq_q8_K(const void *src, float *y, int64_t n) {
+    const kv_block_q8_K *x = src;
+    for (int64_t i = 0; i < n / KV_QK_K; i++, y += KV_QK_K) {
+        float d;
+        memcpy(&d, &x[i].d, 4);
+        for (int j = 0; j < KV_QK_K; j++) y[j] = d * x[i].qs[j];
+    }
+}
+
+/* q4_K and q5_K share everything but the quant range and search knobs:
+ * per sub-block of 32 a make_qkx2 fit weighted by av_x + |x| (ggml's
+ * no-imatrix weights), the 8 scales and mins quantized to 6 bits against
+ * the super-block's largest, then every element re-quantized with the
+ * final (rounded) scales. L receives quants in [0, nmax]. */
+static void quant_k4_common(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out,
+                            uint16_t *dmin_out, uint8_t scales_out[12], uint8_t L[256]) {
+    uint8_t Laux[32];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f,
+                                     nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        /* NOTE: ggml stores nearest_int into a uint8_t before MIN(63, .), so a
+         * negative fitted scale (possible for a sub-block of only negative
+         * values) wraps to 63, not 0; kept for byte-identical output. */
+        const uint8_t s = (uint8_t)nearest_int(inv_scale * scales[j]), m = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls[j] = s < 63 ? s : 63;
+        lm[j] = m < 63 ? m : 63;
+    }
+    k4_pack_scales(ls, lm, scales_out);
+    uint16_t hd = kv_fp32_to_fp16(max_scale / 63.f), hm = kv_fp32_to_fp16(max_min / 63.f);
+    memcpy(d_out, &hd, 2);
+    memcpy(dmin_out, &hm, 2);
+    const float fd = kv_fp16_to_fp32(hd), fm = kv_fp16_to_fp32(hm);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        k4_scale_min(j, scales_out, &sc, &m);
+        const float d = fd * sc;
+        if (!d) continue;
+        const float dm = fm * m;
+        for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clampi(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+    }
+}
+
+static void quant_q4_K(const float *x, void *dst, int64_t n) {
+    kv_block_q4_K *y = dst;
+    uint8_t L[256];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, x += KV_QK_K) {
+        quant_k4_common(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *q = y[i].qs;
+        for (int j = 0; j < KV_QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+    }
+}
+
+static void quant_q5_K(const float *x, void *dst, int64_t n) {
+    kv_block_q5_K *y = dst;
+    uint8_t L[256];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, x += KV_QK_K) {
+        quant_k4_common(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *qh = y[i].qh, *ql = y[i].qs;
+        memset(qh, 0, 32);
+        uint8_t m1 = 1, m2 = 2;
+        for (int g = 0; g < KV_QK_K; g += 64, ql += 32, m1 <<= 2, m2 <<= 2) {
+            for (int j = 0; j < 32; j++) {
+                int l1 = L[g + j], l2 = L[g + j + 32];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    qh[j] |= m1;
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    qh[j] |= m2;
+                }
+                ql[j] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+/* ggml's quantize_row_q6_K_ref: a make_qx_quants fit per sub-block of 16,
+ * the 16 scales quantized to int8 against the largest (d = max / -128),
+ * then the elements re-quantized with the final scales. */
+static void quant_q6_K(const float *x, void *dst, int64_t n) {
+    kv_block_q6_K *y = dst;
+    int8_t L[256];
+    float scales[16];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, x += KV_QK_K) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < 16; ib++) {
+            const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = scale;
+            if (fabsf(scale) > max_abs_scale) {
+                max_abs_scale = fabsf(scale);
+                max_scale = scale;
+            }
+        }
+        if (!(max_abs_scale >= GROUP_MAX_EPS)) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -128.f / max_scale;
+        f2h(&y[i].d, 1 / iscale);
+        for (int ib = 0; ib < 16; ib++) y[i].scales[ib] = (int8_t)clampi(nearest_int(iscale * scales[ib]), -128, 127);
+        const float fd = h2f(&y[i].d);
+        for (int j = 0; j < 16; j++) {
+            const float d = fd * y[i].scales[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ii++)
+                L[16 * j + ii] = (int8_t)(clampi(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+        }
+        uint8_t *ql = y[i].ql, *qh = y[i].qh;
+        for (int j = 0; j < KV_QK_K; j += 128, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l] = (uint8_t)(q1 | (q3 << 4));
+                ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
+                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                                  ((L[j + l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+/* ggml's quantize_row_q8_K_ref: d = max / -127 (max = value of largest
+ * magnitude), q = nearest(x / d), bsums = sums over groups of 16. */
+static void quant_q8_K(const float *x, void *dst, int64_t n) {
+    kv_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / KV_QK_K; i++, x += KV_QK_K) {
+        float max = 0, amax = 0;
+        for (int j = 0; j < KV_QK_K; j++) {
+            const float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        kv_block_q8_K b;
+        memset(&b, 0, sizeof b);
+        if (amax > 0) {
+            const float iscale = -127.f / max;
+            for (int j = 0; j < KV_QK_K; j++) b.qs[j] = (int8_t)clampi(nearest_int(iscale * x[j]), -127, 127);
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++) sum += b.qs[16 * g + l];
+                b.bsums[g] = (int16_t)sum;
+            }
+            b.d = 1 / iscale;
+        }
+        memcpy(&y[i], &b, sizeof b);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* scalar dot products (the oracle)                                   */
+
+static float dot_q5_0_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_0 *x = vw;
+    const qx_block_q8_0 *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
+            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+            sumi += x0 * y[i].qs[j] + x1 * y[i].qs[j + 16];
+        }
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi;
+    }
+    return sum;
+}
+
+static float dot_q5_1_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_1 *x = vw;
+    const kv_block_q8_1 *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+            sumi += x0 * y[i].qs[j] + x1 * y[i].qs[j + 16];
+        }
+        /* sum_j (q_j d + m) a_j d_a = d d_a sum(q a) + m * (d_a sum(a)) = ... + m * s */
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi + h2f(&x[i].m) * h2f(&y[i].s);
+    }
+    return sum;
+}
+
+/* q8_1 weights (d, s, qs) against q8_0 activations: s is not needed. */
+static float dot_q8_1_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q8_1 *x = vw;
+    const qx_block_q8_0 *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi;
+    }
+    return sum;
+}
+
+static inline float q8k_d(const kv_block_q8_K *b) {
+    float d;
+    memcpy(&d, &b->d, 4);
+    return d;
+}
+
+static float dot_q4_K_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q4_K *x = vw;
+    const kv_block_q8_K *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        int sumi = 0, summ = 0;
+        for (int g = 0; g < 4; g++, q += 32, a += 64) {
+            uint8_t sc0, m0, sc1, m1;
+            k4_scale_min(2 * g, x[i].scales, &sc0, &m0);
+            k4_scale_min(2 * g + 1, x[i].scales, &sc1, &m1);
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (q[l] & 0xF) * a[l];
+                s1 += (q[l] >> 4) * a[l + 32];
+            }
+            sumi += sc0 * s0 + sc1 * s1;
+            summ += m0 * (y[i].bsums[4 * g] + y[i].bsums[4 * g + 1]) + m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
+        }
+        const float dy = q8k_d(&y[i]);
+        sum += h2f(&x[i].d) * dy * (float)sumi - h2f(&x[i].dmin) * dy * (float)summ;
+    }
+    return sum;
+}
+
+static float dot_q5_K_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_K *x = vw;
+    const kv_block_q8_K *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const uint8_t *q = x[i].qs, *qh = x[i].qh;
+        const int8_t *a = y[i].qs;
+        int sumi = 0, summ = 0;
+        for (int g = 0; g < 4; g++, q += 32, a += 64) {
+            uint8_t sc0, m0, sc1, m1;
+            k4_scale_min(2 * g, x[i].scales, &sc0, &m0);
+            k4_scale_min(2 * g + 1, x[i].scales, &sc1, &m1);
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += ((q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4)) * a[l];
+                s1 += ((q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) * a[l + 32];
+            }
+            sumi += sc0 * s0 + sc1 * s1;
+            summ += m0 * (y[i].bsums[4 * g] + y[i].bsums[4 * g + 1]) + m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
+        }
+        const float dy = q8k_d(&y[i]);
+        sum += h2f(&x[i].d) * dy * (float)sumi - h2f(&x[i].dmin) * dy * (float)summ;
+    }
+    return sum;
+}
+
+static float dot_q6_K_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q6_K *x = vw;
+    const kv_block_q8_K *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        int8_t q[256];
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; l++) {
+                q[128 * h + l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                q[128 * h + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[128 * h + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[128 * h + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += q[16 * j + l] * y[i].qs[16 * j + l];
+            sumi += x[i].scales[j] * s;
+        }
+        sum += h2f(&x[i].d) * q8k_d(&y[i]) * (float)sumi;
+    }
+    return sum;
+}
+
+static float dot_q8_K_ref(int64_t n, const void *vw, const void *va) {
+    const kv_block_q8_K *x = vw;
+    const kv_block_q8_K *y = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < KV_QK_K; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        sum += q8k_d(&x[i]) * q8k_d(&y[i]) * (float)sumi;
+    }
+    return sum;
+}
+
+/* ------------------------------------------------------------------ */
+/* the table and the run-time choice                                  */
+
+enum { OPS_Q5_0, OPS_Q5_1, OPS_Q8_1, OPS_Q4_K, OPS_Q5_K, OPS_Q6_K, OPS_Q8_K, OPS_COUNT };
+
+static kv_qext_ops ops_tab[OPS_COUNT] = {
+    [OPS_Q5_0] = {KV_TYPE_Q5_0, KV_TYPE_Q8_0, 32, deq_q5_0, quant_q5_0, quant_q8_0, dot_q5_0_ref, dot_q5_0_ref},
+    [OPS_Q5_1] = {KV_TYPE_Q5_1, KV_TYPE_Q8_1, 32, deq_q5_1, quant_q5_1, quant_q8_1, dot_q5_1_ref, dot_q5_1_ref},
+    [OPS_Q8_1] = {KV_TYPE_Q8_1, KV_TYPE_Q8_0, 32, deq_q8_1, quant_q8_1, quant_q8_0, dot_q8_1_ref, dot_q8_1_ref},
+    [OPS_Q4_K] = {KV_TYPE_Q4_K, KV_TYPE_Q8_K, 256, deq_q4_K, quant_q4_K, quant_q8_K, dot_q4_K_ref, dot_q4_K_ref},
+    [OPS_Q5_K] = {KV_TYPE_Q5_K, KV_TYPE_Q8_K, 256, deq_q5_K, quant_q5_K, quant_q8_K, dot_q5_K_ref, dot_q5_K_ref},
+    [OPS_Q6_K] = {KV_TYPE_Q6_K, KV_TYPE_Q8_K, 256, deq_q6_K, quant_q6_K, quant_q8_K, dot_q6_K_ref, dot_q6_K_ref},
+    [OPS_Q8_K] = {KV_TYPE_Q8_K, KV_TYPE_Q8_K, 256, deq_q8_K, quant_q8_K, quant_q8_K, dot_q8_K_ref, dot_q8_K_ref},
+};
+
+/* SIMD dots per level (index = kv_qext_isa; level 0 is ops_tab's ref). */
+static const kv_qext_dot_fn simd_tab[3][OPS_COUNT] = {
+#ifdef KV_QEXT_HAVE_X86
+    [KV_QEXT_ISA_AVX2] = {kv_qext_dot_q5_0_avx2, kv_qext_dot_q5_1_avx2, kv_qext_dot_q8_1_avx2,
+                          kv_qext_dot_q4_K_avx2, kv_qext_dot_q5_K_avx2, kv_qext_dot_q6_K_avx2,
+                          kv_qext_dot_q8_K_avx2},
+    [KV_QEXT_ISA_AVX512] = {kv_qext_dot_q5_0_avx512, kv_qext_dot_q5_1_avx512, kv_qext_dot_q8_1_avx512,
+                            kv_qext_dot_q4_K_avx512, kv_qext_dot_q5_K_avx512, kv_qext_dot_q6_K_avx512,
+                            kv_qext_dot_q8_K_avx512},
+#else
+    {0},
+#endif
+};
+
+static int ops_index(kv_type t) {
+    switch (t) {
+    case KV_TYPE_Q5_0: return OPS_Q5_0;
+    case KV_TYPE_Q5_1: return OPS_Q5_1;
+    case KV_TYPE_Q8_1: return OPS_Q8_1;
+    case KV_TYPE_Q4_K: return OPS_Q4_K;
+    case KV_TYPE_Q5_K: return OPS_Q5_K;
+    case KV_TYPE_Q6_K: return OPS_Q6_K;
+    case KV_TYPE_Q8_K: return OPS_Q8_K;
+    default: return -1;
+    }
+}
+
+#ifdef KV_QEXT_HAVE_X86
+#include <cpuid.h>
+
+/* CPU features from cpuid, plus the OS's consent (XCR0) to save the AVX
+ * and AVX-512 register state: a CPU flag alone is not enough. */
+static int x86_level(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !fma || !f16c) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0x6) != 0x6) return 0; /* SSE + AVX state */
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((b >> 5) & 1)) return 0; /* AVX2 */
+    const int f512 = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+    if (f512 && bw && vl && vnni && (xlo & 0xE6) == 0xE6) return 2; /* + opmask, zmm state */
+    return 1;
+}
+#endif
+
+int kv_qext_isa_available(kv_qext_isa isa) {
+    if (isa == KV_QEXT_ISA_SCALAR) return 1;
+#ifdef KV_QEXT_HAVE_X86
+    static int cached = -1; /* every thread computes the same value; atomics keep it race-free */
+    int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (level < 0) {
+        level = x86_level();
+        __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+    }
+    return (isa == KV_QEXT_ISA_AVX2 || isa == KV_QEXT_ISA_AVX512) && (int)isa <= level;
+#else
+    return 0;
+#endif
+}
+
+kv_qext_isa kv_qext_isa_best(void) {
+    if (kv_qext_isa_available(KV_QEXT_ISA_AVX512)) return KV_QEXT_ISA_AVX512;
+    if (kv_qext_isa_available(KV_QEXT_ISA_AVX2)) return KV_QEXT_ISA_AVX2;
+    return KV_QEXT_ISA_SCALAR;
+}
+
+const char *kv_qext_isa_name(kv_qext_isa isa) {
+    switch (isa) {
+    case KV_QEXT_ISA_SCALAR: return "scalar";
+    case KV_QEXT_ISA_AVX2: return "avx2";
+    case KV_QEXT_ISA_AVX512: return "avx512";
+    default: return "unknown";
+    }
+}
+
+static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
+
+static void pick_best(void) {
+    kv_qext_isa isa = kv_qext_isa_best();
+    if (isa == KV_QEXT_ISA_SCALAR) return;
+    for (int i = 0; i < OPS_COUNT; i++)
+        if (simd_tab[isa][i]) ops_tab[i].vec_dot = simd_tab[isa][i];
+}
+
+const kv_qext_ops *kv_qext_get(kv_type t) {
+    int i = ops_index(t);
+    if (i < 0) return NULL;
+    pthread_once(&pick_once, pick_best);
+    return &ops_tab[i];
+}
+
+kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa) {
+    int i = ops_index(t);
+    if (i < 0 || !kv_qext_isa_available(isa)) return NULL;
+    if (isa == KV_QEXT_ISA_SCALAR) return ops_tab[i].vec_dot_ref;
+    return simd_tab[isa][i];
+}
+
+void kv_qext_init(void) {
+    static const kv_type types[] = {KV_TYPE_Q5_0, KV_TYPE_Q5_1, KV_TYPE_Q8_1, KV_TYPE_Q4_K,
+                                    KV_TYPE_Q5_K, KV_TYPE_Q6_K, KV_TYPE_Q8_K};
+    pthread_once(&pick_once, pick_best);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) kv_type_mark_supported(types[i]);
+}
+
+int kv_qext_quantize_act(kv_type vec_type, const float *src, void *dst, int64_t n) {
+    if (n < 0) return -1;
+    switch (vec_type) {
+    case KV_TYPE_Q8_0:
+        if (n % 32) return -1;
+        quant_q8_0(src, dst, n);
+        return 0;
+    case KV_TYPE_Q8_1:
+        if (n % 32) return -1;
+        quant_q8_1(src, dst, n);
+        return 0;
+    case KV_TYPE_Q8_K:
+        if (n % KV_QK_K) return -1;
+        quant_q8_K(src, dst, n);
+        return 0;
+    default: return -1;
+    }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End-to-end checks of the command-line subcommands on the real models:
+# golden greedy output from both stories260K formats, SmolLM2 answering
+# "Paris", info, and clean errors on bad input. Prints "N passed, N failed".
+set -u
+K=${KVTOP_BIN:-./kvtop}
+S=${KVTOP_SHARED:-../shared}
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "  ok $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 300)"; }
+want=", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+
+out=$($K generate -m $S/models/stories260K.gguf -p "Once upon a time" -n 40 --temp 0 2>&1)
+[[ $out == "Once upon a time$want"* ]] && ok "golden from GGUF" || bad "golden from GGUF" "$out"
+out=$($K generate -m $S/models/stories260K.bin --tokenizer $S/models/tok512.bin -p "Once upon a time" -n 40 --temp 0 2>&1)
+[[ $out == "Once upon a time$want"* ]] && ok "golden from llama2.c" || bad "golden from llama2.c" "$out"
+
+out=$($K generate -m $S/models/stories260K.gguf -p "Once upon a time" -n 20 --temp 0.9 --seed 7 2>/dev/null)
+out2=$($K generate -m $S/models/stories260K.gguf -p "Once upon a time" -n 20 --temp 0.9 --seed 7 2>/dev/null)
+[[ -n $out && $out == "$out2" ]] && ok "seeded sampling is deterministic" || bad "seeded sampling is deterministic" "$out / $out2"
+
+out=$($K generate -m $S/models/stories260K.gguf -p "Once upon a time" -n 8 --temp 0 --stats 2>&1 >/dev/null)
+[[ $out == *"decode "*"tok/s"* && $out == *TTFT* && $out == *"TPOT"* && $out == *"ceiling"* ]] && ok "--stats" || bad "--stats" "$out"
+
+if [[ -f $SMOL ]]; then
+  out=$($K generate -m $SMOL --chat -p "What is the capital of France?" -n 32 --temp 0 2>/dev/null)
+  [[ $out == *Paris* ]] && ok "SmolLM2 answers Paris" || bad "SmolLM2 answers Paris" "$out"
+  out=$($K info $SMOL 2>&1)
+  [[ $out == *"q4_1 x210"* && $out == *"q8_0 x1"* && $out == *"kv heads 3"* && $out == *chatml* ]] && ok "info SmolLM2" || bad "info SmolLM2" "$out"
+else
+  bad "SmolLM2 model missing (run make models)"
+fi
+
+out=$($K info $S/models/stories260K.gguf 2>&1)
+[[ $out == *"layers         5"* && $out == *"f32 x48"* ]] && ok "info stories260K" || bad "info stories260K" "$out"
+
+out=$($K generate -m /nonexistent.gguf -p hi 2>&1); rc=$?
+[[ $rc == 1 && $out == *"/nonexistent.gguf"* ]] && ok "missing model: clear error" || bad "missing model: clear error" "$out"
+out=$(head -c 100 /dev/urandom | $K generate -m /dev/stdin -p hi 2>&1); rc=$?
+[[ $rc == 1 ]] && ok "garbage model: error exit" || bad "garbage model: error exit" "$out"
+long=$(printf 'word %.0s' $(seq 1 3000))
+out=$($K generate -m $S/models/stories260K.gguf -p "$long" --ctx 512 -n 4 2>&1); rc=$?
+[[ $rc == 1 && $out == *context* ]] && ok "prompt over the context: clear error" || bad "prompt over the context" "$out"
+out=$($K generate -m $S/models/stories260K.gguf -p hi --top-p 7 2>&1); rc=$?
+[[ $rc == 2 && $out == *top-p* ]] && ok "bad option value: usage error" || bad "bad option value" "$out"
+out=$($K frobnicate 2>&1); rc=$?
+[[ $rc == 2 && $out == *unknown* ]] && ok "unknown command" || bad "unknown command" "$out"
+
+echo "$pass passed, $fail failed"

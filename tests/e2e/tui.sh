@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# End-to-end checks of the ncurses app driven through tmux at 120x40 on
+# stories260K: replies in two tabs, the panels, pause and single-step with
+# two owners in the block map, resize to 80x24 / too small / back, the help
+# overlay, quitting with q and Ctrl-C restoring the terminal, --frames,
+# autosave, and a recorded trace replayed and exported as Chrome JSON.
+# Prints "N passed, N failed".
+set -u
+K=${KVTOP_BIN:-./kvtop}
+S=${KVTOP_SHARED:-../shared}
+M=$S/models/stories260K.gguf
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "  ok $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 45 | sed 's/^/     | /'; }
+if ! command -v tmux >/dev/null; then
+  echo "FAIL tmux is not installed (make setup)"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+tmp=$(mktemp -d)
+s=kvtop-e2e-$$
+trap 'tmux kill-session -t $s 2>/dev/null; tmux kill-session -t $s-b 2>/dev/null; rm -rf "$tmp"' EXIT
+export XDG_STATE_HOME=$tmp/state
+cap() { tmux capture-pane -p -t "${1:-$s}"; }
+# wait_for PATTERN [SECONDS] [SESSION]: polls the screen until it matches (extended regex).
+wait_for() {
+  local pat=$1 t=${2:-5} ses=${3:-$s} i
+  for ((i = 0; i < t * 10; i++)); do
+    cap "$ses" | grep -Eq -- "$pat" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+step_no() { cap | head -n 1 | grep -o 'step [0-9]*' | grep -o '[0-9]*'; }
+# The block map's grid rows: the KV panel's lines made only of map glyphs.
+grid() { cap | sed -n '2,16p' | sed 's/^.*││//; s/│$//' | grep -E '^[.:a-zA-Z]+ *$'; }
+
+# Greedy sampling so the replies are the model's reference text.
+tmux new-session -d -s $s -x 120 -y 40 \
+  "$K profiles/default.yaml --set model.path=$M --set sampling.temperature=0 --set kv.blocks=600 --set kv.memory=0; echo EXITED rc=\$?; sleep 60"
+if wait_for 'step [0-9]+' 10; then ok "starts and loads stories260K"; else bad "starts and loads stories260K" "$(cap)"; fi
+
+# Record a trace of everything that follows.
+tmux send-keys -t $s F7
+wait_for 'REC' 3 && ok "F7 starts recording" || bad "F7 starts recording" "$(cap)"
+
+tmux send-keys -t $s "Once upon a time" Enter
+if wait_for 'little girl named' 8; then ok "reply streams into tab 1"; else bad "reply streams into tab 1" "$(cap)"; fi
+a=$(cap)
+miss=""
+for w in "KV blocks" "Prefix sharing" "Spec decoding" "TPOT" "Mem" "Sched" "Step log"; do
+  [[ $a == *"$w"* ]] || miss+=" '$w'"
+done
+[[ -z $miss ]] && ok "all panels on screen at 120x40" || bad "panels missing:$miss" "$a"
+[[ $a == *"admit #"* && $a == *"finish #"* ]] && ok "step log shows admit and finish" || bad "step log" "$a"
+[[ $a == *"off"* ]] && ok "spec panel says off" || bad "spec panel says off" "$a"
+
+# Pause, then queue a prompt in a new tab and in tab 1: nothing runs until a step.
+tmux send-keys -t $s F2
+wait_for 'PAUSED' 3 && ok "F2 pauses" || bad "F2 pauses" "$(cap)"
+tmux send-keys -t $s "/new" Enter
+wait_for '2:b chat-2' 3 && ok "/new opens tab 2" || bad "/new opens tab 2" "$(cap)"
+tmux send-keys -t $s "Tom and Lily went to the park" Enter
+sleep 0.3
+tmux send-keys -t $s M-1
+wait_for 'Chat a chat-1' 3 || bad "Alt-1 back to tab 1" "$(cap)"
+tmux send-keys -t $s "The dog ran" Enter
+sleep 0.5
+n0=$(step_no)
+sleep 0.5
+n1=$(step_no)
+[[ -n $n0 && $n0 == "$n1" ]] && ok "paused: the step counter stands still ($n0)" || bad "paused: step counter moved ($n0 -> $n1)" "$(cap)"
+tmux send-keys -t $s F3
+sleep 0.6
+n2=$(step_no)
+[[ -n $n2 && $n2 == $((n0 + 1)) ]] && ok "F3 single-steps ($n0 -> $n2)" || bad "F3 single-steps ($n0 -> $n2)" "$(cap)"
+tmux send-keys -t $s F3
+sleep 0.6
+n3=$(step_no)
+[[ -n $n3 && $n3 == $((n0 + 2)) ]] && ok "second step ($n3)" || bad "second step ($n0 -> $n3)" "$(cap)"
+g=$(grid)
+if [[ $g == *[aA]* && $g == *[bB]* ]] && cap | grep -q 'owners 2'; then
+  ok "two owners in the block map"
+else
+  bad "two owners in the block map" "$(cap)"
+fi
+cap | grep -q '#[0-9]* a table: ' && ok "block table chain of tab 1" || bad "block table chain of tab 1" "$(cap)"
+
+# Resume: both replies finish, counters move.
+tmux send-keys -t $s F2
+wait_for 'engine running' 3 || true
+sleep 1.5
+n4=$(step_no)
+[[ -n $n4 && $n4 -gt $((n3 + 10)) ]] && ok "resumed: counters move ($n3 -> $n4)" || bad "resumed: counters move ($n3 -> $n4)" "$(cap)"
+cap | grep -q 'you  The dog ran' && ok "tab 1 transcript has the second prompt" || bad "tab 1 transcript" "$(cap)"
+tmux send-keys -t $s M-2
+if wait_for 'you  Tom and Lily went to the park' 3 && cap | grep -A3 'you  Tom and Lily' | grep -q '^│bot '; then
+  ok "tab 2 has its own transcript and reply"
+else
+  bad "tab 2 has its own transcript and reply" "$(cap)"
+fi
+
+# Help overlay, zoom.
+tmux send-keys -t $s F1
+wait_for 'any key closes' 3 && ok "F1 help overlay" || bad "F1 help overlay" "$(cap)"
+tmux send-keys -t $s x
+sleep 0.3
+cap | grep -q 'any key closes' && bad "help closes on a key" "$(cap)" || ok "help closes on a key"
+tmux send-keys -t $s F6
+sleep 0.4
+z=$(cap)
+[[ $z == *"KV blocks"* && $z != *"Prefix sharing"* ]] && ok "F6 zooms the block map" || bad "F6 zooms the block map" "$z"
+tmux send-keys -t $s Escape
+sleep 0.4
+cap | grep -q 'Prefix sharing' && ok "Esc unzooms" || bad "Esc unzooms" "$(cap)"
+
+# Resize: 80x24 keeps the main panels, smaller shows a message, back again.
+tmux resize-window -t $s -x 80 -y 24
+sleep 0.6
+r=$(cap)
+[[ $r == *"KV blocks"* && $r == *"Chat"* && $r == *"Sched"* ]] && ok "80x24 layout" || bad "80x24 layout" "$r"
+tmux resize-window -t $s -x 70 -y 20
+sleep 0.6
+cap | grep -q 'needs at least 80x24' && ok "too small: a clear message" || bad "too small: a clear message" "$(cap)"
+tmux resize-window -t $s -x 120 -y 40
+sleep 0.6
+r=$(cap)
+[[ $r == *"TPOT"* && $r == *"Mem"* && $r == *"Prefix"* ]] && ok "back to 120x40" || bad "back to 120x40" "$r"
+
+# Stop recording (the status line names the file), then quit with q from the panels.
+tmux send-keys -t $s F7
+wait_for 'trace saved' 3 && ok "F7 stops recording" || bad "F7 stops recording" "$(cap)"
+tmux send-keys -t $s Tab
+sleep 0.2
+tmux send-keys -t $s q
+if wait_for 'EXITED rc=0' 5; then
+  e=$(cap)
+  [[ $e != *"KV blocks"* ]] && ok "q exits and restores the terminal" || bad "terminal not restored" "$e"
+else
+  bad "q exits" "$(cap)"
+fi
+
+# Autosave: every prompt and reply is on disk.
+saved=$(cat "$tmp"/state/kvtop/*.md 2>/dev/null)
+[[ $saved == *"Once upon a time"* && $saved == *"little girl named"* && $saved == *"Tom and Lily went to the park"* ]] &&
+  ok "transcripts autosaved under \$XDG_STATE_HOME/kvtop" || bad "autosave" "$saved"
+
+# The trace: export as Chrome JSON, and step through it in the viewer.
+tr=$(ls "$tmp"/state/kvtop/*.kvtrace 2>/dev/null | head -n 1)
+if [[ -n $tr ]] && $K replay "$tr" --export "$tmp/t.json" >/dev/null 2>&1 &&
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["traceEvents"]; s=[x for x in e if x.get("cat")=="step"]; r=[x for x in e if x.get("cat")=="request"]; sys.exit(0 if len(s)>10 and r else 1)' "$tmp/t.json"; then
+  ok "trace exported as Chrome trace JSON"
+else
+  bad "trace export" "$(ls -la "$tmp"/state/kvtop/ 2>&1)"
+fi
+if [[ -n $tr ]]; then
+  tmux new-session -d -s $s-b -x 120 -y 40 "$K replay $tr; echo EXITED rc=\$?; sleep 30"
+  if wait_for 'REPLAY 1/' 5 $s-b; then
+    tmux send-keys -t $s-b Right
+    if wait_for 'REPLAY 2/' 3 $s-b; then
+      tmux send-keys -t $s-b Left
+      wait_for 'REPLAY 1/' 3 $s-b && ok "replay steps forward and back" || bad "replay steps back" "$(cap $s-b)"
+    else
+      bad "replay steps forward" "$(cap $s-b)"
+    fi
+  else
+    bad "replay opens" "$(cap $s-b)"
+  fi
+  tmux send-keys -t $s-b q
+  wait_for 'EXITED rc=0' 3 $s-b && ok "replay quits with q" || bad "replay quits with q" "$(cap $s-b)"
+  tmux kill-session -t $s-b 2>/dev/null
+fi
+
+# --frames N exits by itself; Ctrl-C quits; bad options fail before curses.
+tmux kill-session -t $s 2>/dev/null
+tmux new-session -d -s $s -x 100 -y 30 "$K profiles/default.yaml --set model.path=$M --frames 8; echo EXITED rc=\$?; sleep 30"
+wait_for 'EXITED rc=0' 6 && ok "--frames 8 exits by itself" || bad "--frames 8 exits by itself" "$(cap)"
+tmux kill-session -t $s 2>/dev/null
+tmux new-session -d -s $s -x 100 -y 30 "$K profiles/default.yaml --set model.path=$M; echo EXITED rc=\$?; sleep 30"
+wait_for 'step [0-9]+' 8 || true
+tmux send-keys -t $s C-c
+wait_for 'EXITED rc=0' 5 && ok "Ctrl-C exits" || bad "Ctrl-C exits" "$(cap)"
+out=$($K profiles/default.yaml --set kv.block_size=0 2>&1 </dev/null); rc=$?
+[[ $rc == 2 && $out == *"kv.block_size"* ]] && ok "bad --set: error before the screen opens" || bad "bad --set" "$out"
+out=$($K profiles/default.yaml --frames 1 2>&1 </dev/null); rc=$?
+[[ $rc == 1 && $out == *"needs a terminal"* ]] && ok "no terminal: clear error" || bad "no terminal" "$out"
+echo "$pass passed, $fail failed"
+((fail == 0))

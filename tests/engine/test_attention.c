@@ -1,0 +1,558 @@
+/* test_attention.c - the KV row formats (f16, int8, int8_asym, OCP fp8
+ * e4m3/e5m2: names, sizes, exhaustive fp8 rounding, row error bounds) and
+ * the CPU paged attention against a plain contiguous scalar reference on
+ * fresh random data: several sequences of different lengths in shuffled
+ * physical blocks, prefill chunks mixed with decode tokens, GQA ratios 1, 3,
+ * 4, head_dim 8..128, block sizes 1/16/32, every dtype, every ISA, 1 and 2
+ * threads, driven through the backend table. Also prints the decode
+ * attention time of the 110M shape. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "../../kernels/cpu.h"
+#include "../../kernels/cpu_attention.h"
+#include "../../kernels/kv_dtype.h"
+#include "../../kernels/types.h"
+
+static uint64_t rng_state = 0x5eed;
+
+static uint64_t rnd64(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int rnd(int n) { return (int)(rnd64() % (uint64_t)n); }
+static float frand(void) { return (float)((double)(rnd64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+/* ---- formats ---- */
+
+static void test_dtype_names_sizes(void) {
+    for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++) {
+        kv_cache_dtype back;
+        CHECK(kv_cache_dtype_from_name(kv_cache_dtype_name((kv_cache_dtype)d), &back) == 0 && (int)back == d);
+    }
+    kv_cache_dtype d = KV_CACHE_F32;
+    CHECK(kv_cache_dtype_from_name("FP8_E5M2", &d) == 0 && d == KV_CACHE_FP8_E5M2);
+    CHECK(kv_cache_dtype_from_name("fp8", &d) == 0 && d == KV_CACHE_FP8_E4M3);
+    CHECK(kv_cache_dtype_from_name("f8", &d) == -1 && d == KV_CACHE_FP8_E4M3);
+    CHECK(kv_cache_dtype_from_name(NULL, &d) == -1);
+    CHECK(!strcmp(kv_cache_dtype_name((kv_cache_dtype)42), "unknown"));
+    CHECK(kv_cache_row_bytes(KV_CACHE_F32, 64) == 256);
+    CHECK(kv_cache_row_bytes(KV_CACHE_F16, 64) == 128);
+    CHECK(kv_cache_row_bytes(KV_CACHE_INT8, 64) == 68);
+    CHECK(kv_cache_row_bytes(KV_CACHE_INT8_ASYM, 64) == 72);
+    CHECK(kv_cache_row_bytes(KV_CACHE_FP8_E4M3, 64) == 68);
+    CHECK(kv_cache_row_bytes(KV_CACHE_FP8_E5M2, 128) == 132);
+    CHECK(kv_cache_row_bytes(KV_CACHE_F16, 0) == 0);
+    CHECK(kv_cache_row_bytes((kv_cache_dtype)9, 64) == 0);
+}
+
+typedef uint8_t (*fp8_enc)(float);
+typedef float (*fp8_dec)(uint8_t);
+
+/* Exhaustive over the codes: every finite code round-trips; every midpoint
+ * between neighbours rounds to the even code, and just off the midpoint to
+ * the nearer one; beyond the largest finite value saturates. */
+static void check_fp8(fp8_enc enc, fp8_dec dec, uint8_t max_code, float max_val, int ieee) {
+    CHECK(dec(max_code) == max_val);
+    CHECK(enc(max_val) == max_code && enc(-max_val) == (0x80 | max_code));
+    CHECK(enc(1e30f) == max_code && enc(-1e30f) == (0x80 | max_code));
+    CHECK(enc(INFINITY) == max_code && enc(-INFINITY) == (0x80 | max_code));
+    CHECK(isnan(dec(enc(NAN))));
+    CHECK(enc(0.0f) == 0 && enc(-0.0f) == 0x80);
+    CHECK(enc(1e-30f) == 0);
+    for (int v = 0; v <= max_code; v++) {
+        float f = dec((uint8_t)v);
+        CHECKF(enc(f) == v, "code %#x -> %g -> %#x", v, f, enc(f));
+        CHECKF(enc(-f) == (0x80 | v), "code -%#x", v);
+        CHECK(dec((uint8_t)(0x80 | v)) == -f);
+        if (v == max_code) continue;
+        float g = dec((uint8_t)(v + 1));
+        CHECK(g > f);
+        float mid = (f + g) * 0.5f; /* exact: the codes have few mantissa bits */
+        int even = (v & 1) ? v + 1 : v;
+        CHECKF(enc(mid) == even, "mid of %#x: %#x", v, enc(mid));
+        CHECK(enc(nextafterf(mid, 0.0f)) == v);
+        CHECK(enc(nextafterf(mid, INFINITY)) == v + 1);
+    }
+    if (ieee) CHECK(isinf(dec(0x7c)) && isnan(dec(0x7e)));
+    else CHECK(isnan(dec(0x7f)) && isnan(dec(0xff)));
+}
+
+static void test_fp8_conversions(void) {
+    check_fp8(kv_fp8_e4m3_from_fp32, kv_fp8_e4m3_to_fp32, 0x7e, KV_FP8_E4M3_MAX, 0);
+    check_fp8(kv_fp8_e5m2_from_fp32, kv_fp8_e5m2_to_fp32, 0x7b, KV_FP8_E5M2_MAX, 1);
+    /* spot values of the OCP tables */
+    CHECK(kv_fp8_e4m3_to_fp32(0x38) == 1.0f && kv_fp8_e4m3_to_fp32(0x01) == ldexpf(1.0f, -9));
+    CHECK(kv_fp8_e4m3_to_fp32(0x08) == ldexpf(1.0f, -6));
+    CHECK(kv_fp8_e5m2_to_fp32(0x3c) == 1.0f && kv_fp8_e5m2_to_fp32(0x01) == ldexpf(1.0f, -16));
+    /* e5m2 is the top byte of IEEE half: compare with the f16 conversion on
+     * values exactly representable in e5m2 */
+    for (int v = 0; v < 0x7c; v++) {
+        float f = kv_fp8_e5m2_to_fp32((uint8_t)v);
+        CHECK(kv_fp32_to_fp16(f) == (uint16_t)(v << 8));
+    }
+}
+
+static float row_err(kv_cache_dtype d, const float *x, int n, float *maxabs_out) {
+    uint8_t buf[4096 + 16];
+    float y[4096];
+    kv_dtype_encode_row(d, x, buf, n);
+    kv_dtype_decode_row(d, buf, y, n);
+    float e = 0.0f, m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        e = fmaxf(e, fabsf(x[i] - y[i]));
+        m = fmaxf(m, fabsf(x[i]));
+    }
+    if (maxabs_out) *maxabs_out = m;
+    return e;
+}
+
+static void test_row_formats(void) {
+    enum { N = 200 };
+    float x[N], mn = 0, mx = 0, amax;
+    for (int rep = 0; rep < 20; rep++) {
+        float sc = ldexpf(1.0f, rnd(20) - 10);
+        for (int i = 0; i < N; i++) x[i] = frand() * sc + (rep & 1 ? sc * 0.7f : 0.0f);
+        mn = mx = x[0];
+        for (int i = 1; i < N; i++) {
+            mn = fminf(mn, x[i]);
+            mx = fmaxf(mx, x[i]);
+        }
+        CHECK(row_err(KV_CACHE_F32, x, N, NULL) == 0.0f);
+        float e16 = row_err(KV_CACHE_F16, x, N, &amax);
+        CHECK(e16 <= amax * 0x1p-11f);
+        float e8 = row_err(KV_CACHE_INT8, x, N, &amax);
+        CHECKF(e8 <= amax / 127.0f * 0.5f * 1.001f, "int8 err %g amax %g", e8, amax);
+        float ea = row_err(KV_CACHE_INT8_ASYM, x, N, NULL);
+        CHECKF(ea <= (mx - mn) / 255.0f * 0.5f * 1.001f + 1e-6f * amax, "int8_asym err %g", ea);
+        /* fp8: relative half ulp for normal values, absolute for the rest */
+        float e4 = row_err(KV_CACHE_FP8_E4M3, x, N, &amax);
+        CHECKF(e4 <= amax * 0x1p-4f * 1.001f, "e4m3 err %g amax %g", e4, amax);
+        float e5 = row_err(KV_CACHE_FP8_E5M2, x, N, &amax);
+        CHECKF(e5 <= amax * 0x1p-3f * 1.001f, "e5m2 err %g amax %g", e5, amax);
+        /* asymmetric beats symmetric on offset rows */
+        if (rep & 1) CHECK(ea < e8);
+    }
+    /* f16 rows are the exact IEEE conversion */
+    uint16_t h[N];
+    kv_dtype_encode_row(KV_CACHE_F16, x, h, N);
+    for (int i = 0; i < N; i++) CHECK(h[i] == kv_fp32_to_fp16(x[i]));
+    /* an all-zero row: zero scale, zeros back */
+    for (int d = KV_CACHE_INT8; d < KV_CACHE_DTYPE_COUNT; d++) {
+        float z[16] = {0}, y[16];
+        uint8_t buf[64];
+        memset(buf, 0xff, sizeof buf);
+        kv_dtype_encode_row((kv_cache_dtype)d, z, buf, 16);
+        kv_dtype_decode_row((kv_cache_dtype)d, buf, y, 16);
+        for (int i = 0; i < 16; i++) CHECK(y[i] == 0.0f);
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_case {
+    kv_cache_dtype dtype;
+    int bs, hd, n_heads, n_kv, threads;
+    kv_cpu_isa isa;
+} attn_case;
+
+/* The oracle: plain softmax attention over contiguous per-sequence K/V, in
+ * double. kc/vc: (seq, pos, n_kv, hd). */
+static void ref_attention(const float *q, const float *kc, const float *vc, int max_len, const int32_t *pos,
+                          const int32_t *seq, int n_tokens, int n_heads, int n_kv, int hd, float scale, float *out) {
+    const int group = n_heads / n_kv;
+    double *sc = malloc(sizeof(double) * (size_t)max_len);
+    for (int i = 0; i < n_tokens; i++)
+        for (int h = 0; h < n_heads; h++) {
+            const int g = h / group;
+            const float *qh = q + ((size_t)i * n_heads + h) * hd;
+            double m = -INFINITY, sum = 0.0;
+            for (int p = 0; p <= pos[i]; p++) {
+                const float *k = kc + (((size_t)seq[i] * max_len + p) * n_kv + g) * hd;
+                double d = 0.0;
+                for (int e = 0; e < hd; e++) d += (double)qh[e] * k[e];
+                sc[p] = d * scale;
+                if (sc[p] > m) m = sc[p];
+            }
+            for (int p = 0; p <= pos[i]; p++) sum += (sc[p] = exp(sc[p] - m));
+            for (int e = 0; e < hd; e++) {
+                double acc = 0.0;
+                for (int p = 0; p <= pos[i]; p++)
+                    acc += sc[p] * vc[(((size_t)seq[i] * max_len + p) * n_kv + g) * hd + e];
+                out[((size_t)i * n_heads + h) * hd + e] = (float)(acc / sum);
+            }
+        }
+    free(sc);
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Bound of the error against the original f32 K/V (the format's own error
+ * comes on top of the kernel's). */
+static double dtype_bound(kv_cache_dtype d) {
+    switch (d) {
+    case KV_CACHE_F32: return 2e-6;
+    case KV_CACHE_F16: return 1e-3;
+    case KV_CACHE_INT8: return 1.5e-2;
+    case KV_CACHE_INT8_ASYM: return 1.5e-2;
+    case KV_CACHE_FP8_E4M3: return 6e-2;
+    case KV_CACHE_FP8_E5M2: return 1.2e-1;
+    default: return 0;
+    }
+}
+
+enum { NSEQ = 4 };
+
+/* Runs one configuration; returns 0 when skipped (ISA missing), 1 when run. */
+static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) {
+    if (!kv_cpu_isa_supported(tc->isa)) return 0;
+    kv_err err = {0};
+    kv_backend *b = kv_backend_create("cpu", tc->threads, &err);
+    if (!b) {
+        CHECKF(0, "cpu backend: %s", err.msg);
+        return 0;
+    }
+    CHECK(kv_cpu_set_isa(b, tc->isa) == 0);
+    const int hd = tc->hd, nkv = tc->n_kv, nh = tc->n_heads, bs = tc->bs;
+    /* sequence lengths (after this batch) and the batch: seq 0 a prefill
+     * chunk of its last `chunk` positions, seq 1 a 2-token chunk
+     * (speculative verify), the others one decode token each */
+    int len[NSEQ] = {1 + rnd(70), 2 + rnd(40), 1, 20 + rnd(120)};
+    int c0 = 1 + rnd(24); /* (KV_MIN evaluates its arguments twice) */
+    int chunk[NSEQ] = {KV_MIN(len[0], c0), 2, 1, 1};
+    int max_len = 0, n_tokens = 0, n_blocks = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        max_len = KV_MAX(max_len, len[s]);
+        n_tokens += chunk[s];
+        n_blocks += (len[s] + bs - 1) / bs;
+    }
+    n_blocks += 3; /* blocks nobody uses */
+    kv_pages pg = {
+        .dtype = tc->dtype,
+        .n_layers = 2,
+        .n_kv_heads = nkv,
+        .head_dim = hd,
+        .block_size = bs,
+        .n_blocks = n_blocks,
+        .row_bytes = kv_cache_row_bytes(tc->dtype, hd),
+    };
+    pg.slot_bytes = pg.row_bytes * (size_t)nkv;
+    pg.layer_bytes = pg.slot_bytes * (size_t)bs * (size_t)n_blocks;
+    pg.k = b->ops->alloc(b, pg.layer_bytes * 2);
+    pg.v = b->ops->alloc(b, pg.layer_bytes * 2);
+    /* shuffled physical blocks; the unused ones hold noise */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = rnd(i + 1);
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (size_t i = 0; i < pg.layer_bytes * 2; i++) {
+        pg.k[i] = (uint8_t)rnd64();
+        pg.v[i] = (uint8_t)rnd64();
+    }
+    int32_t *tables[NSEQ];
+    for (int s = 0, next = 0; s < NSEQ; s++) {
+        int nb = (len[s] + bs - 1) / bs;
+        tables[s] = malloc(sizeof(int32_t) * (size_t)nb);
+        for (int i = 0; i < nb; i++) tables[s][i] = perm[next++];
+    }
+    size_t kvn = (size_t)NSEQ * max_len * nkv * hd;
+    float *kc = malloc(sizeof(float) * kvn), *vc = malloc(sizeof(float) * kvn);
+    float *kd = malloc(sizeof(float) * kvn), *vd = malloc(sizeof(float) * kvn);
+    for (size_t i = 0; i < kvn; i++) {
+        kc[i] = frand() * 2.0f;
+        vc[i] = frand();
+    }
+    const int layer = 1;
+    const int32_t *ctab[NSEQ] = {tables[0], tables[1], tables[2], tables[3]};
+    /* history: every position before the batch, stored through kv_store in
+     * one call per sequence */
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(max_len + n_tokens));
+    int32_t *sq = malloc(sizeof(int32_t) * (size_t)(max_len + n_tokens));
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)(max_len + n_tokens));
+    float *kb = malloc(sizeof(float) * (size_t)(max_len + n_tokens) * nkv * hd);
+    float *vb = malloc(sizeof(float) * (size_t)(max_len + n_tokens) * nkv * hd);
+    for (int s = 0; s < NSEQ; s++) {
+        int n = len[s] - chunk[s];
+        for (int p = 0; p < n; p++) {
+            pos[p] = p;
+            sq[p] = s;
+            slot[p] = tables[s][p / bs] * bs + p % bs;
+            memcpy(kb + (size_t)p * nkv * hd, kc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+            memcpy(vb + (size_t)p * nkv * hd, vc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+        }
+        kv_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = sq, .slot = slot, .n_seqs = NSEQ, .tables = ctab};
+        if (n) b->ops->kv_store(b, &pg, layer, &hb, kb, vb);
+    }
+    /* the batch: tokens of different sequences interleaved, each sequence's
+     * own positions increasing */
+    int next_pos[NSEQ];
+    for (int s = 0; s < NSEQ; s++) next_pos[s] = len[s] - chunk[s];
+    for (int i = 0; i < n_tokens; i++) {
+        int s;
+        do s = rnd(NSEQ);
+        while (next_pos[s] == len[s]);
+        int p = next_pos[s]++;
+        pos[i] = p;
+        sq[i] = s;
+        slot[i] = tables[s][p / bs] * bs + p % bs;
+        memcpy(kb + (size_t)i * nkv * hd, kc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+        memcpy(vb + (size_t)i * nkv * hd, vc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+    }
+    kv_attn_batch ab = {.n_tokens = n_tokens, .pos = pos, .seq = sq, .slot = slot, .n_seqs = NSEQ, .tables = ctab};
+    CHECKF(kv_attn_batch_check(&pg, &ab, nh, &err) == 0, "%s", err.msg);
+    size_t qn = (size_t)n_tokens * nh * hd;
+    float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn), *ref = malloc(sizeof(float) * qn);
+    for (size_t i = 0; i < qn; i++) {
+        q[i] = frand();
+        out[i] = NAN;
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    b->ops->kv_store(b, &pg, layer, &ab, kb, vb);
+    b->ops->attention(b, &pg, layer, &ab, q, out, nh, scale);
+
+    /* what the cache holds, decoded: the kernel's own error */
+    for (int s = 0; s < NSEQ; s++)
+        for (int p = 0; p < len[s]; p++)
+            for (int g = 0; g < nkv; g++) {
+                size_t off = (size_t)layer * pg.layer_bytes +
+                             ((size_t)tables[s][p / bs] * bs + p % bs) * pg.slot_bytes + (size_t)g * pg.row_bytes;
+                size_t o = (((size_t)s * max_len + p) * nkv + g) * hd;
+                kv_dtype_decode_row(tc->dtype, pg.k + off, kd + o, hd);
+                kv_dtype_decode_row(tc->dtype, pg.v + off, vd + o, hd);
+            }
+    ref_attention(q, kd, vd, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, ref);
+    *err_kernel = rel_l2(out, ref, qn);
+    ref_attention(q, kc, vc, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, ref);
+    *err_dtype = rel_l2(out, ref, qn);
+
+    free(q);
+    free(out);
+    free(ref);
+    free(pos);
+    free(sq);
+    free(slot);
+    free(kb);
+    free(vb);
+    free(kc);
+    free(vc);
+    free(kd);
+    free(vd);
+    for (int s = 0; s < NSEQ; s++) free(tables[s]);
+    free(perm);
+    b->ops->free(b, pg.k);
+    b->ops->free(b, pg.v);
+    kv_backend_free(b);
+    return 1;
+}
+
+static void check_case(const attn_case *tc) {
+    double ek = 0, ed = 0;
+    if (!run_case(tc, &ek, &ed)) return;
+    /* float accumulation + the polynomial exp against a double oracle */
+    CHECKF(ek < 2e-5 && ed < dtype_bound(tc->dtype),
+           "%s %s bs %d hd %d heads %d/%d threads %d: kernel err %.3g, vs f32 %.3g", kv_cpu_isa_name(tc->isa),
+           kv_cache_dtype_name(tc->dtype), tc->bs, tc->hd, tc->n_heads, tc->n_kv, tc->threads, ek, ed);
+}
+
+/* Every GQA ratio x head_dim x block size, f32 and f16, best ISA, 1 and 2
+ * threads. */
+static void test_attention_shapes(void) {
+    static const int gqa[] = {1, 3, 4}, hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
+    kv_cpu_isa best = kv_cpu_isa_best();
+    for (int d = KV_CACHE_F32; d <= KV_CACHE_F16; d++)
+        for (size_t g = 0; g < 3; g++)
+            for (size_t h = 0; h < 3; h++)
+                for (size_t s = 0; s < 3; s++) {
+                    attn_case tc = {(kv_cache_dtype)d, bss[s], hds[h], 2 * gqa[g], 2, 1 + (int)((g + h + s) & 1), best};
+                    check_case(&tc);
+                }
+}
+
+/* Every dtype on every ISA, including odd head sizes (SIMD tails) and a
+ * group of 8 query heads (two passes of the 4-head kernels). */
+static void test_attention_dtypes_isas(void) {
+    static const attn_case shapes[] = {
+        {0, 16, 64, 12, 12, 2, 0}, /* the 110M shape (MHA) */
+        {0, 16, 64, 9, 3, 1, 0},   /* SmolLM2: GQA 3 */
+        {0, 32, 128, 8, 2, 2, 0},  /* GQA 4 */
+        {0, 1, 20, 8, 1, 2, 0},    /* GQA 8, head_dim with a tail */
+        {0, 16, 40, 4, 4, 1, 0},
+    };
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
+        for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++)
+            for (size_t s = 0; s < KV_ARRAY_LEN(shapes); s++) {
+                attn_case tc = shapes[s];
+                tc.dtype = (kv_cache_dtype)d;
+                tc.isa = (kv_cpu_isa)isa;
+                check_case(&tc);
+            }
+}
+
+/* A single token with a long context next to short ones (the thread split
+ * balances by context length) and 1 vs 2 threads giving the same numbers
+ * as the scalar kernels within float rounding. */
+static void test_attention_threads_agree(void) {
+    for (int rep = 0; rep < 4; rep++) {
+        uint64_t seed = rng_state;
+        double e1, e2, d1, d2;
+        attn_case tc = {KV_CACHE_F16, 16, 64, 8, 2, 1, kv_cpu_isa_best()};
+        run_case(&tc, &e1, &d1);
+        rng_state = seed;
+        tc.threads = 2;
+        run_case(&tc, &e2, &d2);
+        CHECKF(e1 == e2, "1 thread %.3g, 2 threads %.3g", e1, e2); /* same item order per item: bitwise */
+    }
+}
+
+static void test_batch_check(void) {
+    kv_pages pg = {.dtype = KV_CACHE_F32, .n_layers = 1, .n_kv_heads = 2, .head_dim = 4, .block_size = 4,
+                   .n_blocks = 3};
+    int32_t t0[2] = {2, 0};
+    const int32_t *tabs[1] = {t0};
+    int32_t pos[1] = {5}, seq[1] = {0}, slot[1] = {0 * 4 + 1};
+    kv_attn_batch ab = {.n_tokens = 1, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 1, .tables = tabs};
+    kv_err err = {0};
+    CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == 0);
+    CHECK(kv_attn_batch_check(&pg, &ab, 3, &err) == KV_ERR_INVAL && strstr(err.msg, "multiple"));
+    slot[0] = 2;
+    CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == KV_ERR_RANGE && strstr(err.msg, "slot"));
+    slot[0] = 1;
+    t0[0] = 3;
+    CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == KV_ERR_RANGE && strstr(err.msg, "block"));
+    t0[0] = 2;
+    seq[0] = 1;
+    CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == KV_ERR_RANGE && strstr(err.msg, "sequence"));
+    seq[0] = 0;
+    pos[0] = -1;
+    CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == KV_ERR_RANGE && strstr(err.msg, "position"));
+}
+
+/* copy_block copies every layer's K and V rows of one block, nothing else. */
+static void test_copy_block(void) {
+    kv_pages pg = {.dtype = KV_CACHE_F16, .n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .block_size = 4,
+                   .n_blocks = 5};
+    pg.row_bytes = kv_cache_row_bytes(pg.dtype, pg.head_dim);
+    pg.slot_bytes = pg.row_bytes * 2;
+    pg.layer_bytes = pg.slot_bytes * 4 * 5;
+    size_t n = pg.layer_bytes * 3;
+    pg.k = malloc(n);
+    pg.v = malloc(n);
+    uint8_t *k0 = malloc(n), *v0 = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        pg.k[i] = (uint8_t)rnd64();
+        pg.v[i] = (uint8_t)rnd64();
+    }
+    memcpy(k0, pg.k, n);
+    memcpy(v0, pg.v, n);
+    kv_cpu_copy_block(NULL, &pg, 3, 1);
+    size_t bb = pg.slot_bytes * 4;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = i / pg.layer_bytes, blk = (i % pg.layer_bytes) / bb, o = i % bb;
+        uint8_t ek = blk == 3 ? k0[l * pg.layer_bytes + 1 * bb + o] : k0[i];
+        uint8_t ev = blk == 3 ? v0[l * pg.layer_bytes + 1 * bb + o] : v0[i];
+        if (pg.k[i] != ek || pg.v[i] != ev) {
+            CHECKF(0, "byte %zu (layer %zu block %zu)", i, l, blk);
+            break;
+        }
+    }
+    kv_cpu_copy_block(NULL, &pg, 9, 1); /* out of range: nothing */
+    kv_cpu_copy_block(NULL, &pg, 1, -1);
+    free(pg.k);
+    free(pg.v);
+    free(k0);
+    free(v0);
+}
+
+/* Decode attention of the 110M shape: 32 sequences x 512 context, 12 heads
+ * of 64, f16 K/V, block 16. Printed, not asserted. */
+static void test_attention_decode_timing(void) {
+    const int ns = 32, ctx = 512, nh = 12, hd = 64, bs = 16;
+    for (int threads = 1; threads <= 2; threads++)
+        for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
+            for (int d = KV_CACHE_F32; d <= KV_CACHE_INT8; d++) {
+                if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+                if (isa == KV_CPU_ISA_SCALAR && threads == 2) continue;
+                kv_backend *b = kv_backend_create("cpu", threads, NULL);
+                REQUIRE(b);
+                kv_cpu_set_isa(b, (kv_cpu_isa)isa);
+                kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 1, .n_kv_heads = nh, .head_dim = hd,
+                               .block_size = bs, .n_blocks = ns * ctx / bs};
+                pg.row_bytes = kv_cache_row_bytes(pg.dtype, hd);
+                pg.slot_bytes = pg.row_bytes * nh;
+                pg.layer_bytes = pg.slot_bytes * bs * pg.n_blocks;
+                pg.k = b->ops->alloc(b, pg.layer_bytes);
+                pg.v = b->ops->alloc(b, pg.layer_bytes);
+                REQUIRE(pg.k && pg.v);
+                /* fill through kv_store: random rows, one sequence at a time */
+                float *kv = malloc(sizeof(float) * (size_t)ctx * nh * hd);
+                int32_t *pos = malloc(sizeof(int32_t) * ctx), *sq = malloc(sizeof(int32_t) * ctx),
+                        *slot = malloc(sizeof(int32_t) * ctx);
+                int32_t *tab = malloc(sizeof(int32_t) * (size_t)pg.n_blocks);
+                const int32_t **tabs = malloc(sizeof(int32_t *) * ns);
+                for (int i = 0; i < pg.n_blocks; i++) tab[i] = i;
+                for (int s = 0; s < ns; s++) tabs[s] = tab + s * (ctx / bs);
+                for (int i = 0; i < ctx * nh * hd; i++) kv[i] = frand();
+                for (int s = 0; s < ns; s++) {
+                    for (int p = 0; p < ctx; p++) {
+                        pos[p] = p;
+                        sq[p] = s;
+                        slot[p] = tabs[s][p / bs] * bs + p % bs;
+                    }
+                    kv_attn_batch hb = {ctx, pos, sq, slot, ns, tabs};
+                    b->ops->kv_store(b, &pg, 0, &hb, kv, kv);
+                }
+                int32_t dpos[32], dseq[32], dslot[32];
+                for (int s = 0; s < ns; s++) {
+                    dpos[s] = ctx - 1;
+                    dseq[s] = s;
+                    dslot[s] = tabs[s][(ctx - 1) / bs] * bs + (ctx - 1) % bs;
+                }
+                kv_attn_batch ab = {ns, dpos, dseq, dslot, ns, tabs};
+                float *q = malloc(sizeof(float) * ns * nh * hd), *out = malloc(sizeof(float) * ns * nh * hd);
+                for (int i = 0; i < ns * nh * hd; i++) q[i] = frand();
+                b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f); /* warm up */
+                int reps = isa == KV_CPU_ISA_SCALAR ? 2 : 10;
+                double t0 = kv_now_s();
+                for (int r = 0; r < reps; r++) b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f);
+                double ms = (kv_now_s() - t0) * 1e3 / reps;
+                double gbs = (double)pg.layer_bytes * 2 / (ms * 1e-3) / 1e9;
+                printf("    decode attention 32 x 512, 12 x 64, %-4s %-6s %d thread%s: %7.3f ms/layer (%5.1f GB/s of K/V)\n",
+                       kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads,
+                       threads > 1 ? "s" : " ", ms, gbs);
+                CHECK(isfinite(out[0]));
+                free(q);
+                free(out);
+                free(kv);
+                free(pos);
+                free(sq);
+                free(slot);
+                free(tab);
+                free(tabs);
+                b->ops->free(b, pg.k);
+                b->ops->free(b, pg.v);
+                kv_backend_free(b);
+            }
+}
+
+TEST_MAIN(T(test_dtype_names_sizes), T(test_fp8_conversions), T(test_row_formats), T(test_batch_check),
+          T(test_copy_block), T(test_attention_shapes), T(test_attention_dtypes_isas),
+          T(test_attention_threads_agree), T(test_attention_decode_timing))

@@ -1,0 +1,791 @@
+/* test_kernels.c - the CPU kernels against independent scalar formulas:
+ * fp16/bf16 conversions, each type's block decode, quantize->dequantize
+ * error bounds, matmul for every type, shape and ISA against the scalar
+ * reference (normalised error on fresh random data), the element-wise ops,
+ * the thread pool, the backend registry and the memory accounting. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../kernels/backend.h"
+#include "../../kernels/cpu.h"
+#include "../../kernels/membw.h"
+#include "../../kernels/threadpool.h"
+#include "../../kernels/types.h"
+#include "../harness.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+/* uniform in [-1, 1) */
+static float frand(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static void fill_rand(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static double nerr(const float *y, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (!(num == num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* Independent binary16 decode (by the formula, not by bits). */
+static double half_value(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 0)
+        v = ldexp(m, -24);
+    else if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+static kv_backend *cpu(int threads) {
+    kv_err err = {0};
+    kv_backend *b = kv_backend_create("cpu", threads, &err);
+    if (!b) fprintf(stderr, "  cpu backend: %s\n", err.msg);
+    return b;
+}
+
+/* ---- fp16 / bf16 --------------------------------------------------------- */
+
+static void test_fp16_conversions(void) {
+    CHECK(kv_fp32_to_fp16(1.0f) == 0x3C00);
+    CHECK(kv_fp32_to_fp16(-2.0f) == 0xC000);
+    CHECK(kv_fp32_to_fp16(65504.0f) == 0x7BFF);
+    CHECK(kv_fp32_to_fp16(65520.0f) == 0x7C00);     /* rounds up to inf */
+    CHECK(kv_fp32_to_fp16(0x1p-24f) == 0x0001);     /* smallest subnormal */
+    CHECK(kv_fp32_to_fp16(0x1p-25f) == 0x0000);     /* tie to even: 0 */
+    CHECK(kv_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3C00); /* tie to even */
+    CHECK(kv_fp32_to_fp16(1.0f + 0x3p-11f) == 0x3C02);
+    CHECK((kv_fp32_to_fp16(NAN) & 0x7C00) == 0x7C00 && (kv_fp32_to_fp16(NAN) & 0x3FF));
+    /* every half decodes to its formula value and round-trips */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        double want = half_value((uint16_t)h);
+        float got = kv_fp16_to_fp32((uint16_t)h);
+        if (isnan(want)) {
+            bad += !isnan(got);
+            continue;
+        }
+        bad += (double)got != want;
+        bad += kv_fp32_to_fp16(got) != h;
+    }
+    CHECKF(bad == 0, "%d halves wrong", bad);
+    /* random floats round to the nearest half */
+    bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        float f = ldexpf(frand(), (int)(rng_next() % 40) - 25);
+        uint16_t h = kv_fp32_to_fp16(f);
+        double v = half_value(h), e = fabs(v - f);
+        double up = half_value((uint16_t)(h + 1)), dn = h & 0x7FFF ? half_value((uint16_t)(h - 1)) : -v;
+        if (e > fabs(up - f) || e > fabs(dn - f)) bad++;
+    }
+    CHECKF(bad == 0, "%d floats not rounded to nearest", bad);
+}
+
+static void test_bf16_conversions(void) {
+    CHECK(kv_fp32_to_bf16(1.0f) == 0x3F80);
+    CHECK(kv_bf16_to_fp32(0x3F80) == 1.0f);
+    CHECK(kv_bf16_to_fp32(0xC040) == -3.0f);
+    /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: rounds to even (1.0) */
+    CHECK(kv_fp32_to_bf16(1.0f + 0x1p-8f) == 0x3F80);
+    CHECK(kv_fp32_to_bf16(1.0f + 0x3p-8f) == 0x3F82);
+    CHECK(isnan(kv_bf16_to_fp32(kv_fp32_to_bf16(NAN))));
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = kv_bf16_to_fp32((uint16_t)h);
+        if (isnan(f)) continue;
+        bad += kv_fp32_to_bf16(f) != h;
+    }
+    CHECKF(bad == 0, "%d bf16 values do not round-trip", bad);
+}
+
+/* ---- block decode vs independent formulas -------------------------------- */
+
+static void test_dequantize_layouts(void) {
+    enum { N = 128 };
+    uint8_t raw[N * 4];
+    for (size_t i = 0; i < sizeof raw; i++) raw[i] = (uint8_t)rng_next();
+    float out[N];
+    /* keep the fp16 scales finite: exponent below 31 */
+    uint8_t q8[4 * 34], q40[4 * 18], q41[4 * 20];
+    memcpy(q8, raw, sizeof q8);
+    memcpy(q40, raw + 136, sizeof q40);
+    memcpy(q41, raw + 208, sizeof q41);
+    for (int b = 0; b < 4; b++) {
+        q8[b * 34 + 1] &= 0x3B;
+        q40[b * 18 + 1] &= 0x3B;
+        q41[b * 20 + 1] &= 0x3B;
+        q41[b * 20 + 3] &= 0x3B;
+    }
+    REQUIRE(kv_dequantize_row(KV_TYPE_Q8_0, q8, out, N) == 0);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const uint8_t *blk = q8 + (i / 32) * 34;
+        double want = half_value(rd16(blk)) * (double)(int8_t)blk[2 + i % 32];
+        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-30;
+    }
+    CHECKF(bad == 0, "q8_0: %d elements", bad);
+
+    REQUIRE(kv_dequantize_row(KV_TYPE_Q4_0, q40, out, N) == 0);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        const uint8_t *blk = q40 + (i / 32) * 18;
+        int e = i % 32;
+        int q = e < 16 ? (blk[2 + e] & 15) : (blk[2 + e - 16] >> 4);
+        double want = half_value(rd16(blk)) * (q - 8);
+        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-30;
+    }
+    CHECKF(bad == 0, "q4_0: %d elements", bad);
+
+    REQUIRE(kv_dequantize_row(KV_TYPE_Q4_1, q41, out, N) == 0);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        const uint8_t *blk = q41 + (i / 32) * 20;
+        int e = i % 32;
+        int q = e < 16 ? (blk[4 + e] & 15) : (blk[4 + e - 16] >> 4);
+        double want = half_value(rd16(blk)) * q + half_value(rd16(blk + 2));
+        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-6;
+    }
+    CHECKF(bad == 0, "q4_1: %d elements", bad);
+
+    uint8_t h[2 * N];
+    for (int i = 0; i < N; i++) {
+        uint16_t v = (uint16_t)(rng_next() & 0xFBFF); /* finite */
+        h[2 * i] = (uint8_t)v;
+        h[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+    REQUIRE(kv_dequantize_row(KV_TYPE_F16, h, out, N) == 0);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += (double)out[i] != half_value(rd16(h + 2 * i));
+    CHECKF(bad == 0, "f16: %d elements", bad);
+    REQUIRE(kv_dequantize_row(KV_TYPE_BF16, h, out, N) == 0);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)rd16(h + 2 * i) << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        bad += memcmp(&f, &out[i], 4) != 0;
+    }
+    CHECKF(bad == 0, "bf16: %d elements", bad);
+    float src[N];
+    fill_rand(src, N, 3.0f);
+    REQUIRE(kv_dequantize_row(KV_TYPE_F32, src, out, N) == 0);
+    CHECK(memcmp(src, out, sizeof src) == 0);
+
+    /* rejected: unsupported type, ragged length */
+    CHECK(kv_dequantize_row(KV_TYPE_Q2_K, q8, out, 256) == -1);
+    CHECK(kv_dequantize_row(KV_TYPE_Q8_0, q8, out, 33) == -1);
+    CHECK(kv_quantize_row(KV_TYPE_Q4_0, src, q40, 48) == -1);
+    CHECK(kv_quantize_row(KV_TYPE_I32, src, q40, 32) == -1);
+}
+
+/* ---- quantize: exact codes and round-trip bounds ------------------------- */
+
+static void test_quantize_codes(void) {
+    enum { N = 256 };
+    float x[N], y[N];
+    fill_rand(x, N, 2.0f);
+    x[5] = -2.5f; /* block 0's largest magnitude, negative */
+    uint8_t q[N / 32 * 34];
+
+    REQUIRE(kv_quantize_row(KV_TYPE_Q8_0, x, q, N) == 0);
+    int bad = 0;
+    for (int b = 0; b < N / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float d = amax / 127.0f, id = 1.0f / d;
+        bad += rd16(q + b * 34) != kv_fp32_to_fp16(d);
+        for (int i = 0; i < 32; i++) bad += (int8_t)q[b * 34 + 2 + i] != (int)roundf(x[b * 32 + i] * id);
+    }
+    CHECKF(bad == 0, "q8_0 codes: %d wrong", bad);
+
+    REQUIRE(kv_quantize_row(KV_TYPE_Q4_0, x, q, N) == 0);
+    bad = 0;
+    for (int b = 0; b < N / 32; b++) {
+        float amax = 0, max = 0;
+        for (int i = 0; i < 32; i++)
+            if (fabsf(x[b * 32 + i]) > amax) amax = fabsf(max = x[b * 32 + i]);
+        float d = max / -8.0f, id = 1.0f / d;
+        bad += rd16(q + b * 18) != kv_fp32_to_fp16(d);
+        for (int i = 0; i < 32; i++) {
+            int want = (int)(x[b * 32 + i] * id + 8.5f);
+            if (want > 15) want = 15;
+            int got = i < 16 ? q[b * 18 + 2 + i] & 15 : q[b * 18 + 2 + i - 16] >> 4;
+            bad += got != want;
+        }
+    }
+    CHECKF(bad == 0, "q4_0 codes: %d wrong", bad);
+    CHECK((q[2 + 5] & 15) == 0); /* the extreme value maps to code 0 (= -8 d) */
+
+    REQUIRE(kv_quantize_row(KV_TYPE_Q4_1, x, q, N) == 0);
+    bad = 0;
+    for (int b = 0; b < N / 32; b++) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int i = 0; i < 32; i++) {
+            mn = fminf(mn, x[b * 32 + i]);
+            mx = fmaxf(mx, x[b * 32 + i]);
+        }
+        float d = (mx - mn) / 15.0f, id = 1.0f / d;
+        bad += rd16(q + b * 20) != kv_fp32_to_fp16(d) || rd16(q + b * 20 + 2) != kv_fp32_to_fp16(mn);
+        for (int i = 0; i < 32; i++) {
+            int want = (int)((x[b * 32 + i] - mn) * id + 0.5f);
+            if (want > 15) want = 15;
+            int got = i < 16 ? q[b * 20 + 4 + i] & 15 : q[b * 20 + 4 + i - 16] >> 4;
+            bad += got != want;
+        }
+    }
+    CHECKF(bad == 0, "q4_1 codes: %d wrong", bad);
+
+    /* all-zero block: scale 0, values 0 */
+    memset(x, 0, 32 * sizeof(float));
+    REQUIRE(kv_quantize_row(KV_TYPE_Q4_1, x, q, 32) == 0);
+    REQUIRE(kv_dequantize_row(KV_TYPE_Q4_1, q, y, 32) == 0);
+    for (int i = 0; i < 32; i++) CHECK(y[i] == 0.0f);
+    /* non-finite input must not crash (values are undefined) */
+    x[3] = NAN;
+    x[7] = INFINITY;
+    CHECK(kv_quantize_row(KV_TYPE_Q8_0, x, q, 32) == 0);
+    CHECK(kv_quantize_row(KV_TYPE_Q4_0, x, q, 32) == 0);
+    CHECK(kv_quantize_row(KV_TYPE_Q4_1, x, q, 32) == 0);
+}
+
+static void test_quantize_roundtrip_bounds(void) {
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    const kv_type types[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        fill_rand(x, N, 4.0f);
+        REQUIRE(kv_quantize_row(types[t], x, q, N) == 0);
+        REQUIRE(kv_dequantize_row(types[t], q, y, N) == 0);
+        int bad = 0;
+        for (int b = 0; b < N / 32; b++) {
+            float amax = 0, mn = INFINITY, mx = -INFINITY;
+            for (int i = 0; i < 32; i++) {
+                float v = x[b * 32 + i];
+                amax = fmaxf(amax, fabsf(v));
+                mn = fminf(mn, v);
+                mx = fmaxf(mx, v);
+            }
+            for (int i = 0; i < 32; i++) {
+                float v = x[b * 32 + i], e = fabsf(y[b * 32 + i] - v), lim;
+                switch (types[t]) {
+                case KV_TYPE_F32: lim = 0; break;
+                case KV_TYPE_F16: lim = fabsf(v) * 0x1p-11f + 0x1p-25f; break;
+                case KV_TYPE_BF16: lim = fabsf(v) * 0x1p-8f; break;
+                case KV_TYPE_Q8_0: lim = amax / 127.0f * 0.5f * 1.01f + amax * 0x1p-11f; break;
+                /* the far side of the range is clamped: one full step */
+                case KV_TYPE_Q4_0: lim = amax / 8.0f * 1.01f + amax * 0x1p-10f; break;
+                default: lim = (mx - mn) / 15.0f * 0.5f * 1.01f + (fabsf(mn) + fabsf(mx)) * 0x1p-10f; break;
+                }
+                bad += !(e <= lim);
+            }
+        }
+        CHECKF(bad == 0, "%s: %d elements beyond the bound", kv_type_name(types[t]), bad);
+    }
+}
+
+/* ---- matmul -------------------------------------------------------------- */
+
+/* Makes an (M, K) weight of type t from random floats; returns the floats
+ * actually represented (dequantized) in wf. row_pad adds bytes per row. */
+static uint8_t *make_weight(kv_type t, int64_t M, int64_t K, size_t row_pad, kv_tensor *w, float *wf) {
+    size_t rs = kv_type_row_size(t, K), nb1 = rs + row_pad;
+    uint8_t *data = malloc(nb1 * (size_t)M + 64);
+    if (!data) return NULL;
+    memset(data, 0xAB, nb1 * (size_t)M + 64);
+    float *row = malloc((size_t)K * sizeof(float));
+    for (int64_t r = 0; r < M; r++) {
+        fill_rand(row, (size_t)K, 1.0f);
+        kv_quantize_row(t, row, data + (size_t)r * nb1, K);
+        kv_dequantize_row(t, data + (size_t)r * nb1, wf + (size_t)r * K, K);
+    }
+    free(row);
+    w->type = t;
+    w->ne0 = K;
+    w->ne1 = M;
+    w->nb1 = nb1;
+    w->data = data;
+    w->dev = NULL;
+    return data;
+}
+
+static int is_q(kv_type t) { return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1; }
+
+static void check_matmul_type(kv_type t) {
+    kv_backend *b1 = cpu(1), *b2 = cpu(2), *b3 = cpu(3);
+    REQUIRE(b1 && b2 && b3);
+    const int64_t Ks_q[] = {32, 96, 800};
+    const int64_t Ks_f[] = {7, 64, 173};
+    const int64_t Ms[] = {5, 37, 131};
+    const int ns[] = {1, 3, 17, 64};
+    for (int ki = 0; ki < 3; ki++) {
+        int64_t K = is_q(t) ? Ks_q[ki] : Ks_f[ki];
+        int64_t M = Ms[ki];
+        float *wf = malloc((size_t)(M * K) * sizeof(float));
+        kv_tensor w;
+        uint8_t *data = make_weight(t, M, K, ki == 1 ? 6 : 0, &w, wf);
+        REQUIRE(data && wf);
+        for (int ni = 0; ni < 4; ni++) {
+            int n = ns[ni];
+            float *x = malloc((size_t)n * K * sizeof(float));
+            float *ref = malloc((size_t)n * M * sizeof(float));
+            float *y = malloc((size_t)n * M * sizeof(float));
+            float *exact = malloc((size_t)n * M * sizeof(float));
+            fill_rand(x, (size_t)n * K, 2.0f);
+            REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
+            /* the reference against the dequantized weights in double: only
+             * the activation quantization separates them */
+            for (int j = 0; j < n; j++)
+                for (int64_t r = 0; r < M; r++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++) s += (double)wf[r * K + k] * x[j * K + k];
+                    exact[j * M + r] = (float)s;
+                }
+            double e0 = nerr(ref, exact, (size_t)n * M);
+            CHECKF(e0 < (is_q(t) ? 2e-2 : 1e-6), "%s ref vs exact K=%lld M=%lld n=%d: %.3g", kv_type_name(t),
+                   (long long)K, (long long)M, n, e0);
+            for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+                if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+                kv_backend *bs[3] = {b1, b2, b3};
+                for (int bi = 0; bi < 3; bi++) {
+                    for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
+                    kv_cpu_matmul_isa(bs[bi], (kv_cpu_isa)isa, &w, x, y, n);
+                    double e = nerr(y, ref, (size_t)n * M);
+                    CHECKF(e < 2e-6, "%s isa=%s threads=%d K=%lld M=%lld n=%d: err %.3g", kv_type_name(t),
+                           kv_cpu_isa_name((kv_cpu_isa)isa), bi + 1, (long long)K, (long long)M, n, e);
+                }
+            }
+            /* through the table, with the backend's own ISA */
+            for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
+            b2->ops->matmul(b2, &w, x, y, n);
+            CHECK(nerr(y, ref, (size_t)n * M) < 2e-6);
+            free(x);
+            free(ref);
+            free(y);
+            free(exact);
+        }
+        free(data);
+        free(wf);
+    }
+    kv_backend_free(b1);
+    kv_backend_free(b2);
+    kv_backend_free(b3);
+}
+
+static void test_matmul_f32(void) { check_matmul_type(KV_TYPE_F32); }
+static void test_matmul_f16(void) { check_matmul_type(KV_TYPE_F16); }
+static void test_matmul_bf16(void) { check_matmul_type(KV_TYPE_BF16); }
+static void test_matmul_q8_0(void) { check_matmul_type(KV_TYPE_Q8_0); }
+static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
+static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
+
+/* Larger shapes where the threaded chunking and the packed panels matter. */
+static void test_matmul_large(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    const kv_type types[] = {KV_TYPE_Q4_0, KV_TYPE_F32};
+    for (int ti = 0; ti < 2; ti++) {
+        int64_t K = 512, M = 1000;
+        int n = 37;
+        float *wf = malloc((size_t)(M * K) * sizeof(float));
+        kv_tensor w;
+        uint8_t *data = make_weight(types[ti], M, K, 0, &w, wf);
+        float *x = malloc((size_t)n * K * sizeof(float)), *y = malloc((size_t)n * M * sizeof(float)),
+              *ref = malloc((size_t)n * M * sizeof(float));
+        REQUIRE(data && x && y && ref);
+        fill_rand(x, (size_t)n * K, 1.0f);
+        REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
+        b->ops->matmul(b, &w, x, y, n);
+        CHECKF(nerr(y, ref, (size_t)n * M) < 2e-6, "%s: %.3g", kv_type_name(types[ti]), nerr(y, ref, (size_t)n * M));
+        free(data);
+        free(wf);
+        free(x);
+        free(y);
+        free(ref);
+    }
+    kv_backend_free(b);
+}
+
+/* Activations of very different magnitude per block, and NaN propagation. */
+static void test_matmul_activation_edge(void) {
+    kv_backend *b = cpu(1);
+    REQUIRE(b);
+    int64_t K = 128, M = 8;
+    float wf[128 * 8];
+    kv_tensor w;
+    uint8_t *data = make_weight(KV_TYPE_Q8_0, M, K, 0, &w, wf);
+    float x[2 * 128], y[2 * 8], ref[2 * 8];
+    fill_rand(x, 256, 1.0f);
+    for (int i = 0; i < 32; i++) x[i] *= 1e-20f; /* a tiny block */
+    for (int i = 32; i < 64; i++) x[i] = 0.0f;   /* a zero block */
+    for (int i = 64; i < 96; i++) x[i] *= 1e20f; /* a huge block */
+    REQUIRE(kv_cpu_matmul_ref(&w, x, ref, 2) == 0);
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+        if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+        kv_cpu_matmul_isa(b, (kv_cpu_isa)isa, &w, x, y, 2);
+        CHECKF(nerr(y, ref, 16) < 1e-6, "isa %s: %.3g", kv_cpu_isa_name((kv_cpu_isa)isa), nerr(y, ref, 16));
+    }
+    x[128 + 5] = NAN; /* second row: NaN must show, not vanish */
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+        if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+        kv_cpu_matmul_isa(b, (kv_cpu_isa)isa, &w, x, y, 2);
+        int nan_row1 = 1, finite_row0 = 1;
+        for (int r = 0; r < 8; r++) {
+            nan_row1 &= isnan(y[8 + r]);
+            finite_row0 &= isfinite(y[r]);
+        }
+        CHECKF(nan_row1 && finite_row0, "isa %s: NaN not confined to its row", kv_cpu_isa_name((kv_cpu_isa)isa));
+    }
+    free(data);
+    kv_backend_free(b);
+}
+
+static void test_matmul_rejects(void) {
+    kv_backend *b = cpu(1);
+    REQUIRE(b);
+    kv_err err = {0};
+    uint8_t buf[4096] = {0};
+    kv_tensor w = {KV_TYPE_Q2_K, 256, 2, 84, buf, NULL};
+    CHECK(b->ops->upload_weight(b, &w, &err) != 0);
+    CHECKF(strstr(err.msg, "q2_k") != NULL, "message: %s", err.msg);
+    kv_tensor w2 = {KV_TYPE_Q8_0, 40, 2, 64, buf, NULL}; /* 40 is not a multiple of 32 */
+    CHECK(b->ops->upload_weight(b, &w2, &err) != 0);
+    kv_tensor w3 = {KV_TYPE_F32, 16, 2, 64, buf, NULL};
+    CHECK(b->ops->upload_weight(b, &w3, &err) == 0);
+    /* matmul on a bad tensor: NaN out, no crash */
+    float x[64] = {0}, y[4] = {0};
+    b->ops->matmul(b, &w2, x, y, 2);
+    CHECK(isnan(y[0]) && isnan(y[3]));
+    CHECK(kv_cpu_matmul_ref(&w2, x, y, 2) != 0);
+    kv_backend_free(b);
+}
+
+/* ---- element-wise ops ---------------------------------------------------- */
+
+static void test_rmsnorm(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+        if (kv_cpu_set_isa(b, (kv_cpu_isa)isa) != 0) continue;
+        const int shapes[][2] = {{1, 64}, {3, 173}, {300, 768}};
+        for (int s = 0; s < 3; s++) {
+            int n = shapes[s][0], dim = shapes[s][1];
+            float *x = malloc((size_t)n * dim * 4), *wt = malloc((size_t)dim * 4), *out = malloc((size_t)n * dim * 4),
+                  *ref = malloc((size_t)n * dim * 4);
+            fill_rand(x, (size_t)n * dim, 3.0f);
+            fill_rand(wt, (size_t)dim, 1.5f);
+            for (int i = 0; i < n; i++) {
+                double ss = 0;
+                for (int k = 0; k < dim; k++) ss += (double)x[i * dim + k] * x[i * dim + k];
+                double sc = 1.0 / sqrt(ss / dim + 1e-5);
+                for (int k = 0; k < dim; k++) ref[i * dim + k] = (float)(x[i * dim + k] * sc * wt[k]);
+            }
+            b->ops->rmsnorm(b, x, wt, out, n, dim, 1e-5f);
+            CHECKF(nerr(out, ref, (size_t)n * dim) < 1e-6, "isa %d n=%d dim=%d: %.3g", isa, n, dim,
+                   nerr(out, ref, (size_t)n * dim));
+            b->ops->rmsnorm(b, x, wt, x, n, dim, 1e-5f); /* in place */
+            CHECK(nerr(x, ref, (size_t)n * dim) < 1e-6);
+            free(x);
+            free(wt);
+            free(out);
+            free(ref);
+        }
+    }
+    kv_backend_free(b);
+}
+
+static void rope_ref(float *x, const int32_t *pos, int n, int nh, int hd, int rot, float base, int neox) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)t * nh + h) * hd;
+            for (int i = 0; i < rot / 2; i++) {
+                double th = pos[t] * pow(base, -2.0 * i / rot);
+                int a = neox ? i : 2 * i, c = neox ? i + rot / 2 : 2 * i + 1;
+                double x0 = v[a], x1 = v[c];
+                v[a] = (float)(x0 * cos(th) - x1 * sin(th));
+                v[c] = (float)(x0 * sin(th) + x1 * cos(th));
+            }
+        }
+}
+
+static void test_rope(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    const int cfg[][5] = {
+        /* n, heads, head_dim, rot_dim, neox */
+        {5, 8, 8, 8, 0}, {7, 3, 64, 64, 1}, {4, 2, 64, 32, 0}, {4, 2, 64, 32, 1}, {600, 12, 64, 64, 0},
+    };
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int n = cfg[c][0], nh = cfg[c][1], hd = cfg[c][2], rot = cfg[c][3], neox = cfg[c][4];
+        size_t cnt = (size_t)n * nh * hd;
+        float *x = malloc(cnt * 4), *ref = malloc(cnt * 4);
+        int32_t *pos = malloc((size_t)n * 4);
+        fill_rand(x, cnt, 1.0f);
+        for (int i = 0; i < n; i++) pos[i] = (int32_t)(rng_next() % 2048);
+        memcpy(ref, x, cnt * 4);
+        float base = c == 1 ? 100000.0f : 10000.0f;
+        rope_ref(ref, pos, n, nh, hd, rot, base, neox);
+        b->ops->rope(b, x, pos, n, nh, hd, rot, base, neox);
+        double e = nerr(x, ref, cnt);
+        CHECKF(e < 2e-5, "cfg %zu: %.3g", c, e);
+        if (rot < hd) { /* dims past rot_dim untouched: ref did not touch them either */
+            int same = 1;
+            for (int t = 0; t < n; t++)
+                for (int h = 0; h < nh; h++)
+                    for (int k = rot; k < hd; k++) same &= x[((size_t)t * nh + h) * hd + k] == ref[((size_t)t * nh + h) * hd + k];
+            CHECK(same);
+        }
+        /* bad rot_dim: x unchanged */
+        memcpy(ref, x, cnt * 4);
+        b->ops->rope(b, x, pos, n, nh, hd, hd + 2, base, neox);
+        CHECK(memcmp(ref, x, cnt * 4) == 0);
+        free(x);
+        free(ref);
+        free(pos);
+    }
+    kv_backend_free(b);
+}
+
+static void test_silu_mul_add(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+        if (kv_cpu_set_isa(b, (kv_cpu_isa)isa) != 0) continue;
+        const int64_t counts[] = {1, 13, 2048, 300000};
+        for (int c = 0; c < 4; c++) {
+            int64_t n = counts[c];
+            float *g = malloc((size_t)n * 4), *u = malloc((size_t)n * 4), *ref = malloc((size_t)n * 4);
+            fill_rand(g, (size_t)n, 12.0f);
+            fill_rand(u, (size_t)n, 2.0f);
+            if (n > 10) {
+                g[0] = -100.0f;
+                g[1] = 100.0f;
+                g[2] = 0.0f;
+            }
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+            b->ops->silu_mul(b, g, u, n);
+            for (int64_t i = 0; i < n; i++) bad += !(fabsf(g[i] - ref[i]) <= 1e-6f * fabsf(ref[i]) + 1e-30f);
+            CHECKF(bad == 0, "silu isa=%d n=%lld: %d elements", isa, (long long)n, bad);
+            memcpy(ref, g, (size_t)n * 4);
+            b->ops->add(b, g, u, n);
+            bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += g[i] != ref[i] + u[i];
+            CHECKF(bad == 0, "add n=%lld: %d elements", (long long)n, bad);
+            free(g);
+            free(u);
+            free(ref);
+        }
+    }
+    kv_backend_free(b);
+}
+
+static void test_get_rows(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    const kv_type types[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        int64_t K = 96, M = 50;
+        float *wf = malloc((size_t)(M * K) * 4);
+        kv_tensor w;
+        uint8_t *data = make_weight(types[t], M, K, 4, &w, wf);
+        int32_t ids[] = {0, 49, 7, 7, 23};
+        float out[5 * 96];
+        b->ops->get_rows(b, &w, ids, out, 5);
+        int bad = 0;
+        for (int i = 0; i < 5; i++)
+            for (int k = 0; k < K; k++) bad += out[i * K + k] != wf[ids[i] * K + k];
+        CHECKF(bad == 0, "%s: %d elements", kv_type_name(types[t]), bad);
+        int32_t badid[] = {3, 50, -1};
+        b->ops->get_rows(b, &w, badid, out, 3);
+        CHECK(out[0] == wf[3 * K] && isnan(out[K]) && isnan(out[2 * K + 5]));
+        free(data);
+        free(wf);
+    }
+    kv_backend_free(b);
+}
+
+/* ---- thread pool --------------------------------------------------------- */
+
+typedef struct count_ctx {
+    atomic_int hits[16];
+    int nth_seen[16];
+    int payload[16]; /* plain writes the caller must see after run */
+} count_ctx;
+
+static void count_task(void *ctx, int ith, int nth) {
+    count_ctx *c = ctx;
+    atomic_fetch_add(&c->hits[ith], 1);
+    c->nth_seen[ith] = nth;
+    c->payload[ith] += ith + 1;
+}
+
+static void test_threadpool(void) {
+    for (int n = 1; n <= 8; n++) {
+        kv_threadpool *p = kv_threadpool_new(n);
+        REQUIRE(p);
+        CHECK(kv_threadpool_size(p) == n);
+        count_ctx c;
+        memset(&c, 0, sizeof c);
+        const int runs = n <= 2 ? 5000 : 600;
+        int vis_bad = 0;
+        for (int r = 0; r < runs; r++) {
+            kv_threadpool_run(p, count_task, &c);
+            for (int i = 0; i < n; i++) vis_bad += c.payload[i] != (r + 1) * (i + 1);
+            if (r % 500 == 250) usleep(2000); /* let workers fall asleep, then wake them */
+        }
+        CHECK(vis_bad == 0);
+        for (int i = 0; i < 16; i++) {
+            CHECKF(atomic_load(&c.hits[i]) == (i < n ? runs : 0), "n=%d index %d ran %d times", n, i,
+                   atomic_load(&c.hits[i]));
+            if (i < n) CHECK(c.nth_seen[i] == n);
+        }
+        kv_threadpool_free(p);
+    }
+    kv_threadpool_free(NULL);
+    kv_threadpool *p = kv_threadpool_new(0);
+    REQUIRE(p);
+    CHECK(kv_threadpool_size(p) == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    kv_threadpool_free(p);
+    count_ctx c;
+    memset(&c, 0, sizeof c);
+    kv_threadpool_run(NULL, count_task, &c);
+    CHECK(atomic_load(&c.hits[0]) == 1 && c.nth_seen[0] == 1);
+}
+
+static void noop_task(void *ctx, int ith, int nth) {
+    (void)ctx;
+    (void)ith;
+    (void)nth;
+}
+
+static void test_threadpool_latency(void) {
+    kv_threadpool *p = kv_threadpool_new(2);
+    REQUIRE(p);
+    for (int i = 0; i < 1000; i++) kv_threadpool_run(p, noop_task, NULL);
+    uint64_t t0 = kv_now_ns();
+    const int N = 20000;
+    for (int i = 0; i < N; i++) kv_threadpool_run(p, noop_task, NULL);
+    double us = (double)(kv_now_ns() - t0) / N / 1e3;
+    printf("  threadpool: %.2f us per dispatch (2 threads)\n", us);
+    /* generous: a 2-core box under a sanitizer and other load */
+    CHECKF(us < 100.0, "%.1f us per dispatch", us);
+    kv_threadpool_free(p);
+}
+
+/* ---- backend plumbing ---------------------------------------------------- */
+
+static void test_backend_registry(void) {
+    const char *const *names = kv_backend_names();
+    int has_cpu = 0, has_cuda = 0;
+    for (int i = 0; names[i]; i++) {
+        has_cpu |= !strcmp(names[i], "cpu");
+        has_cuda |= !strcmp(names[i], "cuda");
+    }
+    CHECK(has_cpu);
+#ifndef KV_HAVE_CUDA
+    CHECK(!has_cuda);
+    kv_err err = {0};
+    CHECK(kv_backend_create("cuda", 1, &err) == NULL && strstr(err.msg, "cuda"));
+#endif
+    kv_err err2 = {0};
+    CHECK(kv_backend_create("tpu", 1, &err2) == NULL && strstr(err2.msg, "tpu"));
+    CHECK(kv_backend_create(NULL, 1, &err2) == NULL);
+    kv_backend_free(NULL);
+    kv_backend *b = cpu(3);
+    REQUIRE(b);
+    CHECK(b->n_threads == 3 && !strcmp(b->ops->name, "cpu"));
+    CHECK(kv_threadpool_size(kv_cpu_pool(b)) == 3);
+    CHECK(kv_cpu_set_isa(b, KV_CPU_ISA_SCALAR) == 0 && kv_cpu_get_isa(b) == KV_CPU_ISA_SCALAR);
+    CHECK(kv_cpu_set_isa(b, (kv_cpu_isa)7) != 0 && kv_cpu_get_isa(b) == KV_CPU_ISA_SCALAR);
+    kv_cpu_isa isa;
+    CHECK(kv_cpu_isa_from_name("avx2", &isa) == 0 && isa == KV_CPU_ISA_AVX2);
+    CHECK(kv_cpu_isa_from_name("sse9", &isa) == -1);
+    printf("  best ISA here: %s\n", kv_cpu_isa_name(kv_cpu_isa_best()));
+    kv_backend_free(b);
+}
+
+static void test_backend_memory(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b);
+    kv_backend_mem m0, m1, m2;
+    b->ops->mem_info(b, &m0);
+    CHECK(m0.valid && m0.total_bytes > ((uint64_t)1 << 28));
+    uint8_t *p = b->ops->alloc(b, 1000000);
+    REQUIRE(p);
+    CHECK(((uintptr_t)p & 63) == 0);
+    memset(p, 1, 1000000);
+    b->ops->mem_info(b, &m1);
+    CHECK(m1.used_bytes >= m0.used_bytes + 1000000);
+    float src[16], dst[16];
+    fill_rand(src, 16, 1.0f);
+    b->ops->upload(b, p, src, sizeof src);
+    b->ops->download(b, dst, p, sizeof dst);
+    CHECK(memcmp(src, dst, sizeof src) == 0);
+    b->ops->free(b, p);
+    b->ops->free(b, NULL);
+    b->ops->mem_info(b, &m2);
+    CHECK(m2.used_bytes == m0.used_bytes);
+    /* scratch: aligned, reused, bounded by the pool */
+    void *s0 = kv_cpu_scratch(b, 1, 1000);
+    CHECK(s0 && ((uintptr_t)s0 & 63) == 0);
+    CHECK(kv_cpu_scratch(b, 1, 10) == s0);
+    CHECK(kv_cpu_scratch(b, 2, 10) == NULL);
+    CHECK(kv_cpu_scratch(b, -1, 10) == NULL);
+    kv_backend_free(b);
+}
+
+static void test_membw(void) {
+    kv_threadpool *p = kv_threadpool_new(2);
+    REQUIRE(p);
+    double g = kv_membw_measure_gbs(p, (size_t)16 << 20, 3);
+    printf("  membw (16 MiB, 2 threads): %.1f GB/s\n", g);
+    CHECK(g > 0.1 && g < 10000.0);
+    kv_threadpool_free(p);
+}
+
+int main(int argc, char **argv) {
+    const char *seed_env = getenv("KVTOP_TEST_SEED");
+    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (kv_now_ns() ^ ((uint64_t)getpid() << 32));
+    if (!rng_state) rng_state = 1;
+    printf("  seed %llu (KVTOP_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
+    static const harness_case cases[] = {
+        T(test_fp16_conversions),  T(test_bf16_conversions),      T(test_dequantize_layouts),
+        T(test_quantize_codes),    T(test_quantize_roundtrip_bounds), T(test_matmul_f32),
+        T(test_matmul_f16),        T(test_matmul_bf16),           T(test_matmul_q8_0),
+        T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_large),
+        T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
+        T(test_rope),              T(test_silu_mul_add),          T(test_get_rows),
+        T(test_threadpool),        T(test_threadpool_latency),    T(test_backend_registry),
+        T(test_backend_memory),    T(test_membw),
+    };
+    return harness_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
+}

@@ -1,0 +1,118 @@
+/* test_sampler.c - the sampler's distribution pipeline and determinism:
+ * greedy, temperature, top-k, top-p, min-p, repetition penalty, seeds. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../engine/sampler.h"
+#include "../harness.h"
+
+static kv_sampling base(void) {
+    return (kv_sampling){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f,
+                         .repeat_last_n = 64, .seed = 1};
+}
+
+static void test_greedy(void) {
+    float l[6] = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
+    CHECK(kv_argmax(l, 6) == 1); /* lowest index on ties */
+    kv_sampler *s = kv_sampler_new(6);
+    REQUIRE(s);
+    kv_sampling p = base();
+    p.temperature = 0;
+    kv_rng r;
+    kv_rng_seed(&r, 3);
+    CHECK(kv_sampler_sample(s, &p, l, NULL, 0, &r) == 1);
+    float probs[6];
+    kv_sampler_dist(s, &p, l, NULL, 0, probs);
+    CHECK(probs[1] == 1.0f && probs[3] == 0.0f);
+    /* the repetition penalty moves greedy away from a repeated token */
+    p.repeat_penalty = 2.0f;
+    int32_t hist[] = {1};
+    CHECK(kv_sampler_sample(s, &p, l, hist, 1, &r) == 3);
+    kv_sampler_free(s);
+}
+
+static void test_dist_filters(void) {
+    enum { N = 8 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)(N - i); /* token 0 most likely */
+    kv_sampler *s = kv_sampler_new(N);
+    REQUIRE(s);
+    float p[N];
+    kv_sampling sp = base();
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += p[i];
+    CHECK(fabs(sum - 1) < 1e-5);
+    /* softmax ratios: p0/p1 = e */
+    CHECK(fabs(p[0] / p[1] - exp(1.0)) < 1e-3);
+    sp.top_k = 3;
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    CHECK(p[2] > 0 && p[3] == 0);
+    sum = p[0] + p[1] + p[2];
+    CHECK(fabs(sum - 1) < 1e-5);
+    sp.top_k = 0;
+    sp.top_p = 0.7f; /* p0 = 0.632, p0 + p1 = 0.865 -> keep 2 */
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    CHECK(p[1] > 0 && p[2] == 0);
+    sp.top_p = 1.0f;
+    sp.min_p = 0.2f; /* keep tokens with p >= 0.2 * p0: e^-1 = 0.37, e^-2 = 0.135 -> keep 2 */
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    CHECK(p[1] > 0 && p[2] == 0);
+    /* temperature sharpens: lower temperature, larger top probability */
+    sp.min_p = 0;
+    sp.temperature = 0.5f;
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    CHECK(fabs(p[0] / p[1] - exp(2.0)) < 1e-2);
+    kv_sampler_free(s);
+}
+
+/* Empirical frequencies follow the distribution and a seed replays. */
+static void test_sampling_frequencies(void) {
+    enum { N = 5, DRAWS = 200000 };
+    float l[N] = {1.0f, 0.5f, 0.0f, -0.5f, -3.0f};
+    kv_sampler *s = kv_sampler_new(N);
+    REQUIRE(s);
+    kv_sampling sp = base();
+    float p[N];
+    kv_sampler_dist(s, &sp, l, NULL, 0, p);
+    int count[N] = {0};
+    kv_rng r;
+    kv_rng_seed(&r, 12345);
+    for (int i = 0; i < DRAWS; i++) count[kv_sampler_sample(s, &sp, l, NULL, 0, &r)]++;
+    for (int i = 0; i < N; i++) {
+        double f = (double)count[i] / DRAWS, sd = sqrt(p[i] * (1 - p[i]) / DRAWS);
+        CHECKF(fabs(f - p[i]) < 5 * sd + 1e-4, "token %d: freq %g vs p %g", i, f, p[i]);
+    }
+    kv_rng a, b;
+    kv_rng_seed(&a, 99);
+    kv_rng_seed(&b, 99);
+    int same = 1;
+    for (int i = 0; i < 1000; i++) same &= kv_sampler_sample(s, &sp, l, NULL, 0, &a) == kv_sampler_sample(s, &sp, l, NULL, 0, &b);
+    CHECK(same);
+    kv_rng_seed(&b, 100);
+    int differ = 0;
+    kv_rng_seed(&a, 99);
+    for (int i = 0; i < 1000; i++) differ |= kv_rng_next(&a) != kv_rng_next(&b);
+    CHECK(differ);
+    kv_sampler_free(s);
+}
+
+static void test_validate(void) {
+    kv_err err = {0};
+    kv_sampling p = base();
+    CHECK(kv_sampling_validate(&p, &err) == 0);
+    p.top_p = 0;
+    CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "top_p"));
+    p = base();
+    p.temperature = -1;
+    CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "temperature"));
+    p = base();
+    p.min_p = 1;
+    CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL);
+    p = base();
+    p.temperature = NAN;
+    CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL);
+}
+
+TEST_MAIN(T(test_greedy), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))

@@ -1,0 +1,251 @@
+/* cmd_bench_kernels.c - `kvtop bench-kernels`: times the CPU matmul on the
+ * matmul shapes of a "110M" llama (dim 768, ffn 2048, vocab 32000) for each
+ * weight type and batch size, next to the measured memory read bandwidth
+ * (the ceiling of single-stream decode) and the scalar reference path, and
+ * sums the shapes into matmul-only decode and prompt-processing rates. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/common.h"
+#include "../kernels/backend.h"
+#include "../kernels/cpu.h"
+#include "../kernels/membw.h"
+#include "../kernels/types.h"
+#include "cli.h"
+#include "commands.h"
+
+#define MAX_LIST 16
+/* Weights are cycled through copies totalling at least this many bytes, so
+ * each call reads them from DRAM as a real model's layers do. */
+#define COLD_BYTES ((size_t)256 << 20)
+/* The scalar path is timed only when one call is cheaper than this. */
+#define REF_MAX_MACS 1.5e9
+
+typedef struct shape {
+    const char *what;
+    int64_t M, K; /* rows (outputs) x row length (inputs) */
+    int per_layer; /* uses per layer of the 110M model; 0 = the output head */
+} shape;
+
+static const shape shapes[] = {
+    {"attn q/k/v/o", 768, 768, 4},
+    {"ffn gate/up", 2048, 768, 2},
+    {"ffn down", 768, 2048, 1},
+    {"output", 32000, 768, 0},
+};
+#define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
+#define N_LAYERS 12
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvtop bench-kernels [-t N] [--types f32,q8_0,q4_0,...] [--n 1,32,512]\n"
+               "                           [--isa scalar|avx2|avx512] [--min-time S] [--no-ref]\n"
+               "  -t N         threads (default: all cores)\n"
+               "  --types      weight types (default f32,f16,bf16,q8_0,q4_0,q4_1)\n"
+               "  --n          activation rows per call (default 1,32,512)\n"
+               "  --isa        kernel ISA (default: the best this CPU runs)\n"
+               "  --min-time   seconds to time each case (default 0.3)\n"
+               "  --no-ref     skip timing the scalar reference path\n");
+}
+
+static double rnd(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return (double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median seconds per call over copies of the weight, at least min_time
+ * seconds in total (and at least 3 calls). */
+static double time_matmul(kv_backend *be, kv_cpu_isa isa, const kv_tensor *w, int copies, const float *x, float *y,
+                          int n, double min_time, int max_calls) {
+    static double t[4096];
+    kv_cpu_matmul_isa(be, isa, &w[0], x, y, n); /* warm-up: scratch, pages */
+    int calls = 0;
+    double total = 0;
+    while (calls < max_calls && calls < 4096 && (calls < 3 || total < min_time)) {
+        uint64_t t0 = kv_now_ns();
+        kv_cpu_matmul_isa(be, isa, &w[calls % copies], x, y, n);
+        t[calls] = (double)(kv_now_ns() - t0) * 1e-9;
+        total += t[calls++];
+    }
+    qsort(t, (size_t)calls, sizeof t[0], cmp_d);
+    return t[calls / 2];
+}
+
+static int parse_list(const char *s, char items[][16], int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len >= 16 || n == max) return -1;
+        memcpy(items[n], p, len);
+        items[n++][len] = 0;
+        p += len + (e ? 1 : 0);
+    }
+    return n;
+}
+
+int cmd_bench_kernels(int argc, char **argv) {
+    int threads = 0, do_ref = 1;
+    float min_time = 0.3f;
+    const char *types_s = "f32,f16,bf16,q8_0,q4_0,q4_1", *ns_s = "1,32,512", *isa_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t")) {
+            if (cli_int(argc, argv, &i, 1, KV_CPU_MAX_THREADS, &threads)) return 2;
+        } else if (!strcmp(argv[i], "--types")) {
+            if (cli_str(argc, argv, &i, &types_s)) return 2;
+        } else if (!strcmp(argv[i], "--n")) {
+            if (cli_str(argc, argv, &i, &ns_s)) return 2;
+        } else if (!strcmp(argv[i], "--isa")) {
+            if (cli_str(argc, argv, &i, &isa_s)) return 2;
+        } else if (!strcmp(argv[i], "--min-time")) {
+            if (cli_float(argc, argv, &i, 0.0, 60.0, &min_time)) return 2;
+        } else if (!strcmp(argv[i], "--no-ref")) {
+            do_ref = 0;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "kvtop bench-kernels: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    char tnames[MAX_LIST][16], nnames[MAX_LIST][16];
+    int nt = parse_list(types_s, tnames, MAX_LIST), nn = parse_list(ns_s, nnames, MAX_LIST);
+    if (nt <= 0 || nn <= 0) {
+        fprintf(stderr, "kvtop bench-kernels: bad --types or --n list\n");
+        return 2;
+    }
+    kv_type types[MAX_LIST];
+    int ns[MAX_LIST];
+    for (int i = 0; i < nt; i++) {
+        const kv_type_traits *tr;
+        if (kv_type_from_name(tnames[i], &types[i]) != 0 || !(tr = kv_type_get((int)types[i])) || !tr->supported ||
+            !(types[i] == KV_TYPE_F32 || types[i] == KV_TYPE_F16 || types[i] == KV_TYPE_BF16 ||
+              types[i] == KV_TYPE_Q8_0 || types[i] == KV_TYPE_Q4_0 || types[i] == KV_TYPE_Q4_1)) {
+            fprintf(stderr, "kvtop bench-kernels: type '%s' is not one of f32,f16,bf16,q8_0,q4_0,q4_1\n", tnames[i]);
+            return 2;
+        }
+    }
+    for (int i = 0; i < nn; i++) {
+        char *end;
+        long v = strtol(nnames[i], &end, 10);
+        if (*end || v < 1 || v > 4096) {
+            fprintf(stderr, "kvtop bench-kernels: --n value '%s' is not in 1..4096\n", nnames[i]);
+            return 2;
+        }
+        ns[i] = (int)v;
+    }
+    kv_err err = {0};
+    kv_backend *be = kv_backend_create("cpu", threads, &err);
+    if (!be) {
+        fprintf(stderr, "kvtop bench-kernels: %s\n", err.msg);
+        return 1;
+    }
+    kv_cpu_isa isa = kv_cpu_get_isa(be);
+    if (isa_s && (kv_cpu_isa_from_name(isa_s, &isa) != 0 || kv_cpu_set_isa(be, isa) != 0)) {
+        fprintf(stderr, "kvtop bench-kernels: ISA '%s' is unknown or not supported by this CPU\n", isa_s);
+        kv_backend_free(be);
+        return 2;
+    }
+    int nth = be->n_threads;
+    printf("kvtop bench-kernels: cpu backend, %d thread%s, kernels %s (best here: %s)\n", nth, nth == 1 ? "" : "s",
+           kv_cpu_isa_name(isa), kv_cpu_isa_name(kv_cpu_isa_best()));
+    double bw = kv_membw_measure_gbs(kv_cpu_pool(be), (size_t)512 << 20, 7);
+    printf("memory read bandwidth: %.1f GB/s (%d thread%s summing a 512 MiB buffer, median of 7)\n", bw, nth,
+           nth == 1 ? "" : "s");
+    printf("weights cycle through copies of >= %zu MiB, so every call reads them from DRAM;\n"
+           "GB/s = weight bytes / time; %%bw = that / the bandwidth above; GFLOP/s = 2*n*M*K / time\n\n",
+           COLD_BYTES >> 20);
+    printf("%-13s %-11s %-5s %5s %11s %8s %6s %9s %12s\n", "shape", "MxK", "type", "n", "time/call", "GB/s", "%bw",
+           "GFLOP/s", "scalar GF/s");
+
+    int rc = 0;
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    /* per type and n: seconds per token for the matmuls of the whole model */
+    double tok_s[MAX_LIST][MAX_LIST] = {{0}};
+    double head_s[MAX_LIST][MAX_LIST] = {{0}};
+    for (int si = 0; si < N_SHAPES && rc == 0; si++) {
+        const shape *sh = &shapes[si];
+        for (int ti = 0; ti < nt && rc == 0; ti++) {
+            kv_type t = types[ti];
+            size_t rs = kv_type_row_size(t, sh->K), wbytes = rs * (size_t)sh->M;
+            int copies = (int)KV_MAX((size_t)1, (COLD_BYTES + wbytes - 1) / wbytes);
+            kv_tensor *w = calloc((size_t)copies, sizeof *w);
+            uint8_t *data = malloc(wbytes * (size_t)copies);
+            float *row = malloc((size_t)sh->K * sizeof(float));
+            int maxn = 0;
+            for (int i = 0; i < nn; i++) maxn = KV_MAX(maxn, ns[i]);
+            float *x = malloc((size_t)maxn * sh->K * sizeof(float));
+            float *y = malloc((size_t)maxn * sh->M * sizeof(float));
+            if (!w || !data || !row || !x || !y) {
+                fprintf(stderr, "kvtop bench-kernels: out of memory for %s %s\n", sh->what, kv_type_name(t));
+                rc = 1;
+            } else {
+                for (int64_t r = 0; r < sh->M; r++) {
+                    for (int64_t k = 0; k < sh->K; k++) row[k] = (float)(rnd(&seed) * 0.05);
+                    kv_quantize_row(t, row, data + (size_t)r * rs, sh->K);
+                }
+                for (int c = 1; c < copies; c++) memcpy(data + (size_t)c * wbytes, data, wbytes);
+                for (int c = 0; c < copies; c++)
+                    w[c] = (kv_tensor){t, sh->K, sh->M, rs, data + (size_t)c * wbytes, NULL};
+                for (size_t i = 0; i < (size_t)maxn * sh->K; i++) x[i] = (float)rnd(&seed);
+                for (int ni = 0; ni < nn; ni++) {
+                    int n = ns[ni];
+                    double flops = 2.0 * n * (double)sh->M * (double)sh->K;
+                    double sec = time_matmul(be, isa, w, copies, x, y, n, min_time, 1000);
+                    char ref[32] = "-";
+                    if (do_ref && isa != KV_CPU_ISA_SCALAR) {
+                        if (flops / 2 <= REF_MAX_MACS) {
+                            double rs_ = time_matmul(be, KV_CPU_ISA_SCALAR, w, copies, x, y, n, 0.0, 3);
+                            snprintf(ref, sizeof ref, "%.2f", flops / rs_ * 1e-9);
+                        } else {
+                            snprintf(ref, sizeof ref, "skip");
+                        }
+                    }
+                    double gbs = (double)wbytes / sec * 1e-9;
+                    char mk[24];
+                    snprintf(mk, sizeof mk, "%lldx%lld", (long long)sh->M, (long long)sh->K);
+                    printf("%-13s %-11s %-5s %5d %9.1f us %8.1f %5.0f%% %9.1f %12s\n", sh->what, mk, kv_type_name(t), n,
+                           sec * 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, flops / sec * 1e-9, ref);
+                    fflush(stdout);
+                    if (sh->per_layer)
+                        tok_s[ti][ni] += sec * sh->per_layer * N_LAYERS;
+                    else
+                        head_s[ti][ni] = sec;
+                }
+            }
+            free(w);
+            free(data);
+            free(row);
+            free(x);
+            free(y);
+        }
+    }
+    if (rc == 0) {
+        printf("\n110M-model matmul-only rates (12 layers x 7 matmuls, + the 32000x768 head):\n");
+        for (int ti = 0; ti < nt; ti++)
+            for (int ni = 0; ni < nn; ni++) {
+                int n = ns[ni];
+                /* decode: every row needs logits; prompt processing: only the
+                 * last row does (as llama-bench's pp) */
+                double dec = tok_s[ti][ni] + head_s[ti][ni];
+                printf("  %-5s n=%-4d %8.1f tok/s with every row's logits", kv_type_name(types[ti]), n, n / dec);
+                if (n > 1) printf(", %8.1f tok/s prompt (head on the last row only)", n / tok_s[ti][ni]);
+                printf("\n");
+            }
+    }
+    kv_backend_free(be);
+    return rc;
+}
