@@ -544,6 +544,34 @@ int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new) {
     return 0;
 }
 
+int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, int n_slots, int *n_reused) {
+    if (n_reused) *n_reused = 0;
+    if (!c || n_slots <= 0) return 0;
+    const int bs = c->p.block_size;
+    int n_tok = 0, k = 0, taken = 0;
+    if (c->p.prefix_sharing && tokens && n > 1) {
+        n_tok = reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), bs, n);
+        k = (n_tok + bs - 1) / bs;
+        /* walk again to see which of the k blocks sit in the evictable pool */
+        uint64_t ph = KV_HASH_ROOT;
+        int par = -1;
+        for (int i = 0; i < k; i++) {
+            const int32_t *t = tokens + (size_t)i * bs;
+            uint64_t h = chain_hash(c, ph, t, bs);
+            int b = index_find(c, h, par, gen_of(c, par), t);
+            if (c->ref[b] == 0) taken++;
+            ph = h;
+            par = b;
+        }
+    }
+    if (n_reused) *n_reused = n_tok;
+    int64_t need = ((int64_t)n_slots + bs - 1) / bs - k;
+    if (need < 0) need = 0;
+    if (n_tok % bs && n_slots > n_tok) need++; /* the fully cached last block is copied on write */
+    need += taken;
+    return (int)KV_MIN(need, (int64_t)INT_MAX);
+}
+
 int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos) {
     if (!c || !s || s->swapped || pos < 0) return -1;
     const int bs = c->p.block_size;

@@ -89,6 +89,15 @@ int kv_cache_blocks_needed(const kv_cache *c, const kv_seq *s, int n_new);
 int kv_cache_n_available(const kv_cache *c);
 int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new);
 
+/* Admission planning for a new sequence with prompt tokens[0..n) (a query,
+ * no side effects): the blocks that attach_prefix followed by reserving
+ * slots for positions [0, n_slots) would take out of kv_cache_n_available()
+ * -- new blocks, the copy of a fully cached last block, and the cached
+ * blocks attaching removes from the evictable pool. Both succeed exactly
+ * when the result is <= kv_cache_n_available(). *n_reused (may be NULL)
+ * gets what attach would return. */
+int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, int n_slots, int *n_reused);
+
 /* Physical slot (block * block_size + offset) of position pos of s. */
 int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos);
 
@@ -98,12 +107,16 @@ int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos);
 void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_total);
 /* Drops uncommitted or rejected positions: keeps n_tokens tokens, frees the
  * blocks past them (speculative rollback, preemption by recompute uses
- * release instead). Never touches registered (hashed) blocks. */
+ * release instead). Never modifies registered (hashed) blocks: dropped ones
+ * stay cached, and one cut in the middle is copied before it is written. */
 void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens);
 
 /* Swap to / from the host pool. swap_out moves every block of s to the host
  * pool and frees the device blocks (KV_AGAIN if the pool lacks room);
- * swap_in does the reverse (KV_AGAIN if the device lacks blocks). */
+ * swap_in does the reverse (KV_AGAIN if the device lacks blocks). Leading
+ * prefix blocks still registered on the device (shared, or cached and not
+ * yet evicted) are referenced again instead of copied back. Both return
+ * KV_ERR_INVAL for a sequence in the wrong state. */
 int kv_cache_seq_swap_out(kv_cache *c, kv_seq *s);
 int kv_cache_seq_swap_in(kv_cache *c, kv_seq *s);
 

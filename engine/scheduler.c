@@ -322,6 +322,22 @@ static kv_sreq *pick_victim(const kv_sched *s) {
     return v;
 }
 
+/* The victim for a waiting request of priority prio: the lowest-priority,
+ * newest running request strictly below prio, or NULL. */
+static kv_sreq *victim_below(const kv_sched *s, int prio) {
+    kv_sreq *v = pick_victim(s);
+    return v && v->priority < prio ? v : NULL;
+}
+
+/* Blocks held by running requests below priority prio (an upper bound of
+ * what preempting them all frees: shared blocks stay). */
+static int blocks_below(const kv_sched *s, int prio) {
+    int n = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->priority < prio) n += s->running[i]->seq.n_blocks;
+    return n;
+}
+
 /* ---- scheduling ---- */
 
 static void unschedule(kv_sched *s, kv_sreq *r) {
@@ -512,8 +528,16 @@ static int try_admit(kv_sched *s, kv_sreq *r, int *free_blocks, int *need) {
     return 1;
 }
 
+/* Blocks r would take on admission, before looking at its prefix hit. */
+static int admission_estimate(const kv_sched *s, const kv_sreq *r) {
+    int hit = s->p.prefix_sharing ? kv_cache_match_prefix(s->c, r->tokens, r->n_tokens) : 0;
+    return ceil_div(admission_tokens(s, r), s->block_size) - hit / s->block_size;
+}
+
 static void schedule_waiting(kv_sched *s) {
     if (s->n_waiting == 0) return;
+    int swapped_prio = INT32_MIN; /* swapped requests come back before these */
+    for (int i = 0; i < s->n_swapped; i++) swapped_prio = KV_MAX(swapped_prio, s->swapped[i]->priority);
     sort_queue(s, s->waiting, s->n_waiting, 1);
     /* Iterate over a copy: admission removes from the queue. */
     int n = s->n_waiting;
@@ -523,7 +547,7 @@ static void schedule_waiting(kv_sched *s) {
     int starting_batch = static_mode && !batch_active(s);
     for (int i = 0; i < n; i++) {
         kv_sreq *r = s->order[i];
-        if (s->n_swapped > 0) {
+        if (s->n_swapped > 0 && r->priority <= swapped_prio) {
             wait_reason(s, r, "swapped requests first");
             continue;
         }
@@ -532,8 +556,15 @@ static void schedule_waiting(kv_sched *s) {
             continue;
         }
         if (s->n_running >= s->p.max_seqs) {
-            wait_reason(s, r, "max_seqs (%d) running", s->p.max_seqs);
-            continue;
+            /* A higher-priority request takes the place of a lower one,
+             * when the blocks they would free let it in. */
+            kv_sreq *v = static_mode ? NULL : victim_below(s, r->priority);
+            if (!v || kv_cache_n_available(s->c) - s->p.watermark_blocks + blocks_below(s, r->priority) <
+                          admission_estimate(s, r)) {
+                wait_reason(s, r, "max_seqs (%d) running", s->p.max_seqs);
+                continue;
+            }
+            preempt(s, v, r);
         }
         /* continuous batching admits only what can start computing now;
          * a static batch starts together and prefills over the next steps */
@@ -555,7 +586,16 @@ static void schedule_waiting(kv_sched *s) {
             }
         }
         int free_blocks, need;
-        if (!try_admit(s, r, &free_blocks, &need)) {
+        int ok = try_admit(s, r, &free_blocks, &need);
+        /* priority preemption: lower-priority running requests give way
+         * when what they hold would be enough */
+        while (!ok && !static_mode && free_blocks + blocks_below(s, r->priority) >= need) {
+            kv_sreq *v = victim_below(s, r->priority);
+            if (!v) break;
+            preempt(s, v, r);
+            ok = try_admit(s, r, &free_blocks, &need);
+        }
+        if (!ok) {
             wait_reason(s, r, "%d free blocks, needs %d", free_blocks < 0 ? 0 : free_blocks, need);
             if (!blocked) blocked = r;
             continue;

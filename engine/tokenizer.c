@@ -386,6 +386,10 @@ static int tok_finish(kv_tokenizer *t, kv_err *err) {
     if (t->eos >= 0) t->eog[t->eos] = 1;
     if (t->eot >= 0) t->eog[t->eot] = 1;
     if (t->eom >= 0) t->eog[t->eom] = 1;
+    /* NOTE: a generated BOS ends generation too, as llama2.c's run.c does:
+     * it opens a new document (SentencePiece <s>) or a new turn (ChatML's
+     * <|im_start|> doubles as BOS), never a continuation of this one. */
+    if (t->bos >= 0) t->eog[t->bos] = 1;
     for (size_t i = 0; i < KV_ARRAY_LEN(eog_texts); i++) {
         int32_t id = find_text(t, eog_texts[i], strlen(eog_texts[i]));
         if (id >= 0 && t->ttype[id] != KV_TOKEN_NORMAL && id != t->bos) t->eog[id] = 1;

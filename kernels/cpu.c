@@ -4,8 +4,10 @@
  * Every op keeps a scalar path; silu_mul and rmsnorm have AVX2 / AVX-512
  * variants chosen with the backend's ISA. */
 #include "cpu.h"
+#include "quant_ext.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,25 +37,28 @@ static cpu_ctx *ctx_of(const kv_backend *b) { return (cpu_ctx *)b->ctx; }
 
 /* ---- ISA ----------------------------------------------------------------- */
 
-int kv_cpu_isa_supported(kv_cpu_isa isa) {
-    switch (isa) {
-    case KV_CPU_ISA_SCALAR:
-        return 1;
+/* Probes the CPU once: cpuid traps to the hypervisor in a VM (tens of
+ * microseconds), and ops ask for every call. */
+static int isa_ok[KV_CPU_ISA_COUNT]; /* written once under isa_once */
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_probe(void) {
+    isa_ok[KV_CPU_ISA_SCALAR] = 1;
 #ifdef KV_HAVE_X86_KERNELS
-    case KV_CPU_ISA_AVX2: {
-        unsigned a, b, c, d;
-        __builtin_cpu_init();
-        if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) return 0;
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    case KV_CPU_ISA_AVX512:
-        return kv_cpu_isa_supported(KV_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    isa_ok[KV_CPU_ISA_AVX2] = f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    isa_ok[KV_CPU_ISA_AVX512] = isa_ok[KV_CPU_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
+                                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 #endif
-    default:
-        return 0;
-    }
+}
+
+int kv_cpu_isa_supported(kv_cpu_isa isa) {
+    if ((int)isa < 0 || isa >= KV_CPU_ISA_COUNT) return 0;
+    pthread_once(&isa_once, isa_probe);
+    return isa_ok[isa];
 }
 
 kv_cpu_isa kv_cpu_isa_best(void) {
@@ -448,6 +453,7 @@ kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {
     b->ops = &cpu_ops;
     b->ctx = c;
     atomic_init(&c->used, 0);
+    kv_qext_init(); /* the matmul runs quant_ext's types: mark them supported */
     c->isa = kv_cpu_isa_best();
     const char *env = getenv("KVTOP_CPU_ISA");
     kv_cpu_isa want;

@@ -1,10 +1,11 @@
 /* cpu_attention.c - the CPU backend's paged KV ops: store K/V rows into
  * their slots (encoding to the cache dtype), copy blocks, and attention over
- * block tables with an online (flash-attention style) softmax, one pass
- * over the context per (token, kv head) work item, threaded over items
- * balanced by context length. Scalar reference kernels plus AVX2 and
- * AVX-512 ones picked at run time; f32/f16 rows are read in place, the
- * quantized dtypes are decoded a tile at a time. No allocation. */
+ * block tables with an online (flash-attention style) softmax: one pass
+ * over the context per work item (a token and a range of its query heads),
+ * items spread over the pool's threads balanced by context length. Scalar
+ * reference kernels plus AVX2 and AVX-512 ones picked at run time; f32/f16
+ * rows are read in place, the quantized dtypes are decoded a tile at a
+ * time into a stack buffer. No allocation. */
 #include "cpu_attention.h"
 
 #include <math.h>
@@ -37,6 +38,8 @@ typedef struct attn_kernels {
                   const float *p, int ps);
     /* s[i] = exp(s[i] - m) for i < n; returns their sum */
     float (*expsum)(float *s, int n, float m);
+    /* dst(nt, hd) = the nt quantized rows at src + t * stride, decoded */
+    void (*decode)(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst);
 } attn_kernels;
 
 /* ---- scalar reference ---- */
@@ -86,7 +89,11 @@ static float expsum_scalar(float *s, int n, float m) {
     return sum;
 }
 
-static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar};
+static void decode_scalar(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
+    for (int t = 0; t < nt; t++) kv_dtype_decode_row(d, src + (size_t)t * stride, dst + (size_t)t * hd, hd);
+}
+
+static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, decode_scalar};
 
 #ifdef ATTN_X86
 /* ---- AVX2 + FMA + F16C ---- */
@@ -252,7 +259,54 @@ static T_AVX2 float expsum_avx2(float *s, int n, float m) {
     return t;
 }
 
-static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2};
+/* fp8 codes -> IEEE half bits: e5m2 is the top byte of a half; e4m3 shifted
+ * into a half's fields is the value / 256 (both normal and subnormal), so
+ * the caller multiplies by 256. */
+INL T_AVX2 __m128i fp8_to_half(__m128i b8, int e4) {
+    __m128i w = _mm_cvtepu8_epi16(b8);
+    if (!e4) return _mm_slli_epi16(w, 8);
+    return _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                        _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+}
+
+static T_AVX2 void decode_avx2(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
+    const int hd8 = hd & ~7;
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *p = src + (size_t)t * stride;
+        float *o = dst + (size_t)t * hd;
+        float scale, mn = 0.0f;
+        memcpy(&scale, p + hd, 4);
+        if (d == KV_CACHE_INT8_ASYM) memcpy(&mn, p + hd + 4, 4);
+        const int e4 = d == KV_CACHE_FP8_E4M3;
+        const __m256 vs = _mm256_set1_ps(e4 ? scale * 256.0f : scale), vm = _mm256_set1_ps(mn);
+        for (int c = 0; c < hd8; c += 8) {
+            __m128i b = _mm_loadl_epi64((const __m128i *)(p + c));
+            __m256 x;
+            switch (d) {
+            case KV_CACHE_INT8: x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vs); break;
+            case KV_CACHE_INT8_ASYM: x = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), vs, vm); break;
+            default:
+                x = _mm256_mul_ps(_mm256_cvtph_ps(fp8_to_half(b, e4)), vs);
+                if (e4) { /* e4m3's only NaN codes are S.1111.111 */
+                    __m128i lo = _mm_and_si128(_mm_cvtepu8_epi16(b), _mm_set1_epi16(0x7f));
+                    __m256i nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(lo, _mm_set1_epi16(0x7f)));
+                    x = _mm256_blendv_ps(x, _mm256_set1_ps(NAN), _mm256_castsi256_ps(nan));
+                }
+                break;
+            }
+            _mm256_storeu_ps(o + c, x);
+        }
+        for (int c = hd8; c < hd; c++) /* the tail, as the reference does it */
+            switch (d) {
+            case KV_CACHE_INT8: o[c] = (float)(int8_t)p[c] * scale; break;
+            case KV_CACHE_INT8_ASYM: o[c] = mn + (float)p[c] * scale; break;
+            case KV_CACHE_FP8_E4M3: o[c] = kv_fp8_e4m3_to_fp32(p[c]) * scale; break;
+            default: o[c] = kv_fp8_e5m2_to_fp32(p[c]) * scale; break;
+            }
+    }
+}
+
+static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2, decode_avx2};
 
 /* ---- AVX-512 (F + BW + VL) ---- */
 #define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -381,7 +435,43 @@ static T_512 float expsum_512(float *s, int n, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
-static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512};
+static T_512 void decode_512(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *p = src + (size_t)t * stride;
+        float *o = dst + (size_t)t * hd;
+        float scale, mn = 0.0f;
+        memcpy(&scale, p + hd, 4);
+        if (d == KV_CACHE_INT8_ASYM) memcpy(&mn, p + hd + 4, 4);
+        const int e4 = d == KV_CACHE_FP8_E4M3;
+        const __m512 vs = _mm512_set1_ps(e4 ? scale * 256.0f : scale), vm = _mm512_set1_ps(mn);
+        for (int c = 0; c < hd; c += 16) {
+            const __mmask16 m = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
+            __m128i b = _mm_maskz_loadu_epi8(m, p + c);
+            __m512 x;
+            switch (d) {
+            case KV_CACHE_INT8: x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), vs); break;
+            case KV_CACHE_INT8_ASYM: x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), vs, vm); break;
+            case KV_CACHE_FP8_E5M2:
+                x = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)), vs);
+                break;
+            default: {
+                __m256i w = _mm256_cvtepu8_epi16(b);
+                __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                            _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
+                x = _mm512_mul_ps(_mm512_cvtph_ps(h), vs);
+                /* e4m3's only NaN codes are S.1111.111 */
+                __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)),
+                                                        _mm256_set1_epi16(0x7f));
+                x = _mm512_mask_mov_ps(x, nan, _mm512_set1_ps(NAN));
+                break;
+            }
+            }
+            _mm512_mask_storeu_ps(o + c, m, x);
+        }
+    }
+}
+
+static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512, decode_512};
 #endif /* ATTN_X86 */
 
 /* What the CPU supports, asked once: CPUID traps to the hypervisor in a
@@ -441,9 +531,7 @@ static const uint8_t *tile_rows(const attn_job *j, const uint8_t *pool, int phys
         *f16 = kv->dtype == KV_CACHE_F16;
         return base;
     }
-    for (int t = 0; t < nt; t++)
-        kv_dtype_decode_row(kv->dtype, base + (size_t)t * kv->slot_bytes, buf + (size_t)t * kv->head_dim,
-                            kv->head_dim);
+    j->kern->decode(kv->dtype, base, kv->slot_bytes, nt, kv->head_dim, buf);
     *stride = (size_t)kv->head_dim * sizeof(float);
     *f16 = 0;
     return (const uint8_t *)buf;
@@ -546,7 +634,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     float buf[ATTN_QBUF];
     int tile = ATTN_QBUF / hd;
     if (tile > ATTN_TILE) tile = ATTN_TILE;
-    if (tile < 1) tile = 1; /* head_dim > ATTN_QBUF cannot happen: kv_cache limits it to 4096 */
+    if (tile < 1) tile = 1; /* (head_dim <= KV_ATTN_MAX_HEAD_DIM < ATTN_QBUF) */
     int64_t cum = 0;
     for (int i = 0; i < j->ab->n_tokens && cum < hi; i++) {
         const int64_t ctxl = (int64_t)j->ab->pos[i] + 1;
@@ -564,7 +652,8 @@ static void attn_task(void *ctx, int ith, int nth) {
 
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                  const float *q, float *out, int n_heads, float scale) {
-    if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads)
+    if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
+        kv->head_dim <= 0 || kv->head_dim > KV_ATTN_MAX_HEAD_DIM || layer < 0 || layer >= kv->n_layers)
         return;
     attn_job j = {
         .kern = kernels_for(isa),
@@ -684,6 +773,9 @@ void kv_cpu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
 
 int kv_attn_batch_check(const kv_pages *kv, const kv_attn_batch *ab, int n_heads, kv_err *err) {
     if (!kv || !ab) return kv_err_set(err, KV_ERR_INVAL, "attention: no pages or batch");
+    if (kv->head_dim <= 0 || kv->head_dim > KV_ATTN_MAX_HEAD_DIM)
+        return kv_err_set(err, KV_ERR_UNSUPPORTED, "attention: head_dim %d out of range [1, %d]", kv->head_dim,
+                          KV_ATTN_MAX_HEAD_DIM);
     if (kv->n_kv_heads <= 0 || n_heads <= 0 || n_heads % kv->n_kv_heads)
         return kv_err_set(err, KV_ERR_INVAL, "attention: %d query heads is not a multiple of %d kv heads", n_heads,
                           kv->n_kv_heads);

@@ -9,6 +9,9 @@
 #include "matmul.h" /* kv_cpu_isa */
 #include "threadpool.h"
 
+/* Largest head_dim the kernels take (larger: they do nothing). */
+#define KV_ATTN_MAX_HEAD_DIM 4096
+
 /* kv_cpu_attention on `pool` (NULL: the calling thread only) with the
  * kernels of `isa` (an ISA this CPU lacks falls back to scalar). */
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
@@ -18,7 +21,8 @@ void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer,
                    const float *k, const float *v);
 
 /* Checks what the kernels assume and do not re-check in the hot path:
- * n_heads a positive multiple of kv->n_kv_heads; every token's sequence in
+ * head_dim <= KV_ATTN_MAX_HEAD_DIM; n_heads a positive multiple of
+ * kv->n_kv_heads; every token's sequence in
  * [0, n_seqs), position >= 0, slot in the pool and equal to the slot its
  * table gives for its position; every table entry up to its position in
  * [0, n_blocks). Returns 0, or KV_ERR_RANGE / KV_ERR_INVAL with err naming

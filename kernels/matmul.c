@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "quant_ext.h"
 
 /* Below this many multiply-adds a matmul runs on the calling thread alone:
  * waking the workers would cost more than the work (a 64x64 matvec of a tiny
@@ -64,7 +65,10 @@ void kv_q8a_row_ref(const float *x, int64_t K, size_t bstride, int8_t *qs, float
             qs[o * KV_QK + i] = (int8_t)q;
             sum += q;
         }
-        if (bad || isinf(amax)) db = NAN;
+        if (bad || isinf(amax)) { /* non-finite block: d = NaN poisons its dots */
+            db = NAN;
+            sum = 0;
+        }
         d[o] = db;
         ioff[o] = -zp * sum;
         ds[o] = db * (float)sum;
@@ -110,8 +114,11 @@ static float dot_q_ref(kv_type t, const uint8_t *w, const kv_q8a *a, int n, int 
 static float dot_f_ref(kv_type t, const uint8_t *w, const float *x, int64_t K) {
     double s = 0.0;
     if (t == KV_TYPE_F32) {
-        const float *wf = (const float *)(const void *)w;
-        for (int64_t k = 0; k < K; k++) s += (double)wf[k] * x[k];
+        for (int64_t k = 0; k < K; k++) {
+            float v;
+            memcpy(&v, w + 4 * k, 4); /* rows need not be 4-byte aligned */
+            s += (double)v * x[k];
+        }
     } else if (t == KV_TYPE_F16) {
         for (int64_t k = 0; k < K; k++) s += (double)kv_fp16_to_fp32(kv_mm_rd16(w + 2 * k)) * x[k];
     } else {
@@ -201,8 +208,8 @@ static void fill_nan(float *y, size_t count) {
 int kv_mm_check(const kv_tensor *w, kv_err *err) {
     if (!w) return kv_err_set(err, KV_ERR_INVAL, "matmul: no weight tensor");
     const kv_type_traits *tr = kv_type_get((int)w->type);
-    if (!tr || !tr->supported ||
-        !(w->type == KV_TYPE_F32 || w->type == KV_TYPE_F16 || w->type == KV_TYPE_BF16 || is_quant(w->type)))
+    if (!tr || !(w->type == KV_TYPE_F32 || w->type == KV_TYPE_F16 || w->type == KV_TYPE_BF16 || is_quant(w->type) ||
+                 kv_qext_get(w->type)))
         return kv_err_set(err, KV_ERR_UNSUPPORTED, "cpu backend: weight type %s (%d) is not supported",
                           kv_type_name((int)w->type), (int)w->type);
     if (w->ne0 <= 0 || w->ne1 <= 0 || w->ne0 > INT32_MAX || w->ne1 > INT32_MAX)
@@ -218,6 +225,83 @@ int kv_mm_check(const kv_tensor *w, kv_err *err) {
     return KV_OK;
 }
 
+/* ---- the other GGUF block types (quant_ext.h): one dot per output ------- */
+
+typedef struct qx_task {
+    kv_qext_dot_fn dot;
+    kv_qext_from_f32_fn quant; /* f32 -> the dot's activation blocks */
+    const float *x;            /* (n, K) */
+    const uint8_t *w;          /* (M, nb1) */
+    size_t nb1;
+    uint8_t *act;              /* (n, arow) quantized activations */
+    size_t arow;               /* bytes per quantized activation row */
+    int64_t K, M;
+    int n;
+    float *y;                  /* (n, M) */
+    int64_t chunk;             /* rows per grab */
+    atomic_llong next;
+} qx_task;
+
+static void qx_quant_task(void *ctx, int ith, int nth) {
+    qx_task *t = ctx;
+    int j0 = (int)((int64_t)t->n * ith / nth), j1 = (int)((int64_t)t->n * (ith + 1) / nth);
+    for (int j = j0; j < j1; j++) t->quant(t->x + (size_t)j * t->K, t->act + (size_t)j * t->arow, t->K);
+}
+
+static void qx_rows_task(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    qx_task *t = ctx;
+    for (;;) {
+        int64_t r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
+        if (r0 >= t->M) break;
+        int64_t r1 = KV_MIN(t->M, r0 + t->chunk);
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *wr = t->w + (size_t)r * t->nb1;
+            for (int j = 0; j < t->n; j++) t->y[(size_t)j * t->M + r] = t->dot(t->K, wr, t->act + (size_t)j * t->arow);
+        }
+    }
+}
+
+/* The dot of ops at our ISA level (the levels are numbered alike). */
+static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {
+    if (isa == KV_CPU_ISA_SCALAR) return ops->vec_dot_ref;
+    kv_qext_dot_fn f = kv_qext_vec_dot_isa(ops->type, (kv_qext_isa)isa);
+    return f ? f : ops->vec_dot;
+}
+
+static int qx_matmul(kv_backend *b, kv_cpu_isa isa, const kv_qext_ops *ops, const kv_tensor *w, const float *x,
+                     float *y, int n, int nth) {
+    qx_task t;
+    memset(&t, 0, sizeof t);
+    t.dot = qx_dot(ops, isa);
+    t.quant = ops->quantize_act_row;
+    t.x = x;
+    t.w = w->data;
+    t.nb1 = w->nb1;
+    t.K = w->ne0;
+    t.M = w->ne1;
+    t.n = n;
+    t.y = y;
+    t.arow = kv_type_row_size(ops->vec_type, w->ne0);
+    if (t.arow == 0) return KV_ERR_INVAL; /* K does not fit the activation blocks */
+    t.act = b ? kv_cpu_act_scratch(b, t.arow * (size_t)n) : malloc(t.arow * (size_t)n);
+    if (!t.act) return KV_ERR_NOMEM;
+    kv_threadpool *pool = b ? kv_cpu_pool(b) : NULL;
+    if (nth > 1 && n > 1 && (double)n * (double)t.K >= KV_MM_MIN_PAR_QUANT)
+        kv_threadpool_run(pool, qx_quant_task, &t);
+    else
+        qx_quant_task(&t, 0, 1);
+    t.chunk = KV_MAX((int64_t)16, (t.M + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4));
+    atomic_init(&t.next, 0);
+    if (nth > 1)
+        kv_threadpool_run(pool, qx_rows_task, &t);
+    else
+        qx_rows_task(&t, 0, 1);
+    if (!b) free(t.act);
+    return KV_OK;
+}
+
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
     if (!w || !x || !y || n <= 0) return;
     if (kv_mm_check(w, NULL) != KV_OK) {
@@ -226,12 +310,18 @@ void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const 
         if (w->ne1 > 0) fill_nan(y, (size_t)n * (size_t)w->ne1);
         return;
     }
+    if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
     const kv_mm_isa_kernels *kern = isa_kernels(isa);
     kv_threadpool *pool = kv_cpu_pool(b);
     int nth = kv_threadpool_size(pool);
     int64_t K = w->ne0, M = w->ne1;
     double macs = (double)n * (double)K * (double)M;
     if (macs < KV_MM_MIN_PAR_MACS) nth = 1;
+    const kv_qext_ops *qx = kv_qext_get(w->type);
+    if (qx) {
+        if (qx_matmul(b, isa, qx, w, x, y, n, nth) != KV_OK) fill_nan(y, (size_t)n * (size_t)M);
+        return;
+    }
 
     mm_task t;
     memset(&t, 0, sizeof t);
@@ -309,6 +399,8 @@ int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
     int rc = kv_mm_check(w, NULL);
     if (rc != KV_OK) return rc;
     if (n == 0) return KV_OK;
+    const kv_qext_ops *qx = kv_qext_get(w->type);
+    if (qx) return qx_matmul(NULL, KV_CPU_ISA_SCALAR, qx, w, x, y, n, 1);
     kv_mm_args a;
     memset(&a, 0, sizeof a);
     a.type = w->type;

@@ -75,7 +75,10 @@ void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, floa
         __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
         __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
         _mm256_storeu_si256((__m256i *)(void *)(qs + o * KV_QK), p);
-        if (_mm256_movemask_ps(nanv) || isinf(amax)) db = NAN;
+        if (_mm256_movemask_ps(nanv) || isinf(amax)) { /* non-finite block: d = NaN poisons its dots; sum is moot */
+            db = NAN;
+            sum = 0;
+        }
         d[o] = db;
         ioff[o] = -zp * sum;
         ds[o] = db * (float)sum;
@@ -105,28 +108,55 @@ static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, i
 
 /* ---- quantized tiles ----------------------------------------------------- */
 
-KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, float *scr) {
-    const int64_t nb = a->K / KV_QK, nbp = (nb + 15) & ~(int64_t)15;
+/* Scratch of a row tile: (4, nbp) weight scales, (4, nbp) q4_1 minimums,
+ * (4, 2, nbp) scale products for the current activation pair, u16 staging. */
+typedef struct qtile_scr {
+    float *dwf, *mwf, *scl;
+    float *adt, *dst; /* (2, nbp) the activation pair's d and d * sum, contiguous */
+    uint16_t *tmp;
+    int64_t nbp;
+} qtile_scr;
+
+static qtile_scr qtile_layout(void *scratch, int64_t nb) {
+    qtile_scr q;
+    q.nbp = (nb + 15) & ~(int64_t)15;
+    q.dwf = scratch;
+    q.mwf = q.dwf + 4 * q.nbp;
+    q.scl = q.mwf + 4 * q.nbp;
+    q.adt = q.scl + 8 * q.nbp;
+    q.dst = q.adt + 2 * q.nbp;
+    q.tmp = (uint16_t *)(q.dst + 2 * q.nbp);
+    return q;
+}
+
+/* Rows r..r+R against activation rows j0..j0+J (J <= 2); the row tile's
+ * scales are already in sc->dwf / sc->mwf. */
+KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qtile_scr *sc) {
+    const int64_t nb = a->K / KV_QK, nbp = sc->nbp;
     const size_t bs = qblk_bytes(t), n = (size_t)a->n;
-    float *dwf = scr;           /* (R, nbp) */
-    float *mwf = dwf + 4 * nbp; /* (R, nbp) */
-    float *scl = mwf + 4 * nbp; /* (R, J, nbp) */
-    uint16_t *tmp = (uint16_t *)(scl + 16 * nbp);
     const uint8_t *rows[4];
     float mterm[4][2];
+    /* this pair's scales, out of the block-major arrays once for all rows */
+    for (int jj = 0; jj < J; jj++) {
+        for (int64_t b = 0; b < nb; b++) {
+            size_t o = (size_t)b * n + (size_t)(j0 + jj);
+            sc->adt[jj * nbp + b] = a->a.d[o];
+            if (t == KV_TYPE_Q4_1) sc->dst[jj * nbp + b] = a->a.ds[o];
+        }
+        for (int64_t b = nb; b < nbp; b++) sc->adt[jj * nbp + b] = sc->dst[jj * nbp + b] = 0.0f;
+    }
     for (int rr = 0; rr < R; rr++) {
         rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
-        extract_f16(rows[rr], bs, 0, nb, nbp, tmp, dwf + rr * nbp);
-        if (t == KV_TYPE_Q4_1) extract_f16(rows[rr], bs, 2, nb, nbp, tmp, mwf + rr * nbp);
         for (int jj = 0; jj < J; jj++) {
-            float *sc = scl + (rr * J + jj) * nbp;
-            float mt = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                size_t o = (size_t)b * n + (size_t)(j0 + jj);
-                sc[b] = dwf[rr * nbp + b] * a->a.d[o];
-                if (t == KV_TYPE_Q4_1) mt += mwf[rr * nbp + b] * a->a.ds[o];
+            float *s = sc->scl + (rr * 2 + jj) * nbp;
+            const float *dw = sc->dwf + rr * nbp, *mw = sc->mwf + rr * nbp;
+            const float *ad = sc->adt + jj * nbp, *ads = sc->dst + jj * nbp;
+            __m256 mt = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nbp; b += 8) {
+                _mm256_storeu_ps(s + b, _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(ad + b)));
+                if (t == KV_TYPE_Q4_1) mt = _mm256_fmadd_ps(_mm256_loadu_ps(mw + b), _mm256_loadu_ps(ads + b), mt);
             }
-            mterm[rr][jj] = mt;
+            mterm[rr][jj] = t == KV_TYPE_Q4_1 ? hsum256(mt) : 0.0f;
         }
     }
     const __m256i ones = _mm256_set1_epi16(1);
@@ -138,9 +168,12 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const int32_t *io = a->a.ioff + j0;
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
-        __m256i wv[4];
+        __m256i wv[4], wabs[4];
 #pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = q_load(t, rows[rr] + (size_t)b * bs);
+        for (int rr = 0; rr < R; rr++) {
+            wv[rr] = q_load(t, rows[rr] + (size_t)b * bs);
+            wabs[rr] = t == KV_TYPE_Q8_0 ? _mm256_sign_epi8(wv[rr], wv[rr]) : wv[rr];
+        }
 #pragma GCC unroll 2
         for (int jj = 0; jj < J; jj++) {
             __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
@@ -148,49 +181,57 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
             for (int rr = 0; rr < R; rr++) {
                 __m256i p;
                 if (t == KV_TYPE_Q8_0) {
-                    p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv[rr], wv[rr]), _mm256_sign_epi8(av, wv[rr]));
-                    p = _mm256_madd_epi16(p, ones);
+                    p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[rr], _mm256_sign_epi8(av, wv[rr])), ones);
                 } else {
                     p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[rr], av), ones);
                     if (t == KV_TYPE_Q4_0) p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj])));
                 }
-                acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scl[(rr * J + jj) * nbp + b]), acc[rr][jj]);
+                acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc->scl[(rr * 2 + jj) * nbp + b]), acc[rr][jj]);
             }
         }
     }
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = hsum256(acc[rr][jj]) + mterm[rr][jj];
 }
 
 #define QD(t)                                                                                                          \
-    static void qd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J, float *scr) {                                  \
+    static void qd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc) {                         \
         if (J == 2)                                                                                                    \
-            qd_tile(a, t, r, 4, j0, 2, scr);                                                                           \
+            qd_tile(a, t, r, 4, j0, 2, sc);                                                                            \
         else                                                                                                           \
-            qd_tile(a, t, r, 4, j0, 1, scr);                                                                           \
+            qd_tile(a, t, r, 4, j0, 1, sc);                                                                            \
     }                                                                                                                  \
-    static void qd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J, float *scr) {                                  \
+    static void qd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc) {                         \
         if (J == 2)                                                                                                    \
-            qd_tile(a, t, r, 1, j0, 2, scr);                                                                           \
+            qd_tile(a, t, r, 1, j0, 2, sc);                                                                            \
         else                                                                                                           \
-            qd_tile(a, t, r, 1, j0, 1, scr);                                                                           \
+            qd_tile(a, t, r, 1, j0, 1, sc);                                                                            \
     }
 QD(KV_TYPE_Q8_0)
 QD(KV_TYPE_Q4_0)
 QD(KV_TYPE_Q4_1)
 
-typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, float *scr);
+typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc);
 
 /* Row tiles outside, activation pairs inside: a 4-row tile (a few KB) stays
- * in L1 while every activation row passes over it. */
-static void q_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        for (int j0 = 0; j0 < a->n; j0 += 2) f4(a, r, j0, KV_MIN(a->n - j0, 2), scratch);
-    for (; r < r1; r++)
-        for (int j0 = 0; j0 < a->n; j0 += 2) f1(a, r, j0, KV_MIN(a->n - j0, 2), scratch);
+ * in L1 while every activation row passes over it; its scales are decoded
+ * once per tile. */
+static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t bs = qblk_bytes(t);
+    qtile_scr sc = qtile_layout(scratch, nb);
+    for (int64_t r = r0; r < r1;) {
+        int R = r + 4 <= r1 ? 4 : 1;
+        for (int rr = 0; rr < R; rr++) {
+            const uint8_t *row = a->w + (size_t)(r + rr) * a->nb1;
+            extract_f16(row, bs, 0, nb, sc.nbp, sc.tmp, sc.dwf + rr * sc.nbp);
+            if (t == KV_TYPE_Q4_1) extract_f16(row, bs, 2, nb, sc.nbp, sc.tmp, sc.mwf + rr * sc.nbp);
+        }
+        for (int j0 = 0; j0 < a->n; j0 += 2) (R == 4 ? f4 : f1)(a, r, j0, KV_MIN(a->n - j0, 2), &sc);
+        r += R;
+    }
 }
 
 /* ---- float tiles --------------------------------------------------------- */
@@ -328,19 +369,17 @@ KV_AI void pack_f(const kv_mm_args *a, kv_type t, int64_t r0, int rows, float *p
 KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0,
                      int rows, int j0, const int J) {
     __m256 acc[6][2];
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), idx);
+    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8), idx);
 #pragma GCC unroll 6
     for (int jj = 0; jj < J; jj++) {
         float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
         if (k0 == 0) {
             acc[jj][0] = acc[jj][1] = _mm256_setzero_ps();
-        } else if (rows == 16) {
-            acc[jj][0] = _mm256_loadu_ps(yj);
-            acc[jj][1] = _mm256_loadu_ps(yj + 8);
         } else {
-            float tmp[16] = {0};
-            memcpy(tmp, yj, (size_t)rows * sizeof(float));
-            acc[jj][0] = _mm256_loadu_ps(tmp);
-            acc[jj][1] = _mm256_loadu_ps(tmp + 8);
+            acc[jj][0] = _mm256_maskload_ps(yj, m0);
+            acc[jj][1] = _mm256_maskload_ps(yj + 8, m1);
         }
     }
     const float *xk = xg + k0 * KV_MM_XGROUP;
@@ -354,16 +393,23 @@ KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int6
             acc[jj][1] = _mm256_fmadd_ps(w1, xb, acc[jj][1]);
         }
     }
-    for (int jj = 0; jj < J; jj++) {
-        float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
-        if (rows == 16) {
+    if (rows == 16) {
+#pragma GCC unroll 6
+        for (int jj = 0; jj < J; jj++) {
+            float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
             _mm256_storeu_ps(yj, acc[jj][0]);
             _mm256_storeu_ps(yj + 8, acc[jj][1]);
-        } else {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, acc[jj][0]);
-            _mm256_storeu_ps(tmp + 8, acc[jj][1]);
-            memcpy(yj, tmp, (size_t)rows * sizeof(float));
+        }
+    } else {
+        /* partial panel: lanes past `rows` are not ours */
+        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), idx);
+        __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8), idx);
+#pragma GCC unroll 6
+        for (int jj = 0; jj < J; jj++) {
+            float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
+            _mm256_maskstore_ps(yj, m0, acc[jj][0]);
+            _mm256_maskstore_ps(yj + 8, m1, acc[jj][1]);
         }
     }
 }
@@ -434,13 +480,13 @@ static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
 void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
     switch (a->type) {
     case KV_TYPE_Q8_0:
-        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q8_0, qd_1_KV_TYPE_Q8_0);
+        q_rows(a, KV_TYPE_Q8_0, r0, r1, scratch, qd_4_KV_TYPE_Q8_0, qd_1_KV_TYPE_Q8_0);
         break;
     case KV_TYPE_Q4_0:
-        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_0, qd_1_KV_TYPE_Q4_0);
+        q_rows(a, KV_TYPE_Q4_0, r0, r1, scratch, qd_4_KV_TYPE_Q4_0, qd_1_KV_TYPE_Q4_0);
         break;
     case KV_TYPE_Q4_1:
-        q_rows(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_1, qd_1_KV_TYPE_Q4_1);
+        q_rows(a, KV_TYPE_Q4_1, r0, r1, scratch, qd_4_KV_TYPE_Q4_1, qd_1_KV_TYPE_Q4_1);
         break;
     case KV_TYPE_F32:
         if (a->xp)

@@ -57,7 +57,10 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
         _mm_storeu_si128((__m128i *)(void *)(qs + o * KV_QK), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(void *)(qs + o * KV_QK + 16), _mm512_cvtsepi32_epi8(q1));
         int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        if (bad || isinf(amax)) db = NAN;
+        if (bad || isinf(amax)) { /* non-finite block: d = NaN poisons its dots; sum is moot */
+            db = NAN;
+            sum = 0;
+        }
         d[o] = db;
         ioff[o] = -zp * sum;
         ds[o] = db * (float)sum;
@@ -213,7 +216,7 @@ KV_AI void pf_init(pf_cursor *c, const kv_mm_args *a, int64_t next_r, int64_t st
 KV_AI void pf_step(pf_cursor *c) {
     const char *stop = c->p + c->step;
     if (stop > c->end) stop = c->end;
-    for (; c->p < stop; c->p += 64) _mm_prefetch(c->p, _MM_HINT_T0);
+    for (; c->p < stop; c->p += 64) _mm_prefetch(c->p, _MM_HINT_T1);
 }
 
 /* Rows i and i+8 of a panel as one zmm of unsigned quants: 256-bit half 0

@@ -1,11 +1,13 @@
 /* quant.c - row conversions between f32 and the supported GGUF encodings
  * (f32, f16, bf16, q8_0, q4_0, q4_1), bit-compatible with GGUF blocks and
- * rounding the way GGUF's reference quantizers do. Pure functions: no state,
- * no allocation, safe from any thread. */
+ * rounding the way GGUF's reference quantizers do; the other block types
+ * (q5_x, q8_1, K-quants) are passed on to quant_ext. Pure functions: no
+ * state, no allocation, safe from any thread. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
+#include "quant_ext.h"
 #include "types.h"
 
 #define QK 32 /* elements per block of the 32-wide formats */
@@ -78,9 +80,29 @@ static void deq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
+/* Elements per block of t, or 0 when t has no row conversion. NOTE: not
+ * kv_type_get(): workers call these functions concurrently (get_rows) and
+ * the traits getter writes a shared temporary for types quant_ext marks. */
+static int64_t block_elems(kv_type t) {
+    switch (t) {
+    case KV_TYPE_F32:
+    case KV_TYPE_F16:
+    case KV_TYPE_BF16:
+        return 1;
+    case KV_TYPE_Q8_0:
+    case KV_TYPE_Q4_0:
+    case KV_TYPE_Q4_1:
+        return QK;
+    default: {
+        const kv_qext_ops *o = kv_qext_get(t);
+        return o ? o->blck_size : 0;
+    }
+    }
+}
+
 int kv_dequantize_row(kv_type t, const void *src, float *dst, int64_t n) {
-    const kv_type_traits *tr = kv_type_get(t);
-    if (!tr || n < 0 || n % tr->blck_size || !src || !dst) return -1;
+    int64_t be = block_elems(t);
+    if (be <= 0 || n < 0 || n % be || !src || !dst) return -1;
     const uint8_t *s = src;
     switch (t) {
     case KV_TYPE_F32:
@@ -101,8 +123,12 @@ int kv_dequantize_row(kv_type t, const void *src, float *dst, int64_t n) {
     case KV_TYPE_Q4_1:
         deq_q4_1(s, dst, n / QK);
         return 0;
-    default:
-        return -1;
+    default: {
+        const kv_qext_ops *o = kv_qext_get(t); /* the other GGUF block types */
+        if (!o) return -1;
+        o->dequantize_row(src, dst, n);
+        return 0;
+    }
     }
 }
 
@@ -164,8 +190,8 @@ static void q_q4_1(const float *x, uint8_t *dst, int64_t nb) {
 }
 
 int kv_quantize_row(kv_type t, const float *src, void *dst, int64_t n) {
-    const kv_type_traits *tr = kv_type_get(t);
-    if (!tr || n < 0 || n % tr->blck_size || !src || !dst) return -1;
+    int64_t be = block_elems(t);
+    if (be <= 0 || n < 0 || n % be || !src || !dst) return -1;
     uint8_t *d = dst;
     switch (t) {
     case KV_TYPE_F32:
@@ -186,7 +212,11 @@ int kv_quantize_row(kv_type t, const float *src, void *dst, int64_t n) {
     case KV_TYPE_Q4_1:
         q_q4_1(src, d, n / QK);
         return 0;
-    default:
-        return -1;
+    default: {
+        const kv_qext_ops *o = kv_qext_get(t);
+        if (!o) return -1;
+        o->quantize_row(src, dst, n);
+        return 0;
+    }
     }
 }

@@ -278,7 +278,7 @@ static inline T_AVX512 __m512i load2x256(const void *lo, const void *hi) {
 /* The nibbles of two 32-blocks -> 64 bytes: block b's low nibbles, its high
  * nibbles, then block b+1's (one shift and one lane shuffle for both). */
 static inline T_AVX512 __m512i nibbles64(const uint8_t *qs0, const uint8_t *qs1) {
-    const __m256i t = _mm256_loadu2_m128i((const __m128i *)qs1, (const __m128i *)qs0);
+    const __m256i t = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)qs1), _mm_loadu_si128((const __m128i *)qs0));
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
     /* z's 128-bit lanes: qs0, qs1, qs0 >> 4, qs1 >> 4 -> qs0, qs0 >> 4, qs1, qs1 >> 4 */
     return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));

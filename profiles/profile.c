@@ -705,7 +705,7 @@ int kv_profile_dump(const kv_config *cfg, FILE *f) {
     int n;
     const kv_config_key *keys = kv_config_keys(&n);
     char section[KEY_MAX] = "", val[1024];
-    fprintf(f, "# kvtop effective configuration (kvtop --print-config); loads back as a profile\n");
+    fprintf(f, "# kvtop effective configuration; loads back as a profile\n");
     for (int i = 0; i < n; i++) {
         const kv_config_key *k = &keys[i];
         const char *dot = strrchr(k->path, '.');

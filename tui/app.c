@@ -248,38 +248,11 @@ static kv_session *session_by_tag(app *a, int tag) {
 
 /* ---- submitting prompts ---- */
 
-static int ensure_prompt_buf(app *a, size_t need) {
-    if (need <= a->prompt_cap) return 0;
-    char *nb = realloc(a->prompt_buf, need);
-    if (!nb) return -1;
-    a->prompt_buf = nb;
-    a->prompt_cap = need;
-    return 0;
-}
-
 /* Renders the conversation from turn `first` into a->prompt_buf. */
 static int render_prompt(app *a, kv_session *s, int first) {
-    if (a->plain) {
-        /* No chat template (a story model): the latest prompt as-is, so the
-         * model continues it; a system prompt goes in front. */
-        const kv_turn *u = NULL;
-        for (int i = s->n_turns - 1; i >= 0 && !u; i--)
-            if (s->turns[i].role == KV_ROLE_USER) u = &s->turns[i];
-        if (!u) return -1;
-        size_t need = u->len + (s->system ? strlen(s->system) + 2 : 0) + 1;
-        if (ensure_prompt_buf(a, need)) return -1;
-        snprintf(a->prompt_buf, a->prompt_cap, "%s%s%s", s->system ? s->system : "", s->system ? "\n\n" : "", u->text);
-        return 0;
-    }
-    const char *roles[512], *texts[512];
-    kv_chat_msg msgs[512];
-    int n = kv_session_messages(s, first, roles, texts, 512);
-    if (n < 0) return -1;
-    for (int i = 0; i < n; i++) msgs[i] = (kv_chat_msg){roles[i], texts[i]};
-    int len = kv_chat_format(a->tmpl, a->model->chat_template, msgs, n, 1, NULL, 0);
-    if (len < 0 || ensure_prompt_buf(a, (size_t)len + 1)) return -1;
-    kv_chat_format(a->tmpl, a->model->chat_template, msgs, n, 1, a->prompt_buf, a->prompt_cap);
-    return 0;
+    return kv_session_render(s, first, a->plain, a->tmpl, a->model->chat_template, &a->prompt_buf, &a->prompt_cap) < 0
+               ? -1
+               : 0;
 }
 
 /* Sends the session's conversation (its last turn is the user's prompt). */
@@ -509,7 +482,7 @@ static void handle_event(app *a, const kv_event *ev) {
     if (ev->type == KV_EVENT_TOKEN) {
         if (ev->text_len > 0) {
             int len = ev->text_len < (int)sizeof ev->text ? ev->text_len : (int)sizeof ev->text;
-            kv_session_append(s, ev->text, (size_t)len);
+            kv_session_append_src(s, ev->text, (size_t)len, (int)ev->source);
             kv_session_autosave_text(s, ev->text, (size_t)len);
         }
         t->n_tokens++;
@@ -588,6 +561,19 @@ static void after_snapshot(app *a, const kv_snapshot *s) {
         for (int k = 0; k < s->n_requests; k++)
             if (s->requests[k].id == t->req && s->requests[k].ttft_ms >= 0) t->ttft_ms = s->requests[k].ttft_ms;
     }
+    /* TPOT of each tab's latest reply, once it is known. */
+    for (int i = 0; i < a->n_sessions; i++) {
+        kv_turn *t = NULL;
+        kv_session *ss = a->sessions[i];
+        for (int k = ss->n_turns - 1; k >= 0 && !t; k--)
+            if (ss->turns[k].role == KV_ROLE_ASSISTANT) t = &ss->turns[k];
+        if (!t || !t->req) continue;
+        for (int k = 0; k < s->n_requests; k++)
+            if (s->requests[k].id == t->req && s->requests[k].n_generated > 1) {
+                t->tpot_ms = s->requests[k].tpot_ms;
+                if (s->requests[k].ttft_ms >= 0) t->ttft_ms = s->requests[k].ttft_ms;
+            }
+    }
 }
 
 /* ---- engine lifecycle ---- */
@@ -641,6 +627,7 @@ static void engine_check_loaded(app *a) {
     a->max_ctx = a->cfg.scheduler.max_seq_len > 0 ? a->cfg.scheduler.max_seq_len : a->model->hp.ctx_len;
     if (a->max_ctx <= 0 || a->max_ctx > a->model->hp.ctx_len) a->max_ctx = a->model->hp.ctx_len;
     a->v.config_max_batched = a->cfg.scheduler.max_batched_tokens;
+    a->v.show_token_source = a->cfg.ui.show_token_source;
     kv_engine_set_step_delay(a->eng, slow_steps[a->slow_idx] ? slow_steps[a->slow_idx] : a->cfg.ui.step_delay_ms);
     if (a->paused) kv_engine_pause(a->eng);
     sigset_t old;
@@ -676,6 +663,17 @@ static void engine_close(app *a) {
     a->model = NULL;
     a->have_snap = 0;
     a->n_forget = 0;
+    /* A new engine counts steps from 0 again. */
+    a->log_have = 0;
+    a->log_last_step = 0;
+    a->last_prefix_hits = 0;
+    if (a->log_n) {
+        kv_decision d;
+        memset(&d, 0, sizeof d);
+        d.kind = KV_DEC_WAIT;
+        snprintf(d.text, sizeof d.text, "---- engine restarted ----");
+        log_push(a, &d);
+    }
     for (int i = 0; i < a->n_sessions; i++) {
         kv_session *s = a->sessions[i];
         if (s->req) {

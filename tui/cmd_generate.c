@@ -167,7 +167,7 @@ int cmd_generate(int argc, char **argv) {
     kv_rng rng;
     kv_rng_seed(&rng, sp.seed);
     kv_detok dt;
-    kv_detok_init(&dt, m->tok, add_bos);
+    kv_detok_init(&dt, m->tok, 0); /* the prompt was echoed as typed: keep the first piece's space */
     char piece[512];
 
     double t0 = kv_now_s();

@@ -103,7 +103,7 @@ int cmd_quantize(int argc, char **argv) {
         return 1;
     }
     char b1[32], b2[32];
-    fprintf(stderr, "%s: %lld tensors, %lld converted to %s mix, %lld copied, %lld fallbacks; %s -> %s in %.1f s\n",
+    fprintf(stderr, "%s: %lld tensors, %lld converted (%s), %lld copied, %lld fallbacks; %s -> %s in %.1f s\n",
             pos[1], (long long)st.n_tensors, (long long)st.n_converted, p.target.name, (long long)st.n_copied,
             (long long)st.n_fallback, cli_bytes(st.bytes_in, b1, sizeof b1), cli_bytes(st.bytes_out, b2, sizeof b2),
             st.seconds);

@@ -181,15 +181,26 @@ void kv_panel_chat(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         wattrset(w, A_DIM);
         mvwhline(w, sy, 1, ACS_HLINE, tw);
         wattrset(w, A_NORMAL);
-        char info[128] = "";
-        if (ss->system) snprintf(info, sizeof info, " system: %.60s ", ss->system);
+        /* The latest reply's timing, then the system prompt. */
+        char info[256] = "";
+        int n = 0;
+        const kv_turn *lt = NULL;
+        for (int k = ss->n_turns - 1; k >= 0 && !lt; k--)
+            if (ss->turns[k].role == KV_ROLE_ASSISTANT) lt = &ss->turns[k];
+        if (lt && lt->n_tokens > 0) {
+            char tt[16], tp[16];
+            kv_format_ms(tt, sizeof tt, lt->ttft_ms, lt->ttft_ms >= 0);
+            kv_format_ms(tp, sizeof tp, lt->tpot_ms, lt->tpot_ms >= 0);
+            n += snprintf(info + n, sizeof info - (size_t)n, " %d tok TTFT %s TPOT %s ", lt->n_tokens, tt, tp);
+        }
+        if (ss->system) snprintf(info + n, sizeof info - (size_t)n, " system: %.60s ", ss->system);
         if (info[0]) text_at(w, sy, 2, tw - 2, A_DIM, info, -1);
     }
     if (th <= 0 || tw <= 0) return;
     const int indent = 5;
     /* The newest rows that fit, minus the scroll offset. */
-    enum { MAXROWS = 512 };
-    kv_tline rows[MAXROWS];
+    enum { MAXROWS = 4096 };
+    static kv_tline rows[MAXROWS]; /* UI thread only; too big for the stack */
     int want = th + ss->scroll;
     if (want > MAXROWS) want = MAXROWS;
     int total = kv_session_wrap(ss, tw, indent, rows, want);
@@ -211,7 +222,22 @@ void kv_panel_chat(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
             text_at(w, y, tx, indent, la, label, -1);
         }
         if (t->role == KV_ROLE_NOTE) body = A_DIM;
-        text_at(w, y, tx + indent, tw - indent, body, t->text + r->off, r->len);
+        if (v->show_token_source && t->role == KV_ROLE_ASSISTANT && t->src) {
+            /* Runs of bytes with the same source: drafted-and-accepted tokens
+             * in the spec color, the target's bonus tokens underlined. */
+            int x = tx + indent, end = r->off + r->len;
+            for (int p = r->off; p < end && x < tx + tw;) {
+                int q = p;
+                while (q < end && t->src[q] == t->src[p]) q++;
+                attr_t a = t->src[p] == KV_TOKSRC_DRAFT   ? pair(v, KV_PAIR_SPEC, A_BOLD)
+                           : t->src[p] == KV_TOKSRC_BONUS ? A_UNDERLINE
+                                                          : body;
+                x += text_at(w, y, x, tx + tw - x, a, t->text + p, q - p);
+                p = q;
+            }
+        } else {
+            text_at(w, y, tx + indent, tw - indent, body, t->text + r->off, r->len);
+        }
     }
     /* Where the reply stands, on the last row's end when it is streaming. */
     if (ss->req && scroll == 0) {
@@ -574,6 +600,34 @@ void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     int nrows = m->kv_swap_total ? 7 : 6;
     uint64_t total = 0;
     for (int i = 0; i < 6; i++) total += rows[i].bytes;
+    if (ih < 6) {
+        /* Compact: the KV pool as one stacked bar (used / cached / free). */
+        char val[16], u[16], c[16], f[16], bar[512];
+        kv_format_bytes(val, sizeof val, m->weights);
+        int bw = iw - 20;
+        kv_format_bar(bar, sizeof bar, bw > 0 ? bw : 0, total ? (double)m->weights / (double)total : 0, v->utf8);
+        textf(w, 1, 1, 10, A_NORMAL, "%-9s", "weights");
+        if (bw > 0) text_at(w, 1, 11, bw, pair(v, KV_PAIR_TITLE, A_BOLD), bar, -1);
+        textf(w, 1, 11 + (bw > 0 ? bw : 0), 10, A_NORMAL, "%10s", val);
+        if (ih >= 2) {
+            uint64_t kv = m->kv_used + m->kv_cached + m->kv_free;
+            double parts[2] = {kv ? (double)m->kv_used / (double)kv : 0, kv ? (double)m->kv_cached / (double)kv : 0};
+            kv_format_bytes(u, sizeof u, m->kv_used);
+            kv_format_bytes(c, sizeof c, m->kv_cached);
+            kv_format_bytes(f, sizeof f, m->kv_free);
+            int lw = textf(w, 2, 1, iw, A_NORMAL, "kv u %s c %s f %s ", u, c, f);
+            if (iw - lw > 2) {
+                kv_format_stacked_bar(bar, sizeof bar, iw - lw, parts, "UC", 2, '.');
+                text_at(w, 2, 1 + lw, iw - lw, pair(v, 2, A_BOLD), bar, -1);
+            }
+        }
+        if (ih >= 3) {
+            kv_format_bytes(u, sizeof u, m->activations);
+            kv_format_bytes(c, sizeof c, m->other);
+            textf(w, 3, 1, iw, A_NORMAL, "activations %s  other %s", u, c);
+        }
+        return;
+    }
     for (int i = 0; i < nrows && i < ih; i++) {
         char val[16];
         kv_format_bytes(val, sizeof val, rows[i].bytes);

@@ -25,7 +25,10 @@ kv_session *kv_session_new(int tag, const char *name, const kv_sampling *samplin
 
 void kv_session_free(kv_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_turns; i++) free(s->turns[i].text);
+    for (int i = 0; i < s->n_turns; i++) {
+        free(s->turns[i].text);
+        free(s->turns[i].src);
+    }
     free(s->turns);
     free(s->system);
     free(s->draft);
@@ -64,19 +67,26 @@ int kv_session_add(kv_session *s, kv_role role, const char *text) {
     size_t len = strlen(text);
     size_t cap = len + 64;
     char *t = malloc(cap);
-    if (!t) return -1;
+    uint8_t *src = calloc(cap, 1);
+    if (!t || !src) {
+        free(t);
+        free(src);
+        return -1;
+    }
     memcpy(t, text, len + 1);
     kv_turn *turn = &s->turns[s->n_turns];
     memset(turn, 0, sizeof *turn);
     turn->role = role;
     turn->text = t;
+    turn->src = src;
     turn->len = len;
     turn->cap = cap;
     turn->ttft_ms = -1;
+    turn->tpot_ms = -1;
     return s->n_turns++;
 }
 
-int kv_session_append(kv_session *s, const char *text, size_t len) {
+int kv_session_append_src(kv_session *s, const char *text, size_t len, int source) {
     if (!s || s->n_turns == 0) return -1;
     if (!text || len == 0) return 0;
     kv_turn *t = &s->turns[s->n_turns - 1];
@@ -85,17 +95,26 @@ int kv_session_append(kv_session *s, const char *text, size_t len) {
         char *nt = realloc(t->text, nc);
         if (!nt) return -1;
         t->text = nt;
+        uint8_t *ns = realloc(t->src, nc);
+        if (!ns) return -1; /* text grew but cap did not: still consistent */
+        t->src = ns;
         t->cap = nc;
     }
     memcpy(t->text + t->len, text, len);
+    memset(t->src + t->len, source, len);
     t->len += len;
     t->text[t->len] = 0;
     return 0;
 }
 
+int kv_session_append(kv_session *s, const char *text, size_t len) { return kv_session_append_src(s, text, len, 0); }
+
 void kv_session_clear(kv_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_turns; i++) free(s->turns[i].text);
+    for (int i = 0; i < s->n_turns; i++) {
+        free(s->turns[i].text);
+        free(s->turns[i].src);
+    }
     s->n_turns = 0;
     s->scroll = 0;
 }
@@ -123,6 +142,40 @@ int kv_session_messages(const kv_session *s, int first, const char **roles, cons
         n++;
     }
     return n;
+}
+
+static int grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    char *nb = realloc(*buf, need);
+    if (!nb) return -1;
+    *buf = nb;
+    *cap = need;
+    return 0;
+}
+
+int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tmpl, const char *template_text,
+                      char **buf, size_t *cap) {
+    if (!s || !buf || !cap) return -1;
+    if (plain) {
+        const kv_turn *u = NULL;
+        for (int i = s->n_turns - 1; i >= 0 && !u; i--)
+            if (s->turns[i].role == KV_ROLE_USER) u = &s->turns[i];
+        if (!u) return -1;
+        size_t sl = s->system ? strlen(s->system) : 0;
+        if (grow(buf, cap, sl + 2 + u->len + 1)) return -1;
+        int n = snprintf(*buf, *cap, "%s%s%s", s->system ? s->system : "", s->system ? "\n\n" : "", u->text);
+        return n;
+    }
+    enum { MAXMSG = 1024 };
+    const char *roles[MAXMSG], *texts[MAXMSG];
+    kv_chat_msg msgs[MAXMSG];
+    int n = kv_session_messages(s, first, roles, texts, MAXMSG);
+    if (n <= 0) return -1;
+    for (int i = 0; i < n; i++) msgs[i] = (kv_chat_msg){roles[i], texts[i]};
+    int len = kv_chat_format(tmpl, template_text, msgs, n, 1, NULL, 0);
+    if (len < 0 || grow(buf, cap, (size_t)len + 1)) return -1;
+    kv_chat_format(tmpl, template_text, msgs, n, 1, *buf, *cap);
+    return len;
 }
 
 int kv_session_next_exchange(const kv_session *s, int first) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../engine/chat_template.h"
 #include "../engine/config.h"
 #include "format.h"
 
@@ -24,10 +25,12 @@ typedef struct kv_turn {
     kv_role role;
     char *text;      /* NUL-terminated, owned */
     size_t len, cap; /* bytes used / allocated in text */
+    uint8_t *src;    /* (cap) kv_token_source of each byte of text (assistant turns), owned */
     int64_t req;     /* assistant: the engine request that produced it (0 none) */
     int n_tokens;    /* assistant: tokens received */
     int finish;      /* assistant: kv_finish once done (0 while streaming) */
-    double ttft_ms;  /* assistant: time to first token (engine clock), < 0 unknown */
+    double ttft_ms;  /* assistant: time to first token, ms, < 0 unknown */
+    double tpot_ms;  /* assistant: mean time per output token after the first, ms, < 0 unknown */
 } kv_turn;
 
 typedef struct kv_session {
@@ -62,8 +65,11 @@ int kv_session_set_system(kv_session *s, const char *text);
 
 /* Appends a turn holding a copy of text; returns its index or -1. */
 int kv_session_add(kv_session *s, kv_role role, const char *text);
-/* Appends bytes to the last turn (the reply being streamed); 0 or -1. */
+/* Appends bytes to the last turn (the reply being streamed), marking them
+ * as produced by `source` (a kv_token_source: decode, accepted draft,
+ * bonus); 0 or -1. kv_session_append is the same with source 0. */
 int kv_session_append(kv_session *s, const char *text, size_t len);
+int kv_session_append_src(kv_session *s, const char *text, size_t len, int source);
 /* Forgets the whole transcript (the autosave file keeps it). */
 void kv_session_clear(kv_session *s);
 /* The last turn, or NULL. */
@@ -75,6 +81,15 @@ kv_turn *kv_session_last(kv_session *s);
  * roles[] and texts[] receive borrowed pointers; returns the count, or -1
  * when cap is too small. */
 int kv_session_messages(const kv_session *s, int first, const char **roles, const char **texts, int cap);
+/* The prompt text for the conversation from turn `first` on, into *buf
+ * (grown with realloc as needed; *cap its size). plain (the model has no
+ * chat template): the latest user turn as-is, after the system prompt and a
+ * blank line, so a story model continues it. Otherwise the messages in
+ * template tmpl (template_text: the model's own Jinja text or NULL) with the
+ * assistant's turn opened. Returns the text length, or -1 (allocation, no
+ * user turn, or a template error). */
+int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tmpl, const char *template_text,
+                      char **buf, size_t *cap);
 /* Index of the first turn of the second-oldest exchange after `first`
  * (where to start when the oldest must be dropped to fit the context), or
  * -1 when only one exchange is left. */

@@ -155,9 +155,19 @@ kv_trace *kv_trace_load(const char *path, kv_err *err) {
         kv_err_set(err, KV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
+    kv_trace *t = kv_trace_load_stream(f, path, err);
+    fclose(f);
+    return t;
+}
+
+kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
+    if (!f) {
+        kv_err_set(err, KV_ERR_INVAL, "trace: no stream");
+        return NULL;
+    }
+    if (!path) path = "trace";
     kv_trace *t = calloc(1, sizeof *t);
     if (!t) {
-        fclose(f);
         kv_err_set(err, KV_ERR_NOMEM, "trace: out of memory");
         return NULL;
     }
@@ -272,10 +282,8 @@ kv_trace *kv_trace_load(const char *path, kv_err *err) {
         s->backend[sizeof s->backend - 1] = 0;
         t->n++;
     }
-    fclose(f);
     return t;
 fail:
-    fclose(f);
     kv_trace_free(t);
     return NULL;
 }

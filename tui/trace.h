@@ -14,6 +14,8 @@
 #ifndef KV_TUI_TRACE_H
 #define KV_TUI_TRACE_H
 
+#include <stdio.h>
+
 #include "../engine/engine.h"
 
 typedef struct kv_trace_writer kv_trace_writer;
@@ -35,6 +37,9 @@ typedef struct kv_trace kv_trace;
 /* Loads a whole trace. Truncated or inconsistent files are rejected with a
  * message naming the file and the frame; nothing is half-loaded. */
 kv_trace *kv_trace_load(const char *path, kv_err *err);
+/* The same from an open stream (read to its end, not closed); path names
+ * it in messages. */
+kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err);
 void kv_trace_free(kv_trace *t); /* NULL is a no-op */
 int kv_trace_n_frames(const kv_trace *t);
 /* Frame i (borrowed, valid until kv_trace_free), NULL when out of range. */

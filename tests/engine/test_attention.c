@@ -328,6 +328,20 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
     const float scale = 1.0f / sqrtf((float)hd);
     b->ops->kv_store(b, &pg, layer, &ab, kb, vb);
     b->ops->attention(b, &pg, layer, &ab, q, out, nh, scale);
+    /* batch invariance: each token computed alone gives the same bits (the
+     * engine's greedy output must not depend on what else is batched) */
+    for (int i = 0; i < n_tokens; i++) {
+        float one[8 * 128];
+        kv_attn_batch ai = {.n_tokens = 1, .pos = pos + i, .seq = sq + i, .slot = slot + i, .n_seqs = NSEQ,
+                            .tables = ctab};
+        if ((size_t)nh * hd > KV_ARRAY_LEN(one)) break;
+        b->ops->attention(b, &pg, layer, &ai, q + (size_t)i * nh * hd, one, nh, scale);
+        if (memcmp(one, out + (size_t)i * nh * hd, sizeof(float) * nh * hd)) {
+            CHECKF(0, "%s %s: token %d alone differs from the batch", kv_cpu_isa_name(tc->isa),
+                   kv_cache_dtype_name(tc->dtype), i);
+            break;
+        }
+    }
 
     /* what the cache holds, decoded: the kernel's own error */
     for (int s = 0; s < NSEQ; s++)
@@ -364,11 +378,15 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
     return 1;
 }
 
+static double worst_kernel[KV_CACHE_DTYPE_COUNT], worst_dtype[KV_CACHE_DTYPE_COUNT];
+
 static void check_case(const attn_case *tc) {
     double ek = 0, ed = 0;
     if (!run_case(tc, &ek, &ed)) return;
+    worst_kernel[tc->dtype] = fmax(worst_kernel[tc->dtype], ek);
+    worst_dtype[tc->dtype] = fmax(worst_dtype[tc->dtype], ed);
     /* float accumulation + the polynomial exp against a double oracle */
-    CHECKF(ek < 2e-5 && ed < dtype_bound(tc->dtype),
+    CHECKF(ek < 1e-6 && ed < dtype_bound(tc->dtype),
            "%s %s bs %d hd %d heads %d/%d threads %d: kernel err %.3g, vs f32 %.3g", kv_cpu_isa_name(tc->isa),
            kv_cache_dtype_name(tc->dtype), tc->bs, tc->hd, tc->n_heads, tc->n_kv, tc->threads, ek, ed);
 }
@@ -405,6 +423,10 @@ static void test_attention_dtypes_isas(void) {
                 tc.isa = (kv_cpu_isa)isa;
                 check_case(&tc);
             }
+    for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++)
+        printf("    %-9s worst normalised error: %.2e vs the decoded cache, %.2e vs f32 K/V (bound %.1e)\n",
+               kv_cache_dtype_name((kv_cache_dtype)d), worst_kernel[d], worst_dtype[d],
+               dtype_bound((kv_cache_dtype)d));
 }
 
 /* A single token with a long context next to short ones (the thread split
@@ -446,6 +468,62 @@ static void test_batch_check(void) {
     CHECK(kv_attn_batch_check(&pg, &ab, 4, &err) == KV_ERR_RANGE && strstr(err.msg, "position"));
 }
 
+/* kv_store writes exactly the reference row encoding into each token's
+ * slot (and nothing else), on every ISA, split over 2 threads. */
+static void test_store_rows(void) {
+    enum { NT = 300, NKV = 4, HD = 64, BS = 16, NB = 24 };
+    float *k = malloc(sizeof(float) * NT * NKV * HD), *v = malloc(sizeof(float) * NT * NKV * HD);
+    int32_t pos[NT], seq[NT], slot[NT];
+    for (int i = 0; i < NT * NKV * HD; i++) {
+        k[i] = frand() * 3.0f;
+        v[i] = frand();
+    }
+    /* distinct slots in a shuffled order; slot -1 and one past the pool are skipped */
+    for (int i = 0; i < NT; i++) slot[i] = i + 40;
+    for (int i = NT - 1; i > 0; i--) {
+        int j = rnd(i + 1), t = slot[i];
+        slot[i] = slot[j];
+        slot[j] = t;
+    }
+    slot[7] = -1;
+    slot[8] = NB * BS;
+    for (int i = 0; i < NT; i++) pos[i] = seq[i] = 0;
+    kv_attn_batch ab = {.n_tokens = NT, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 1};
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
+        for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++) {
+            if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+            kv_backend *b = kv_backend_create("cpu", 2, NULL);
+            REQUIRE(b);
+            kv_cpu_set_isa(b, (kv_cpu_isa)isa);
+            kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 2, .n_kv_heads = NKV, .head_dim = HD,
+                           .block_size = BS, .n_blocks = NB};
+            pg.row_bytes = kv_cache_row_bytes(pg.dtype, HD);
+            pg.slot_bytes = pg.row_bytes * NKV;
+            pg.layer_bytes = pg.slot_bytes * BS * NB;
+            pg.k = calloc(2, pg.layer_bytes);
+            pg.v = calloc(2, pg.layer_bytes);
+            uint8_t *want_k = calloc(2, pg.layer_bytes), *want_v = calloc(2, pg.layer_bytes);
+            for (int i = 0; i < NT; i++) {
+                if (slot[i] < 0 || slot[i] >= NB * BS) continue;
+                for (int g = 0; g < NKV; g++) {
+                    size_t off = pg.layer_bytes + (size_t)slot[i] * pg.slot_bytes + (size_t)g * pg.row_bytes;
+                    kv_dtype_encode_row(pg.dtype, k + ((size_t)i * NKV + g) * HD, want_k + off, HD);
+                    kv_dtype_encode_row(pg.dtype, v + ((size_t)i * NKV + g) * HD, want_v + off, HD);
+                }
+            }
+            b->ops->kv_store(b, &pg, 1, &ab, k, v);
+            CHECKF(!memcmp(pg.k, want_k, 2 * pg.layer_bytes) && !memcmp(pg.v, want_v, 2 * pg.layer_bytes),
+                   "%s %s", kv_cpu_isa_name((kv_cpu_isa)isa), kv_cache_dtype_name(pg.dtype));
+            free(pg.k);
+            free(pg.v);
+            free(want_k);
+            free(want_v);
+            kv_backend_free(b);
+        }
+    free(k);
+    free(v);
+}
+
 /* copy_block copies every layer's K and V rows of one block, nothing else. */
 static void test_copy_block(void) {
     kv_pages pg = {.dtype = KV_CACHE_F16, .n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .block_size = 4,
@@ -483,76 +561,78 @@ static void test_copy_block(void) {
 }
 
 /* Decode attention of the 110M shape: 32 sequences x 512 context, 12 heads
- * of 64, f16 K/V, block 16. Printed, not asserted. */
+ * of 64, block 16, every dtype, the best ISA. Printed, not asserted. */
 static void test_attention_decode_timing(void) {
     const int ns = 32, ctx = 512, nh = 12, hd = 64, bs = 16;
+    const int isa = kv_cpu_isa_best();
     for (int threads = 1; threads <= 2; threads++)
-        for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
-            for (int d = KV_CACHE_F32; d <= KV_CACHE_INT8; d++) {
-                if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
-                if (isa == KV_CPU_ISA_SCALAR && threads == 2) continue;
-                kv_backend *b = kv_backend_create("cpu", threads, NULL);
-                REQUIRE(b);
-                kv_cpu_set_isa(b, (kv_cpu_isa)isa);
-                kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 1, .n_kv_heads = nh, .head_dim = hd,
-                               .block_size = bs, .n_blocks = ns * ctx / bs};
-                pg.row_bytes = kv_cache_row_bytes(pg.dtype, hd);
-                pg.slot_bytes = pg.row_bytes * nh;
-                pg.layer_bytes = pg.slot_bytes * bs * pg.n_blocks;
-                pg.k = b->ops->alloc(b, pg.layer_bytes);
-                pg.v = b->ops->alloc(b, pg.layer_bytes);
-                REQUIRE(pg.k && pg.v);
-                /* fill through kv_store: random rows, one sequence at a time */
-                float *kv = malloc(sizeof(float) * (size_t)ctx * nh * hd);
-                int32_t *pos = malloc(sizeof(int32_t) * ctx), *sq = malloc(sizeof(int32_t) * ctx),
-                        *slot = malloc(sizeof(int32_t) * ctx);
-                int32_t *tab = malloc(sizeof(int32_t) * (size_t)pg.n_blocks);
-                const int32_t **tabs = malloc(sizeof(int32_t *) * ns);
-                for (int i = 0; i < pg.n_blocks; i++) tab[i] = i;
-                for (int s = 0; s < ns; s++) tabs[s] = tab + s * (ctx / bs);
-                for (int i = 0; i < ctx * nh * hd; i++) kv[i] = frand();
-                for (int s = 0; s < ns; s++) {
-                    for (int p = 0; p < ctx; p++) {
-                        pos[p] = p;
-                        sq[p] = s;
-                        slot[p] = tabs[s][p / bs] * bs + p % bs;
-                    }
-                    kv_attn_batch hb = {ctx, pos, sq, slot, ns, tabs};
-                    b->ops->kv_store(b, &pg, 0, &hb, kv, kv);
+        for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++) {
+            kv_backend *b = kv_backend_create("cpu", threads, NULL);
+            REQUIRE(b);
+            kv_cpu_set_isa(b, (kv_cpu_isa)isa);
+            kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 1, .n_kv_heads = nh, .head_dim = hd,
+                           .block_size = bs, .n_blocks = ns * ctx / bs};
+            pg.row_bytes = kv_cache_row_bytes(pg.dtype, hd);
+            pg.slot_bytes = pg.row_bytes * nh;
+            pg.layer_bytes = pg.slot_bytes * bs * pg.n_blocks;
+            pg.k = b->ops->alloc(b, pg.layer_bytes);
+            pg.v = b->ops->alloc(b, pg.layer_bytes);
+            REQUIRE(pg.k && pg.v);
+            /* fill through kv_store: random rows, one sequence at a time */
+            float *kv = malloc(sizeof(float) * (size_t)ctx * nh * hd);
+            int32_t *pos = malloc(sizeof(int32_t) * ctx), *sq = malloc(sizeof(int32_t) * ctx),
+                    *slot = malloc(sizeof(int32_t) * ctx);
+            int32_t *tab = malloc(sizeof(int32_t) * (size_t)pg.n_blocks);
+            const int32_t **tabs = malloc(sizeof(int32_t *) * ns);
+            for (int i = 0; i < pg.n_blocks; i++) tab[i] = i;
+            for (int s = 0; s < ns; s++) tabs[s] = tab + s * (ctx / bs);
+            for (int i = 0; i < ctx * nh * hd; i++) kv[i] = frand();
+            for (int s = 0; s < ns; s++) {
+                for (int p = 0; p < ctx; p++) {
+                    pos[p] = p;
+                    sq[p] = s;
+                    slot[p] = tabs[s][p / bs] * bs + p % bs;
                 }
-                int32_t dpos[32], dseq[32], dslot[32];
-                for (int s = 0; s < ns; s++) {
-                    dpos[s] = ctx - 1;
-                    dseq[s] = s;
-                    dslot[s] = tabs[s][(ctx - 1) / bs] * bs + (ctx - 1) % bs;
-                }
-                kv_attn_batch ab = {ns, dpos, dseq, dslot, ns, tabs};
-                float *q = malloc(sizeof(float) * ns * nh * hd), *out = malloc(sizeof(float) * ns * nh * hd);
-                for (int i = 0; i < ns * nh * hd; i++) q[i] = frand();
-                b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f); /* warm up */
-                int reps = isa == KV_CPU_ISA_SCALAR ? 2 : 10;
-                double t0 = kv_now_s();
-                for (int r = 0; r < reps; r++) b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f);
-                double ms = (kv_now_s() - t0) * 1e3 / reps;
-                double gbs = (double)pg.layer_bytes * 2 / (ms * 1e-3) / 1e9;
-                printf("    decode attention 32 x 512, 12 x 64, %-4s %-6s %d thread%s: %7.3f ms/layer (%5.1f GB/s of K/V)\n",
-                       kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads,
-                       threads > 1 ? "s" : " ", ms, gbs);
-                CHECK(isfinite(out[0]));
-                free(q);
-                free(out);
-                free(kv);
-                free(pos);
-                free(sq);
-                free(slot);
-                free(tab);
-                free(tabs);
-                b->ops->free(b, pg.k);
-                b->ops->free(b, pg.v);
-                kv_backend_free(b);
+                kv_attn_batch hb = {ctx, pos, sq, slot, ns, tabs};
+                b->ops->kv_store(b, &pg, 0, &hb, kv, kv);
             }
+            int32_t dpos[32], dseq[32], dslot[32];
+            for (int s = 0; s < ns; s++) {
+                dpos[s] = ctx - 1;
+                dseq[s] = s;
+                dslot[s] = tabs[s][(ctx - 1) / bs] * bs + (ctx - 1) % bs;
+            }
+            kv_attn_batch ab = {ns, dpos, dseq, dslot, ns, tabs};
+            float *q = malloc(sizeof(float) * ns * nh * hd), *out = malloc(sizeof(float) * ns * nh * hd);
+            for (int i = 0; i < ns * nh * hd; i++) q[i] = frand();
+            b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f); /* warm up */
+            /* best of a few runs: the machine may be shared */
+            const int reps = 6;
+            double ms = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = kv_now_s();
+                b->ops->attention(b, &pg, 0, &ab, q, out, nh, 0.125f);
+                ms = fmin(ms, (kv_now_s() - t0) * 1e3);
+            }
+            double gbs = (double)pg.layer_bytes * 2 / (ms * 1e-3) / 1e9;
+            printf("    decode attention 32 x 512, 12 x 64, %-9s %-6s %d thread%s: %7.3f ms/layer (%5.1f GB/s of K/V)\n",
+                   kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads,
+                   threads > 1 ? "s" : " ", ms, gbs);
+            CHECK(isfinite(out[0]));
+            free(q);
+            free(out);
+            free(kv);
+            free(pos);
+            free(sq);
+            free(slot);
+            free(tab);
+            free(tabs);
+            b->ops->free(b, pg.k);
+            b->ops->free(b, pg.v);
+            kv_backend_free(b);
+        }
 }
 
 TEST_MAIN(T(test_dtype_names_sizes), T(test_fp8_conversions), T(test_row_formats), T(test_batch_check),
-          T(test_copy_block), T(test_attention_shapes), T(test_attention_dtypes_isas),
+          T(test_store_rows), T(test_copy_block), T(test_attention_shapes), T(test_attention_dtypes_isas),
           T(test_attention_threads_agree), T(test_attention_decode_timing))

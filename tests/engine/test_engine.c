@@ -544,6 +544,36 @@ static void test_metrics(void) {
     kv_engine_free(e);
 }
 
+/* A chat model ends its turn with an end-of-generation token: the request
+ * finishes with EOS, and the token's text never reaches the reply. */
+static void test_smollm2_chat_eos(void) {
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(path, R_OK) != 0) {
+        CHECKF(0, "%s missing: run `make models`", path);
+        return;
+    }
+    kv_config c;
+    base_config(&c);
+    snprintf(c.model.path, sizeof c.model.path, "%s", path);
+    c.kv.blocks = 32;
+    kv_engine *e = make(&c);
+    REQUIRE(e);
+    kv_request_params p;
+    kv_engine_request_defaults(e, &p);
+    p.text = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital "
+             "of France?<|im_end|>\n<|im_start|>assistant\n";
+    p.max_tokens = 48;
+    int64_t id = kv_engine_submit(e, &p, NULL);
+    REQUIRE(id > 0);
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    seen s = {.id = id};
+    drain(e, &s, 1, NULL);
+    CHECKF(s.finish == KV_FINISH_EOS && s.n_tokens < 48, "finish %d after %d tokens", s.finish, s.n_tokens);
+    CHECK(s.n_tokens > 0 && kv_tokenizer_is_eog(kv_engine_model(e)->tok, s.toks[s.n_tokens - 1]));
+    CHECKF(strstr(s.text, "Paris") != NULL && strstr(s.text, "<|im_end|>") == NULL, "'%s'", s.text);
+    kv_engine_free(e);
+}
+
 static void test_bad_config(void) {
     kv_config c;
     base_config(&c);
@@ -565,4 +595,4 @@ static void test_bad_config(void) {
 
 TEST_MAIN(T(test_golden_greedy), T(test_text_prompt), T(test_rejections), T(test_never_loses_a_request),
           T(test_cancel), T(test_stop_strings), T(test_thread_controls), T(test_snapshot_contents),
-          T(test_metrics), T(test_bad_config))
+          T(test_metrics), T(test_smollm2_chat_eos), T(test_bad_config))

@@ -321,8 +321,16 @@ static void test_prefix_hits(void) {
     kv_cache_seq_release(c, &s3);
     kv_cache_get_stats(c, &st);
     CHECK(st.n_used == 0 && st.n_cached == 2); /* a's two full blocks; the partial third blocks are freed */
+    /* admission plans: two cached blocks leave the evictable pool, plus one
+     * new block / plus the copy of the fully cached last block */
+    int reuse = -1;
+    CHECK(kv_cache_blocks_to_admit(c, tb, 40, 40, &reuse) == 3 && reuse == 32);
+    CHECK(kv_cache_blocks_to_admit(c, ta, 32, 32, &reuse) == 3 && reuse == 31);
+    CHECK(kv_cache_blocks_to_admit(c, ta, 32, 31, &reuse) == 2 && reuse == 31);
+    CHECK(kv_cache_blocks_to_admit(c, tc, 32, 32, &reuse) == 2 && reuse == 0);
     CHECK(kv_cache_seq_attach_prefix(c, &s4, tb, 40) == 32);
     CHECK(verify_rows(c, &s4, phb));
+    CHECK(kv_cache_blocks_to_admit(c, tb, 40, 40, &reuse) == 1 && reuse == 32); /* now shared, not cached */
     kv_cache_get_stats(c, &st);
     CHECK(st.n_cached == 0 && st.n_used == 2);
     CHECK(check_ok(c, live, 4));
@@ -708,8 +716,16 @@ static void workload(int bs, int n_blocks, int n_swap, int sharing, int hash_bit
             for (int i = 0; i < q->len; i++) q->t[i] = i < plen ? pre[k][i] : rnd(&rs, 50);
             prefix_hashes(q->t, q->len, q->ph);
             int m = kv_cache_match_prefix(c, q->t, q->len);
+            int first = KV_MIN(q->len, 1 + rnd(&rs, 4 * bs)), reuse = -1;
+            int plan = kv_cache_blocks_to_admit(c, q->t, q->len, first, &reuse);
+            int avail = kv_cache_n_available(c);
             int got = kv_cache_seq_attach_prefix(c, &q->s, q->t, q->len);
-            CHECKF(got == m, "attach %d, match %d", got, m);
+            CHECKF(got == m && reuse == m, "attach %d, match %d, planned reuse %d", got, m, reuse);
+            /* the plan says exactly whether the first chunk's reserve fits */
+            int rc = first > got ? kv_cache_seq_reserve(c, &q->s, first - got) : 0;
+            CHECKF((rc == 0) == (plan <= avail), "admit plan %d blocks, %d available, reserve rc %d", plan, avail,
+                   rc);
+            if (rc == KV_AGAIN) ws.again++;
             if (sharing) expect_lookups++;
             expect_hit_tokens += (uint64_t)(got > 0 ? got : 0);
             ws.attaches++;

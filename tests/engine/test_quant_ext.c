@@ -214,12 +214,13 @@ static void test_roundtrip_error(void) {
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *q = malloc(row_bytes(KV_TYPE_Q8_K, n));
     REQUIRE(x && y && q);
-    /* typical figures on this data: q8_1 0.4%, q6_K 1.7%, q5_* 3-4%, q4_K 6.5% */
+    /* typical figures on this data: q8_1 0.5%, q8_K 0.8% (256-wide blocks hold
+     * most outliers), q6_K 1.8%, q5_* 3.5-4.3%, q4_K 7% */
     static const struct {
         kv_type t;
         double bound;
-    } lim[] = {{KV_TYPE_Q8_1, 0.01},  {KV_TYPE_Q8_K, 0.01},  {KV_TYPE_Q6_K, 0.025}, {KV_TYPE_Q5_K, 0.045},
-               {KV_TYPE_Q5_0, 0.05},  {KV_TYPE_Q5_1, 0.05},  {KV_TYPE_Q4_K, 0.085}};
+    } lim[] = {{KV_TYPE_Q8_1, 0.01},  {KV_TYPE_Q8_K, 0.015},  {KV_TYPE_Q6_K, 0.025}, {KV_TYPE_Q5_K, 0.045},
+               {KV_TYPE_Q5_0, 0.055}, {KV_TYPE_Q5_1, 0.05},  {KV_TYPE_Q4_K, 0.085}};
     for (int i = 0; i < n; i++) x[i] = gauss() * 0.02f;
     for (size_t k = 0; k < sizeof lim / sizeof lim[0]; k++) {
         double e = roundtrip_nrmse(lim[k].t, x, n, q, y);
@@ -452,6 +453,7 @@ static void test_bench(void) {
                 double s = (double)(kv_now_ns() - t0) * 1e-9;
                 if (s < best) best = s;
             }
+            CHECK(isfinite(sink));
             gbs[isa] = (double)rb * M / best / 1e9;
             printf("  %s %6.2f GB/s", kv_qext_isa_name((kv_qext_isa)isa), gbs[isa]);
         }

@@ -331,7 +331,7 @@ static void test_priority_and_starvation_guard(void) {
     p.max_wait_ms = 100;
     sim m;
     REQUIRE(sim_init(&m, p, 64, 4, 0, 0) == 0);
-    sim_add(&m, 4, 30, 0, NULL);  /* #1 runs long */
+    sim_add(&m, 4, 30, 10, NULL); /* #1 runs long, above everyone (not preempted) */
     sim_step(&m);
     sim_add(&m, 4, 2, 0, NULL);   /* #2 low priority, arrives first */
     m.now += 60;
@@ -354,7 +354,7 @@ static void test_priority_and_starvation_guard(void) {
     /* without the guard, priority alone decides */
     p.max_wait_ms = 0;
     REQUIRE(sim_init(&m, p, 64, 4, 0, 0) == 0);
-    sim_add(&m, 4, 30, 0, NULL);
+    sim_add(&m, 4, 30, 10, NULL);
     sim_step(&m);
     sim_add(&m, 4, 2, 0, NULL);
     sim_add(&m, 4, 2, 5, NULL);
@@ -365,6 +365,42 @@ static void test_priority_and_starvation_guard(void) {
     CHECK(w[0]->id == 3);
     sim_run(&m, 200);
     /* #3 (priority 5) finished before #2 */
+    check_outputs(&m);
+    sim_free(&m);
+}
+
+static void test_priority_preemption(void) {
+    /* a free slot for a higher priority */
+    sim m;
+    REQUIRE(sim_init(&m, params(2, 64, 64), 64, 4, 0, 0) == 0);
+    sim_add(&m, 4, 20, 0, NULL);
+    m.now += 1;
+    sim_add(&m, 4, 20, 0, NULL);
+    sim_step(&m);
+    sim_add(&m, 4, 3, 5, NULL); /* #3 */
+    sim_step(&m);
+    CHECK(m.r[2]->state == KV_REQ_RUNNING);
+    CHECK(m.r[1]->state == KV_REQ_PREEMPTED && m.r[0]->state == KV_REQ_RUNNING); /* the newest gives way */
+    CHECK(has_decision(&m, KV_DEC_PREEMPT, 2, "for #3"));
+    /* an equal priority does not preempt */
+    sim_add(&m, 4, 3, 0, NULL);
+    sim_step(&m);
+    CHECK(m.r[3]->state == KV_REQ_WAITING);
+    sim_run(&m, 200);
+    check_outputs(&m);
+    sim_free(&m);
+
+    /* blocks for a higher priority: 8 blocks, two low requests hold 6 */
+    REQUIRE(sim_init(&m, params(8, 64, 64), 8, 4, 0, 0) == 0);
+    sim_add(&m, 10, 2, 0, NULL);
+    m.now += 1;
+    sim_add(&m, 10, 2, 0, NULL);
+    sim_step(&m);
+    sim_add(&m, 12, 2, 1, NULL); /* needs 3 blocks, 2 free */
+    sim_step(&m);
+    CHECK(m.r[2]->state == KV_REQ_RUNNING || m.done[2]);
+    CHECK(m.r[1]->preemptions == 1 && m.r[0]->preemptions == 0);
+    sim_run(&m, 200);
     check_outputs(&m);
     sim_free(&m);
 }
@@ -398,7 +434,7 @@ static void test_skip_ahead_and_reasons(void) {
 
     p.max_wait_ms = 0;
     REQUIRE(sim_init(&m, p, 12, 4, 0, 0) == 0);
-    sim_add(&m, 30, 6, 0, NULL);
+    sim_add(&m, 30, 6, 5, NULL); /* above both: never preempted for them */
     sim_step(&m);
     sim_add(&m, 36, 2, 3, NULL); /* blocked, priority 3 */
     sim_add(&m, 6, 2, 1, NULL);  /* fits, but priority 1 */
@@ -472,6 +508,35 @@ static void test_swap_pool_full_falls_back(void) {
     kv_sched_counters cnt;
     kv_sched_get_counters(m.s, &cnt);
     CHECK(cnt.recomputes > 0);
+    check_outputs(&m);
+    sim_free(&m);
+}
+
+/* New requests of no higher priority wait while a swapped one is out. */
+static void test_swapped_come_first(void) {
+    kv_sched_params p = params(8, 64, 16);
+    p.preemption = KV_PREEMPT_SWAP;
+    sim m;
+    REQUIRE(sim_init(&m, p, 10, 4, 32, 0) == 0);
+    for (int i = 0; i < 4; i++) {
+        sim_add(&m, 8, 12, 0, NULL);
+        m.now += 1;
+    }
+    kv_sreq *const *sw;
+    int st = 0;
+    while (kv_sched_swapped(m.s, &sw) == 0 && st++ < 50) sim_step(&m);
+    REQUIRE(kv_sched_swapped(m.s, &sw) > 0);
+    int late = sim_add(&m, 2, 2, 0, NULL);
+    int saw_reason = 0;
+    while (m.r[late]->state == KV_REQ_WAITING && st++ < 200) {
+        sim_step(&m);
+        saw_reason |= strstr(m.r[late]->wait_reason, "swapped requests first") != NULL;
+        /* admission happens after swap-in within a step: when it came in,
+         * nobody was left out */
+        if (m.r[late]->state != KV_REQ_WAITING) CHECK(kv_sched_swapped(m.s, &sw) == 0);
+    }
+    CHECK(saw_reason);
+    sim_run(&m, 300);
     check_outputs(&m);
     sim_free(&m);
 }
@@ -742,7 +807,7 @@ static void test_bad_input(void) {
 }
 
 TEST_MAIN(T(test_mixed_batch), T(test_chunked_prefill), T(test_token_budget), T(test_max_seqs),
-          T(test_priority_and_starvation_guard), T(test_skip_ahead_and_reasons), T(test_preempt_recompute),
-          T(test_preempt_swap), T(test_swap_pool_full_falls_back), T(test_static_batching),
+          T(test_priority_and_starvation_guard), T(test_priority_preemption), T(test_skip_ahead_and_reasons), T(test_preempt_recompute),
+          T(test_preempt_swap), T(test_swap_pool_full_falls_back), T(test_swapped_come_first), T(test_static_batching),
           T(test_contiguous_reservation), T(test_prefix_sharing), T(test_cancel_everywhere),
           T(test_speculative_hook), T(test_random_workload), T(test_bad_input))

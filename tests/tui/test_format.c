@@ -172,9 +172,10 @@ static void test_wrap(void) {
     CHECK(kv_format_wrap("aaaa bbbb cccc dddd", -1, 4, NULL, 0) == 4);
     CHECK(kv_format_wrap("aaaa bbbb cccc dddd", -1, 4, l, 2) == 4);
     /* Wide characters never split across a line end. */
-    n = kv_format_wrap("\u4e2d\u6587\u4e2d", -1, 3, l, 16);
+    const char *cjk = "\u4e2d\u6587\u4e2d";
+    n = kv_format_wrap(cjk, -1, 3, l, 16);
     CHECK(n == 3);
-    for (int i = 0; i < n; i++) CHECK(kv_format_width("\u4e2d\u6587\u4e2d" + l[i].off, l[i].len) <= 3);
+    for (int i = 0; i < n; i++) CHECK(kv_format_width(&cjk[l[i].off], l[i].len) <= 3);
     /* Every line fits for many widths on a mixed text. */
     const char *t = "Once upon a time, there was a little girl named Lily. \u00e9t\u00e9 \u4e2d\u6587!";
     for (int cols = 1; cols < 40; cols++) {

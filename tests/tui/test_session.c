@@ -28,6 +28,11 @@ static void test_turns_and_messages(void) {
     CHECK(kv_session_add(s, KV_ROLE_ASSISTANT, "") == 1);
     CHECK(kv_session_append(s, "Hel", 3) == 0 && kv_session_append(s, "lo!", 3) == 0);
     CHECK(!strcmp(kv_session_last(s)->text, "Hello!"));
+    CHECK(kv_session_append_src(s, " ok", 3, 1) == 0);
+    kv_turn *lt = kv_session_last(s);
+    CHECK(lt->src[0] == 0 && lt->src[5] == 0 && lt->src[6] == 1 && lt->src[8] == 1 && lt->len == 9);
+    lt->len = 6;
+    lt->text[6] = 0;
     const char *roles[8], *texts[8];
     /* The reply still streaming is not part of the conversation sent. */
     int n = kv_session_messages(s, 0, roles, texts, 8);
@@ -131,4 +136,36 @@ static void test_wrap(void) {
     kv_session_free(s);
 }
 
-TEST_MAIN(T(test_turns_and_messages), T(test_markdown_and_autosave), T(test_state_dir), T(test_wrap))
+static void test_render(void) {
+    kv_session *s = kv_session_new(0, NULL, NULL, 0);
+    REQUIRE(s);
+    char *buf = NULL;
+    size_t cap = 0;
+    CHECK(kv_session_render(s, 0, 1, KV_CHAT_PLAIN, NULL, &buf, &cap) == -1); /* nothing to send */
+    kv_session_add(s, KV_ROLE_USER, "Once upon a time");
+    /* Plain (a story model): the prompt as-is. */
+    int n = kv_session_render(s, 0, 1, KV_CHAT_PLAIN, NULL, &buf, &cap);
+    CHECK(n == 16 && !strcmp(buf, "Once upon a time"));
+    kv_session_set_system(s, "A story.");
+    n = kv_session_render(s, 0, 1, KV_CHAT_PLAIN, NULL, &buf, &cap);
+    CHECKF(!strcmp(buf, "A story.\n\nOnce upon a time") && n == (int)strlen(buf), "[%s]", buf);
+    /* ChatML: the whole conversation, the assistant's turn opened. */
+    kv_session_add(s, KV_ROLE_ASSISTANT, "Hi there");
+    s->turns[1].finish = 1;
+    kv_session_add(s, KV_ROLE_USER, "Again");
+    n = kv_session_render(s, 0, 0, KV_CHAT_CHATML, NULL, &buf, &cap);
+    CHECKF(n > 0 && strstr(buf, "<|im_start|>system\nA story.<|im_end|>") &&
+               strstr(buf, "<|im_start|>user\nOnce upon a time<|im_end|>") &&
+               strstr(buf, "<|im_start|>assistant\nHi there<|im_end|>") &&
+               strstr(buf, "<|im_start|>user\nAgain<|im_end|>"),
+           "[%s]", buf);
+    const char *tail = "<|im_start|>assistant\n";
+    CHECK(n >= (int)strlen(tail) && !strcmp(buf + n - strlen(tail), tail));
+    /* Starting later drops the oldest exchange but keeps the system prompt. */
+    n = kv_session_render(s, kv_session_next_exchange(s, 0), 0, KV_CHAT_CHATML, NULL, &buf, &cap);
+    CHECK(n > 0 && !strstr(buf, "Once upon a time") && strstr(buf, "A story.") && strstr(buf, "Again"));
+    free(buf);
+    kv_session_free(s);
+}
+
+TEST_MAIN(T(test_turns_and_messages), T(test_render), T(test_markdown_and_autosave), T(test_state_dir), T(test_wrap))

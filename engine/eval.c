@@ -1,0 +1,436 @@
+/* eval.c - perplexity, KL divergence, top-1 agreement and logit error of
+ * weight / KV-cache encodings against an f32 reference (`kvtop eval`): the
+ * math on logit rows, the token windows, and the driver that re-encodes the
+ * model into temp files and streams the comparison window by window. */
+#include "eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "quantize.h"
+#include "runner.h"
+
+/* ---- math ---- */
+
+double kv_eval_logsumexp(const float *x, int n) {
+    if (n <= 0) return -INFINITY;
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (isinf(mx)) return mx; /* all -inf, or a +inf that dominates */
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    return mx + log(s); /* a NaN anywhere makes s NaN: it shows in the result */
+}
+
+double kv_eval_nll(const float *x, int n, int32_t target) {
+    if (target < 0 || target >= n) return NAN;
+    return kv_eval_logsumexp(x, n) - x[target];
+}
+
+static double kl_rows(const float *ref, double lse_ref, const float *cfg, double lse_cfg, int n) {
+    double kl = 0;
+    for (int i = 0; i < n; i++) {
+        double lr = (double)ref[i] - lse_ref;
+        double lc = (double)cfg[i] - lse_cfg;
+        double pr = exp(lr);
+        if (pr > 0) kl += pr * (lr - lc); /* 0 * log 0 = 0, also when cfg says -inf */
+    }
+    /* Rounding can leave a tiny negative sum for near-equal rows; KL is
+     * never negative. NaN (a broken kernel) is kept, not hidden. */
+    if (kl < 0) kl = 0;
+    return kl;
+}
+
+double kv_eval_kl(const float *ref, double lse_ref, const float *cfg, int n) {
+    return kl_rows(ref, lse_ref, cfg, kv_eval_logsumexp(cfg, n), n);
+}
+
+int kv_eval_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+void kv_eval_acc_add(kv_eval_acc *a, const float *ref, const double *ref_lse, const float *cfg, int n_rows,
+                     int n_vocab, const int32_t *targets) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *c = cfg + (size_t)r * n_vocab;
+        double lse = kv_eval_logsumexp(c, n_vocab);
+        int32_t t = targets[r];
+        a->sum_nll += (t >= 0 && t < n_vocab) ? lse - c[t] : NAN;
+        a->n++;
+        if (!ref) continue;
+        const float *f = ref + (size_t)r * n_vocab;
+        double lr = ref_lse ? ref_lse[r] : kv_eval_logsumexp(f, n_vocab);
+        a->sum_kl += kl_rows(f, lr, c, lse, n_vocab);
+        if (kv_eval_argmax(f, n_vocab) == kv_eval_argmax(c, n_vocab)) a->n_agree++;
+        for (int i = 0; i < n_vocab; i++) {
+            double d = fabs((double)c[i] - (double)f[i]);
+            if (d > a->max_abs || isnan(d)) a->max_abs = d; /* once NaN, stays NaN */
+        }
+    }
+}
+
+double kv_eval_acc_ppl(const kv_eval_acc *a) { return a->n > 0 ? exp(a->sum_nll / (double)a->n) : NAN; }
+double kv_eval_acc_kl(const kv_eval_acc *a) { return a->n > 0 ? a->sum_kl / (double)a->n : NAN; }
+double kv_eval_acc_top1(const kv_eval_acc *a) { return a->n > 0 ? (double)a->n_agree / (double)a->n : NAN; }
+
+/* ---- windows ---- */
+
+int kv_eval_n_windows(int n, int32_t bos, int ctx) {
+    if (ctx < 2 || n <= 0) return 0;
+    /* Each window scores ctx-1 new tokens: all n with BOS, n-1 without. */
+    int scored = bos >= 0 ? n : n - 1;
+    return scored <= 0 ? 0 : (scored + ctx - 2) / (ctx - 1);
+}
+
+int kv_eval_window(const int32_t *t, int n, int32_t bos, int ctx, int k, int32_t *win) {
+    if (ctx < 2 || k < 0 || k >= kv_eval_n_windows(n, bos, ctx)) return 0;
+    int64_t start = (int64_t)k * (ctx - 1);
+    if (bos >= 0) {
+        int len = (int)KV_MIN((int64_t)ctx - 1, n - start);
+        win[0] = bos;
+        memcpy(win + 1, t + start, (size_t)len * sizeof *win);
+        return len + 1;
+    }
+    int len = (int)KV_MIN((int64_t)ctx, n - start);
+    memcpy(win, t + start, (size_t)len * sizeof *win);
+    return len;
+}
+
+/* ---- the driver ---- */
+
+void kv_eval_native_type(const kv_model *m, char *name, size_t cap) {
+    static const char *const names[] = {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",   "q4_1", "q5_0",
+                                        "q5_1", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k"};
+    uint32_t ft;
+    if (m->gguf && kv_gguf_get_u32(m->gguf, "general.file_type", &ft, NULL) == 0) {
+        for (size_t i = 0; i < KV_ARRAY_LEN(names); i++) {
+            kv_quant_target t;
+            if (kv_quant_target_from_name(names[i], &t, NULL) == 0 && t.file_type == ft) {
+                snprintf(name, cap, "%s", t.name);
+                return;
+            }
+        }
+    }
+    int best = KV_TYPE_F32, best_n = 0;
+    for (int t = 0; t < KV_TYPE_COUNT; t++)
+        if (t != KV_TYPE_F32 && m->type_counts[t] > best_n) best = t, best_n = m->type_counts[t];
+    snprintf(name, cap, "%s", kv_type_name(best));
+}
+
+static void logf_(const kv_eval_params *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const kv_eval_params *p, const char *fmt, ...) {
+    if (!p->log) return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    p->log(p->log_ctx, buf);
+}
+
+/* One weight encoding: the file as given, or a temp re-encoding of it. */
+typedef struct variant {
+    char name[24];     /* canonical target name */
+    int from_file;
+    char path[1100];   /* temp file ("" for the file as given) */
+    kv_model *m;       /* owned, except the one that is the source (variants[0].m) */
+} variant;
+
+typedef struct run_state {
+    variant *vars;     /* (n_vars) vars[0] is the file as given */
+    int n_vars;
+    char tmp_dir[1024]; /* "" until created */
+    kv_runner **runners; /* (n_rows) */
+    int *row_var;        /* (n_rows) index into vars */
+} run_state;
+
+static void run_state_free(run_state *s, int n_rows) {
+    if (s->runners)
+        for (int i = 0; i < n_rows; i++) kv_runner_free(s->runners[i]);
+    free(s->runners);
+    free(s->row_var);
+    for (int i = 0; i < s->n_vars; i++) {
+        kv_model_free(s->vars[i].m);
+        if (s->vars[i].path[0]) {
+            char tmp[1200];
+            unlink(s->vars[i].path);
+            snprintf(tmp, sizeof tmp, "%s.tmp", s->vars[i].path); /* a failed quantize's leftover */
+            unlink(tmp);
+        }
+    }
+    free(s->vars);
+    if (s->tmp_dir[0]) rmdir(s->tmp_dir);
+}
+
+/* Index of the variant called name, re-encoding the source into the temp
+ * directory on first use; -1 with err filled on failure. */
+static int get_variant(run_state *s, const kv_eval_params *p, const char *name, kv_err *err) {
+    for (int i = 0; i < s->n_vars; i++)
+        if (!strcmp(s->vars[i].name, name)) return i;
+    if (strcmp(s->vars[0].m->format, "gguf") != 0) {
+        kv_err_set(err, KV_ERR_INVAL,
+                   "eval: %s is a %s checkpoint; only GGUF models can be re-encoded to %s (use --weights %s)",
+                   p->model_path, s->vars[0].m->format, name, s->vars[0].name);
+        return -1;
+    }
+    if (!s->tmp_dir[0]) {
+        const char *base = p->tmp_dir && *p->tmp_dir ? p->tmp_dir : getenv("TMPDIR");
+        if (!base || !*base) base = "/tmp";
+        snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s/kvtop-eval-XXXXXX", base);
+        if (!mkdtemp(s->tmp_dir)) {
+            kv_err_set(err, KV_ERR_IO, "eval: cannot create a temp directory in %s: %s", base, strerror(errno));
+            s->tmp_dir[0] = 0;
+            return -1;
+        }
+    }
+    variant *v = &s->vars[s->n_vars];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    snprintf(v->path, sizeof v->path, "%s/%s.gguf", s->tmp_dir, name);
+    s->n_vars++; /* counted now so cleanup removes a partial file */
+    kv_quantize_params qp = {.n_threads = p->n_threads};
+    if (kv_quant_target_from_name(name, &qp.target, err)) return -1;
+    logf_(p, "re-encoding the model as %s", name);
+    if (kv_quantize_file(p->model_path, v->path, &qp, NULL, err)) return -1;
+    v->m = kv_model_load(v->path, NULL, err);
+    if (!v->m) return -1;
+    return s->n_vars - 1;
+}
+
+void kv_eval_report_free(kv_eval_report *r) {
+    if (!r) return;
+    free(r->rows);
+    r->rows = NULL;
+    r->n_rows = 0;
+}
+
+int kv_eval_run(const kv_eval_params *p, const char *text, size_t len, kv_eval_report *out, kv_err *err) {
+    static const char *const def_weights[] = {"f32", "q8_0", "q4_0"};
+    static const kv_cache_dtype def_kv[] = {KV_CACHE_F16, KV_CACHE_INT8, KV_CACHE_FP8_E4M3};
+    if (!p || !p->model_path || !out || (!text && len)) return kv_err_set(err, KV_ERR_INVAL, "eval: NULL argument");
+    if (len == 0) return kv_err_set(err, KV_ERR_INVAL, "eval: the text is empty");
+    const kv_cache_dtype *kvs = p->kv ? p->kv : def_kv;
+    int n_kv = p->kv ? p->n_kv : (int)KV_ARRAY_LEN(def_kv);
+    for (int i = 0; i < n_kv; i++)
+        if ((int)kvs[i] < 0 || kvs[i] >= KV_CACHE_DTYPE_COUNT)
+            return kv_err_set(err, KV_ERR_INVAL, "eval: KV dtype %d is not one of the known ones", (int)kvs[i]);
+    /* Names are checked before anything is loaded or written. */
+    int n_w = p->weights ? p->n_weights : (int)KV_ARRAY_LEN(def_weights);
+    for (int i = 0; i < n_w; i++) {
+        kv_quant_target t;
+        if (kv_quant_target_from_name(p->weights ? p->weights[i] : def_weights[i], &t, err)) return KV_ERR_INVAL;
+    }
+    if (n_w + n_kv <= 0) return kv_err_set(err, KV_ERR_INVAL, "eval: no weight type and no KV dtype to evaluate");
+
+    double t_start = kv_now_s();
+    int rc = 0, n_rows = 0, max_rows = n_w + n_kv + 2;
+    kv_eval_report rep;
+    memset(&rep, 0, sizeof rep);
+    run_state s;
+    memset(&s, 0, sizeof s);
+    kv_backend *be = NULL;
+    int32_t *toks = NULL, *win = NULL;
+    float *ref_logits = NULL, *cfg_logits = NULL;
+    double *ref_lse = NULL;
+    const char **wnames = NULL; /* (n_w + 1) the weight types to run */
+
+    s.vars = calloc((size_t)n_w + 3, sizeof *s.vars);
+    wnames = calloc((size_t)n_w + 1, sizeof *wnames);
+    rep.rows = calloc((size_t)max_rows, sizeof *rep.rows);
+    s.row_var = calloc((size_t)max_rows, sizeof *s.row_var);
+    s.runners = calloc((size_t)max_rows, sizeof *s.runners);
+    if (!s.vars || !wnames || !rep.rows || !s.row_var || !s.runners) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "eval: out of memory");
+        goto fail;
+    }
+    kv_model *m0 = kv_model_load(p->model_path, p->tokenizer_path, err);
+    if (!m0) {
+        rc = err ? err->code : KV_ERR_IO;
+        goto fail;
+    }
+    s.vars[0].m = m0;
+    s.vars[0].from_file = 1;
+    s.n_vars = 1;
+    kv_eval_native_type(m0, s.vars[0].name, sizeof s.vars[0].name);
+    snprintf(rep.native, sizeof rep.native, "%s", s.vars[0].name);
+    snprintf(rep.model, sizeof rep.model, "%s", m0->name);
+    const int n_vocab = m0->hp.n_vocab;
+    rep.n_vocab = n_vocab;
+
+    /* The text's tokens, BOS kept apart: windows add it themselves. */
+    int n = kv_tokenizer_encode(m0->tok, text, len, 0, 0, NULL, 0, err);
+    if (n < 0) {
+        rc = n;
+        goto fail;
+    }
+    int want_bos = p->bos < 0 ? kv_tokenizer_add_bos(m0->tok) : p->bos;
+    int32_t bos = want_bos ? kv_tokenizer_bos(m0->tok) : -1;
+    rep.bos = bos >= 0;
+    rep.n_text_tokens = n;
+    if (n + (bos >= 0) < 2) {
+        rc = kv_err_set(err, KV_ERR_INVAL, "eval: the text is %d token%s%s; perplexity needs at least 2", n,
+                        n == 1 ? "" : "s", bos >= 0 ? " after BOS" : "");
+        goto fail;
+    }
+    if (!(toks = malloc((size_t)n * sizeof *toks))) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "eval: out of memory for %d tokens", n);
+        goto fail;
+    }
+    kv_tokenizer_encode(m0->tok, text, len, 0, 0, toks, n, err);
+    int ctx = p->ctx > 0 ? p->ctx : KV_MIN(m0->hp.ctx_len, 512);
+    if (ctx > m0->hp.ctx_len) ctx = m0->hp.ctx_len;
+    if (ctx < 2) {
+        rc = kv_err_set(err, KV_ERR_INVAL, "eval: a window of %d token(s) predicts nothing; use --ctx 2 or more", ctx);
+        goto fail;
+    }
+    rep.ctx = ctx;
+    rep.n_windows = kv_eval_n_windows(n, bos, ctx);
+
+    /* The reference: f32 weights (the file itself when it is f32) and f32 KV. */
+    int v_ref = get_variant(&s, p, "f32", err);
+    if (v_ref < 0) {
+        rc = err ? err->code : KV_ERR_IO;
+        goto fail;
+    }
+    rep.rows[0] = (kv_eval_row){.is_ref = 1, .kv = KV_CACHE_F32};
+    s.row_var[0] = v_ref;
+    n_rows = 1;
+    /* Weight rows with f16 KV (the default set adds the file's own type),
+     * then KV rows with the file's own weights; a configuration asked for
+     * twice is run once. The reference is always a run of its own, so a
+     * configuration equal to it is a real check, not a copy. */
+    const int is_gguf = strcmp(m0->format, "gguf") == 0;
+    int n_wl = 0;
+    if (p->weights)
+        for (int i = 0; i < n_w; i++) wnames[n_wl++] = p->weights[i];
+    else if (is_gguf)
+        for (int i = 0; i < n_w; i++) wnames[n_wl++] = def_weights[i];
+    if (!p->weights) wnames[n_wl++] = s.vars[0].name;
+    for (int i = 0; i < n_wl + n_kv; i++) {
+        int v;
+        kv_cache_dtype d;
+        if (i < n_wl) {
+            kv_quant_target t;
+            if (kv_quant_target_from_name(wnames[i], &t, err)) {
+                rc = KV_ERR_INVAL;
+                goto fail;
+            }
+            v = get_variant(&s, p, t.name, err);
+            d = KV_CACHE_F16;
+        } else {
+            v = 0;
+            d = kvs[i - n_wl];
+        }
+        if (v < 0) {
+            rc = err ? err->code : KV_ERR_IO;
+            goto fail;
+        }
+        int dup = 0;
+        for (int r = 1; r < n_rows; r++) dup |= s.row_var[r] == v && rep.rows[r].kv == d;
+        if (dup) continue;
+        rep.rows[n_rows] = (kv_eval_row){.kv = d};
+        s.row_var[n_rows++] = v;
+    }
+    rep.n_rows = n_rows;
+
+    be = kv_backend_create(p->backend ? p->backend : "cpu", p->n_threads, err);
+    if (!be) {
+        rc = err ? err->code : KV_ERR_BACKEND;
+        goto fail;
+    }
+    /* Each configuration evaluates a window in pieces of `chunk` tokens and
+     * is compared piece by piece, so only the reference's window logits are
+     * held whole (ctx x n_vocab floats). */
+    const int chunk = KV_MIN(ctx, p->chunk > 0 ? p->chunk : 128);
+    for (int r = 0; r < n_rows; r++) {
+        variant *v = &s.vars[s.row_var[r]];
+        kv_eval_row *row = &rep.rows[r];
+        snprintf(row->weights, sizeof row->weights, "%s", v->name);
+        row->from_file = v->from_file;
+        row->weight_bytes = v->m->weight_bytes;
+        row->kv_bytes_per_token = kv_model_kv_bytes_per_token(v->m, row->kv);
+        if (v->m->hp.n_vocab != n_vocab) {
+            rc = kv_err_set(err, KV_ERR_FORMAT, "eval: the %s variant has %d tokens, the model %d", v->name,
+                            v->m->hp.n_vocab, n_vocab);
+            goto fail;
+        }
+        s.runners[r] = kv_runner_new(v->m, be, ctx, chunk, row->kv, err);
+        if (!s.runners[r]) {
+            rc = err ? err->code : KV_ERR_NOMEM;
+            goto fail;
+        }
+    }
+    uint64_t ref_floats, cfg_floats;
+    if (kv_mul_overflow((uint64_t)ctx, (uint64_t)n_vocab, &ref_floats) ||
+        kv_mul_overflow((uint64_t)chunk, (uint64_t)n_vocab, &cfg_floats) || ref_floats > SIZE_MAX / sizeof(float)) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "eval: %d x %d logits do not fit in memory", ctx, n_vocab);
+        goto fail;
+    }
+    ref_logits = malloc((size_t)ref_floats * sizeof(float));
+    cfg_logits = malloc((size_t)cfg_floats * sizeof(float));
+    ref_lse = malloc((size_t)ctx * sizeof *ref_lse);
+    win = malloc((size_t)ctx * sizeof *win);
+    if (!ref_logits || !cfg_logits || !ref_lse || !win) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "eval: out of memory for %d x %d logits", ctx, n_vocab);
+        goto fail;
+    }
+
+    for (int k = 0; k < rep.n_windows; k++) {
+        int wl = kv_eval_window(toks, n, bos, ctx, k, win);
+        int scored = wl - 1; /* row i predicts win[i + 1] */
+        logf_(p, "window %d/%d (%d tokens)", k + 1, rep.n_windows, wl);
+        double t0 = kv_now_s();
+        kv_runner_reset(s.runners[0]);
+        if ((rc = kv_runner_eval(s.runners[0], win, wl, NULL, ref_logits, err))) goto fail;
+        rep.rows[0].seconds += kv_now_s() - t0;
+        for (int i = 0; i < scored; i++) ref_lse[i] = kv_eval_logsumexp(ref_logits + (size_t)i * n_vocab, n_vocab);
+        kv_eval_acc_add(&rep.rows[0].acc, NULL, NULL, ref_logits, scored, n_vocab, win + 1);
+        for (int r = 1; r < n_rows; r++) {
+            kv_runner *run = s.runners[r];
+            kv_runner_reset(run);
+            for (int at = 0; at < wl; at += chunk) {
+                int c = KV_MIN(chunk, wl - at);
+                t0 = kv_now_s();
+                if ((rc = kv_runner_eval(run, win + at, c, NULL, cfg_logits, err))) goto fail;
+                rep.rows[r].seconds += kv_now_s() - t0;
+                int rows = KV_MIN(c, scored - at); /* the window's last row predicts nothing */
+                if (rows > 0)
+                    kv_eval_acc_add(&rep.rows[r].acc, ref_logits + (size_t)at * n_vocab, ref_lse + at, cfg_logits,
+                                    rows, n_vocab, win + at + 1);
+            }
+        }
+    }
+    for (int r = 0; r < n_rows; r++) {
+        kv_eval_row *row = &rep.rows[r];
+        row->ppl = kv_eval_acc_ppl(&row->acc);
+        row->mean_kl = r == 0 ? 0 : kv_eval_acc_kl(&row->acc);
+        row->top1 = r == 0 ? 1 : kv_eval_acc_top1(&row->acc);
+        row->max_abs_err = r == 0 ? 0 : row->acc.max_abs;
+    }
+    rep.n_scored = rep.rows[0].acc.n;
+    rep.seconds = kv_now_s() - t_start;
+    *out = rep;
+    rep.rows = NULL;
+    rc = 0;
+
+fail:
+    free(rep.rows);
+    run_state_free(&s, max_rows);
+    kv_backend_free(be);
+    free(toks);
+    free(win);
+    free(ref_logits);
+    free(cfg_logits);
+    free(ref_lse);
+    free(wnames);
+    return rc;
+}

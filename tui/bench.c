@@ -1,0 +1,913 @@
+/* bench.c - `kvtop bench` without the command line: runs a profile's
+ * workload through a fresh engine stepped on the caller's thread, keeps the
+ * outcome of every request, and writes the table, the comparison, the JSON
+ * summary and the JSONL outputs. See bench.h for the contracts. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../profiles/profile.h"
+
+enum {
+    EVENT_BATCH = 256,        /* events taken per poll */
+    PROGRESS_MS = 200,        /* at most 5 progress redraws per second */
+    STALL_MS = 10000,         /* no engine progress for this long with work in flight: give up */
+    IDLE_SLEEP_MS = 20        /* longest sleep while waiting for the next arrival */
+};
+
+/* ---- small helpers ---- */
+
+static double since_s(uint64_t t0_ns) { return (double)(kv_now_ns() - t0_ns) / 1e9; }
+
+static void sleep_ms(double ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(fmod(ms, 1000.0) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    if (!cap) return;
+    size_t n = src ? strnlen(src, cap - 1) : 0;
+    if (n) memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+const char *kv_bench_finish_name(kv_finish f) {
+    switch (f) {
+    case KV_FINISH_EOS: return "eos";
+    case KV_FINISH_LENGTH: return "length";
+    case KV_FINISH_STOP: return "stop";
+    case KV_FINISH_CANCELLED: return "cancelled";
+    case KV_FINISH_REJECTED: return "rejected";
+    case KV_FINISH_ERROR: return "error";
+    case KV_FINISH_NONE: break;
+    }
+    return "none";
+}
+
+/* The workload's tokenizer callback: no BOS (the bench puts it in front),
+ * special tokens parsed as the engine's text path does. */
+static int bench_tokenize(void *ctx, const char *text, int32_t *out, int cap) {
+    const kv_tokenizer *t = ctx;
+    kv_err err;
+    int n = kv_tokenizer_encode(t, text, strlen(text), 0, 1, out, cap, &err);
+    if (n < 0) return n;
+    return n < cap ? n : cap;
+}
+
+/* ---- one run ---- */
+
+typedef struct run_state {
+    const kv_config *cfg;
+    kv_engine *e;
+    kv_workload *w;
+    kv_bench_result *r;
+    int n;                /* requests */
+    int32_t *ids;         /* all prompts, back to back */
+    size_t *off;          /* (n + 1) prompt i is ids[off[i] .. off[i+1]) */
+    int *idx_of_id;       /* (cap_ids) workload index of an engine id, -1 unknown */
+    int64_t cap_ids;
+    int next;             /* next item to submit */
+    int in_flight;        /* submitted, not done */
+    int done;             /* finished, cancelled or rejected */
+    uint64_t t0_ns;       /* first submission */
+    kv_event *ev;         /* (EVENT_BATCH) */
+    kv_snapshot *snap;    /* progress line only */
+    double last_draw_s;
+    const kv_bench_opts *opts;
+} run_state;
+
+/* Tokenizes every prompt before the clock starts. A prompt that cannot be
+ * built becomes a rejected request (reason kept), not a failed run. */
+static int build_prompts(run_state *s, kv_err *err) {
+    const kv_tokenizer *tok = kv_engine_model(s->e)->tok;
+    int32_t bos = kv_tokenizer_bos(tok);
+    int add_bos = kv_tokenizer_add_bos(tok) && bos >= 0;
+    size_t total = 0;
+    for (int i = 0; i < s->n; i++) {
+        const kv_workload_item *it = kv_workload_get(s->w, i);
+        /* a text never makes more ids than bytes + the SPM dummy prefix */
+        size_t c = (size_t)add_bos + (size_t)it->system_tokens +
+                   (it->text ? strlen(it->text) + 16 : (size_t)it->prompt_tokens);
+        total += c;
+    }
+    s->ids = malloc((total ? total : 1) * sizeof *s->ids);
+    s->off = malloc(((size_t)s->n + 1) * sizeof *s->off);
+    if (!s->ids || !s->off) return kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for %zu prompt ids", total);
+    size_t at = 0;
+    for (int i = 0; i < s->n; i++) {
+        const kv_workload_item *it = kv_workload_get(s->w, i);
+        size_t c = (size_t)add_bos + (size_t)it->system_tokens +
+                   (it->text ? strlen(it->text) + 16 : (size_t)it->prompt_tokens);
+        s->off[i] = at;
+        kv_err e2;
+        int got = kv_workload_tokens(s->w, i, bench_tokenize, (void *)tok, s->ids + at + add_bos,
+                                     (int)KV_MIN(c - (size_t)add_bos, (size_t)1 << 30), &e2);
+        if (got < 0) {
+            kv_bench_req *q = &s->r->reqs[i];
+            q->finish = KV_FINISH_REJECTED;
+            snprintf(q->reason, sizeof q->reason, "prompt: %.118s", e2.msg);
+            continue;
+        }
+        if (add_bos) s->ids[at] = bos;
+        at += (size_t)got + (size_t)add_bos;
+    }
+    s->off[s->n] = at;
+    return 0;
+}
+
+static int map_id(run_state *s, int64_t id, int idx) {
+    if (id >= s->cap_ids) {
+        int64_t nc = s->cap_ids ? s->cap_ids : 64;
+        while (nc <= id) nc *= 2;
+        int *p = realloc(s->idx_of_id, (size_t)nc * sizeof *p);
+        if (!p) return KV_ERR_NOMEM;
+        for (int64_t k = s->cap_ids; k < nc; k++) p[k] = -1;
+        s->idx_of_id = p;
+        s->cap_ids = nc;
+    }
+    s->idx_of_id[id] = idx;
+    return 0;
+}
+
+static void mark_done(run_state *s, kv_bench_req *q) {
+    switch (q->finish) {
+    case KV_FINISH_EOS:
+    case KV_FINISH_LENGTH:
+    case KV_FINISH_STOP: s->r->completed++; break;
+    case KV_FINISH_REJECTED: s->r->rejected++; break;
+    case KV_FINISH_CANCELLED: s->r->cancelled++; break;
+    default: s->r->errors++; break;
+    }
+    s->done++;
+}
+
+/* Submits item i (or records why it could not be). */
+static int submit(run_state *s, int i) {
+    kv_bench_req *q = &s->r->reqs[i];
+    const kv_workload_item *it = kv_workload_get(s->w, i);
+    if (s->t0_ns == 0) s->t0_ns = kv_now_ns();
+    q->prompt_tokens = (int)(s->off[i + 1] - s->off[i]);
+    if (q->finish == KV_FINISH_REJECTED) { /* its prompt could not be built */
+        mark_done(s, q);
+        return 0;
+    }
+    kv_request_params p;
+    kv_engine_request_defaults(s->e, &p);
+    p.tokens = s->ids + s->off[i];
+    p.n_tokens = q->prompt_tokens;
+    p.max_tokens = it->output_tokens;
+    p.sampling = s->cfg->sampling;
+    p.sampling.seed = s->cfg->sampling.seed + (uint64_t)i; /* reproducible per request, whatever the batch */
+    p.ignore_eos = s->cfg->workload.ignore_eos;
+    p.priority = 0;
+    p.session = i;
+    kv_err err;
+    int64_t id = kv_engine_submit(s->e, &p, &err);
+    if (id > 0) {
+        if (map_id(s, id, i)) return KV_ERR_NOMEM;
+        q->id = id;
+        s->in_flight++;
+        return 0;
+    }
+    /* refused at the door: the engine also emits a DONE for an id we never
+     * learn, which handle_events ignores */
+    q->finish = KV_FINISH_REJECTED;
+    copy_str(q->reason, sizeof q->reason, err.msg);
+    mark_done(s, q);
+    return 0;
+}
+
+/* Submits every item that is due: open loop by arrival time, closed loop
+ * while fewer than `concurrency` are in flight. */
+static int submit_due(run_state *s) {
+    int conc = kv_workload_concurrency(s->w);
+    while (s->next < s->n) {
+        if (conc > 0) {
+            if (s->in_flight >= conc) break;
+        } else if (s->t0_ns != 0) {
+            const kv_workload_item *it = kv_workload_get(s->w, s->next);
+            if (it->arrival_s > since_s(s->t0_ns)) break;
+        }
+        int rc = submit(s, s->next++);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int finish_request(run_state *s, int idx, const kv_event *ev) {
+    kv_bench_req *q = &s->r->reqs[idx];
+    if (q->finish != KV_FINISH_NONE) return 0; /* a second DONE: ignore */
+    q->finish = ev->finish == KV_FINISH_NONE ? KV_FINISH_ERROR : ev->finish;
+    if (q->finish == KV_FINISH_REJECTED || q->finish == KV_FINISH_ERROR || q->finish == KV_FINISH_CANCELLED)
+        copy_str(q->reason, sizeof q->reason, ev->reason);
+    int len = kv_engine_request_text(s->e, q->id, NULL, 0);
+    if (len > 0) {
+        char *t = malloc((size_t)len + 1);
+        if (!t) return KV_ERR_NOMEM;
+        kv_engine_request_text(s->e, q->id, t, (size_t)len + 1);
+        free(q->text);
+        q->text = t;
+    }
+    kv_engine_forget(s->e, q->id);
+    s->in_flight--;
+    mark_done(s, q);
+    return 0;
+}
+
+/* Drains the event queue. Returns the number of events seen or an error. */
+static int handle_events(run_state *s) {
+    int seen = 0;
+    for (;;) {
+        int n = kv_engine_poll(s->e, s->ev, EVENT_BATCH);
+        for (int k = 0; k < n; k++) {
+            const kv_event *ev = &s->ev[k];
+            int idx = ev->req > 0 && ev->req < s->cap_ids ? s->idx_of_id[ev->req] : -1;
+            if (idx < 0) continue;
+            if (ev->type == KV_EVENT_TOKEN) {
+                if (ev->token >= 0) { /* token -1 carries only overflow text */
+                    s->r->reqs[idx].output_tokens++;
+                    s->r->output_tokens++;
+                }
+            } else if (ev->type == KV_EVENT_DONE) {
+                int rc = finish_request(s, idx, ev);
+                if (rc) return rc;
+            }
+        }
+        seen += n;
+        if (n < EVENT_BATCH) return seen;
+    }
+}
+
+static void draw_progress(run_state *s, int force) {
+    FILE *f = s->opts ? s->opts->progress : NULL;
+    if (!f) return;
+    double t = s->t0_ns ? since_s(s->t0_ns) : 0;
+    if (!force && t - s->last_draw_s < PROGRESS_MS / 1000.0) return;
+    s->last_draw_s = t;
+    int running = 0, waiting = 0, used = 0, total = 0;
+    if (s->snap && kv_engine_snapshot(s->e, s->snap) == 0) {
+        running = s->snap->n_running;
+        waiting = s->snap->n_waiting + s->snap->n_swapped;
+        used = s->snap->blocks_used;
+        total = s->snap->n_blocks;
+    }
+    const char *label = s->opts->label;
+    fprintf(f, "\r%s%s%d/%d done  %.0f tok/s  running %d  waiting %d  KV %d/%d blocks  %.1fs\033[K",
+            label ? label : "", label ? ": " : "", s->done, s->n, t > 0 ? (double)s->r->output_tokens / t : 0.0,
+            running, waiting, used, total, t);
+    fflush(f);
+}
+
+static void run_state_free(run_state *s) {
+    kv_snapshot_free(s->snap);
+    free(s->ev);
+    free(s->idx_of_id);
+    free(s->off);
+    free(s->ids);
+    kv_engine_free(s->e);
+    kv_workload_free(s->w);
+}
+
+void kv_bench_result_free(kv_bench_result *r) {
+    if (!r) return;
+    if (r->reqs)
+        for (int i = 0; i < r->n_requests; i++) free(r->reqs[i].text);
+    free(r->reqs);
+    memset(r, 0, sizeof *r);
+}
+
+/* The loop: submit what is due, run one engine iteration, take the events,
+ * and sleep only when the engine is idle until the next arrival. */
+static int drive(run_state *s, kv_err *err) {
+    int rc = submit_due(s);
+    double stalled_since = -1;
+    while (!rc && s->done < s->n) {
+        int st = kv_engine_step(s->e);
+        if (st < 0) return kv_err_set(err, st, "bench: engine step failed (%d) with %d requests in flight", st,
+                                      s->in_flight);
+        int seen = handle_events(s);
+        if (seen < 0) return kv_err_set(err, seen, "bench: out of memory while collecting outputs");
+        rc = submit_due(s);
+        if (rc) break;
+        if (st == 0 && seen == 0) {
+            if (s->in_flight > 0) {
+                /* NOTE: nothing to do with requests in flight means a request
+                 * can never be scheduled; the engine should have rejected it.
+                 * Fail loudly instead of spinning forever. */
+                double now = since_s(s->t0_ns);
+                if (stalled_since < 0) stalled_since = now;
+                if ((now - stalled_since) * 1000 > STALL_MS)
+                    return kv_err_set(err, KV_ERR_BACKEND,
+                                      "bench: the engine made no progress for %d s with %d requests in flight "
+                                      "(%d of %d done)",
+                                      STALL_MS / 1000, s->in_flight, s->done, s->n);
+                sleep_ms(1);
+            } else if (s->next < s->n) {
+                const kv_workload_item *it = kv_workload_get(s->w, s->next);
+                double wait = (it->arrival_s - since_s(s->t0_ns)) * 1000;
+                sleep_ms(KV_MIN(wait, (double)IDLE_SLEEP_MS));
+            }
+        } else {
+            stalled_since = -1;
+        }
+        draw_progress(s, 0);
+    }
+    if (rc) return kv_err_set(err, rc, "bench: out of memory");
+    return 0;
+}
+
+int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_result *out, kv_err *err) {
+    kv_err local;
+    if (!err) err = &local;
+    kv_err_clear(err);
+    if (!out) return kv_err_set(err, KV_ERR_INVAL, "bench: NULL result");
+    memset(out, 0, sizeof *out);
+    if (!cfg) return kv_err_set(err, KV_ERR_INVAL, "bench: NULL config");
+    run_state s;
+    memset(&s, 0, sizeof s);
+    s.cfg = cfg;
+    s.opts = opts;
+    s.r = out;
+    int rc;
+    /* the workload first: a bad one is an input error and starts nothing */
+    s.w = kv_workload_build(cfg, err);
+    if (!s.w) {
+        rc = err->code ? err->code : KV_ERR_INVAL;
+        if (rc != KV_ERR_NOMEM) rc = KV_ERR_INVAL;
+        goto fail;
+    }
+    s.n = kv_workload_count(s.w);
+    out->cfg = *cfg;
+    out->n_requests = s.n;
+    out->reqs = calloc(s.n > 0 ? (size_t)s.n : 1, sizeof *out->reqs);
+    s.ev = malloc(EVENT_BATCH * sizeof *s.ev);
+    if (!out->reqs || !s.ev) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for %d requests", s.n);
+        goto fail;
+    }
+    s.e = kv_engine_new(cfg, err);
+    if (!s.e) {
+        rc = err->code < 0 ? err->code : KV_ERR_BACKEND;
+        if (rc == KV_ERR_INVAL) rc = KV_ERR_BACKEND; /* the config was valid: the model or backend was not */
+        goto fail;
+    }
+    if ((rc = build_prompts(&s, err))) goto fail;
+    if (opts && opts->progress && !(s.snap = kv_snapshot_new())) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory");
+        goto fail;
+    }
+    if ((rc = drive(&s, err))) goto fail;
+    out->wall_s = s.t0_ns ? since_s(s.t0_ns) : 0;
+    if (opts && opts->progress) {
+        fprintf(opts->progress, "\r\033[K");
+        fflush(opts->progress);
+    }
+
+    kv_engine_metrics(s.e, &out->m);
+    kv_snapshot *snap = s.snap ? s.snap : kv_snapshot_new();
+    if (!snap || kv_engine_snapshot(s.e, snap)) {
+        if (snap != s.snap) kv_snapshot_free(snap);
+        rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for the final snapshot");
+        goto fail;
+    }
+    copy_str(out->model_name, sizeof out->model_name, snap->model_name);
+    copy_str(out->backend, sizeof out->backend, snap->backend);
+    out->kv_blocks_total = snap->n_blocks;
+    out->kv_block_size = snap->block_size;
+    out->kv_bytes_per_token = snap->kv_bytes_per_token;
+    out->steps = snap->step;
+    out->mem = snap->mem;
+    if (snap != s.snap) kv_snapshot_free(snap);
+    run_state_free(&s);
+    return 0;
+fail:
+    if (opts && opts->progress && s.t0_ns) {
+        fprintf(opts->progress, "\r\033[K");
+        fflush(opts->progress);
+    }
+    run_state_free(&s);
+    kv_bench_result_free(out);
+    return rc < 0 ? rc : KV_ERR_BACKEND;
+}
+
+/* ---- --compare parsing ---- */
+
+int kv_bench_parse_compare(const char *arg, char *buf, size_t buf_cap, const char **key, const char **values,
+                           int cap, kv_err *err) {
+    if (!arg || !buf || !key || !values || cap < 1) {
+        kv_err_set(err, KV_ERR_INVAL, "--compare: bad arguments");
+        return -1;
+    }
+    size_t len = strlen(arg);
+    if (len + 1 > buf_cap) {
+        kv_err_set(err, KV_ERR_INVAL, "--compare: argument too long");
+        return -1;
+    }
+    memcpy(buf, arg, len + 1);
+    char *eq = strchr(buf, '=');
+    if (!eq || eq == buf) {
+        kv_err_set(err, KV_ERR_INVAL, "--compare '%s': expected key=value1,value2,...", arg);
+        return -1;
+    }
+    *eq = 0;
+    *key = buf;
+    char *p = eq + 1;
+    int n = 0, depth = 0;
+    char *start = p;
+    for (;; p++) {
+        if (*p == '{' || *p == '[') depth++;
+        else if ((*p == '}' || *p == ']') && depth > 0) depth--;
+        if (*p == 0 || (*p == ',' && depth == 0)) {
+            int end = *p == 0;
+            *p = 0;
+            /* trim spaces around a value */
+            while (*start == ' ') start++;
+            for (char *q = p - 1; q >= start && *q == ' '; q--) *q = 0;
+            if (!*start) {
+                kv_err_set(err, KV_ERR_INVAL, "--compare '%s': empty value", arg);
+                return -1;
+            }
+            if (n == cap) {
+                kv_err_set(err, KV_ERR_INVAL, "--compare '%s': more than %d values", arg, cap);
+                return -1;
+            }
+            values[n++] = start;
+            if (end) break;
+            start = p + 1;
+        }
+    }
+    kv_err_clear(err);
+    return n;
+}
+
+/* ---- the table ---- */
+
+static void print_stat_row(FILE *f, const char *name, const kv_stat *st) {
+    if (!st->valid) {
+        fprintf(f, "  %-6s %10s %10s %10s %10s\n", name, "N/A", "N/A", "N/A", "N/A");
+        return;
+    }
+    fprintf(f, "  %-6s %10.2f %10.2f %10.2f %10.2f\n", name, st->p50, st->p90, st->p99, st->mean);
+}
+
+static const char *first_reason(const kv_bench_result *r, kv_finish kind) {
+    for (int i = 0; i < r->n_requests; i++)
+        if (r->reqs[i].finish == kind && r->reqs[i].reason[0]) return r->reqs[i].reason;
+    return NULL;
+}
+
+static const char *enum_name(const char *key, int v) {
+    const kv_config_key *k = kv_config_key_find(key);
+    if (!k || !k->names) return "?";
+    for (int i = 0; k->names[i]; i++)
+        if (i == v) return k->names[i];
+    return "?";
+}
+
+void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
+    const kv_metrics_summary *m = &r->m;
+    const kv_config *c = &r->cfg;
+    fprintf(f, "kvtop bench %s\n", profile ? profile : "(defaults)");
+    char thr[32];
+    if (c->threads > 0) snprintf(thr, sizeof thr, "%d threads", c->threads);
+    else snprintf(thr, sizeof thr, "all cores");
+    fprintf(f, "model          %s (%s backend, %s)\n", r->model_name, r->backend, thr);
+    fprintf(f, "workload       %d requests, %s arrivals", r->n_requests, enum_name("workload.arrival", c->workload.arrival));
+    if (c->workload.arrival == KV_ARRIVAL_POISSON) fprintf(f, " at %g/s", c->workload.rate);
+    if (c->workload.arrival == KV_ARRIVAL_CLOSED) fprintf(f, ", %d in flight", c->workload.concurrency);
+    fprintf(f, "; scheduler %s, kv %s\n", enum_name("scheduler.policy", c->scheduler.policy),
+            enum_name("kv.layout", c->kv.layout));
+    fprintf(f, "requests       %llu completed, %llu rejected", (unsigned long long)r->completed,
+            (unsigned long long)r->rejected);
+    if (r->cancelled) fprintf(f, ", %llu cancelled", (unsigned long long)r->cancelled);
+    if (r->errors) fprintf(f, ", %llu failed", (unsigned long long)r->errors);
+    fprintf(f, " of %d\n", r->n_requests);
+    const char *why = first_reason(r, KV_FINISH_REJECTED);
+    if (why) fprintf(f, "               first rejection: %s\n", why);
+    why = first_reason(r, KV_FINISH_ERROR);
+    if (why) fprintf(f, "               first failure: %s\n", why);
+    fprintf(f, "tokens         %llu in, %llu out\n", (unsigned long long)m->input_tokens,
+            (unsigned long long)m->output_tokens);
+    fprintf(f, "throughput     input %.1f tok/s, output %.1f tok/s, %.2f requests/s\n", m->input_tokens_per_s,
+            m->output_tokens_per_s, m->requests_per_s);
+    fprintf(f, "goodput        %.2f requests/s within the SLA (", m->goodput_requests_per_s);
+    if (c->sla.ttft_ms > 0) fprintf(f, "TTFT <= %g ms", c->sla.ttft_ms);
+    if (c->sla.ttft_ms > 0 && c->sla.tpot_ms > 0) fprintf(f, ", ");
+    if (c->sla.tpot_ms > 0) fprintf(f, "TPOT <= %g ms", c->sla.tpot_ms);
+    if (!(c->sla.ttft_ms > 0) && !(c->sla.tpot_ms > 0)) fprintf(f, "no bounds");
+    fprintf(f, "): %.1f%% of completed\n", 100.0 * m->sla_attainment);
+    fprintf(f, "latency (ms)          p50        p90        p99       mean\n");
+    print_stat_row(f, "TTFT", &m->ttft_ms);
+    print_stat_row(f, "TPOT", &m->tpot_ms);
+    print_stat_row(f, "ITL", &m->itl_ms);
+    print_stat_row(f, "E2E", &m->e2e_ms);
+    print_stat_row(f, "queue", &m->queue_ms);
+    fprintf(f, "KV cache       %d blocks x %d tokens, %llu B/token (%s, %s); utilisation %.1f%%\n",
+            r->kv_blocks_total, r->kv_block_size, (unsigned long long)r->kv_bytes_per_token,
+            kv_cache_dtype_name(c->kv.dtype), enum_name("kv.layout", c->kv.layout), 100.0 * m->kv_utilization);
+    fprintf(f, "prefix cache   hit rate %.1f%%, %llu tokens reused; prefill computed %llu tokens\n",
+            100.0 * m->prefix_hit_rate, (unsigned long long)m->prefix_hit_tokens,
+            (unsigned long long)m->prefill_tokens_computed);
+    fprintf(f, "scheduler      %llu preemptions (%llu swapped out), max %d concurrent, %llu steps\n",
+            (unsigned long long)m->preemptions, (unsigned long long)m->swaps_out, m->max_concurrent,
+            (unsigned long long)r->steps);
+    if (c->spec.method != KV_SPEC_OFF)
+        fprintf(f, "speculative    %s k=%d: acceptance %.1f%% (%llu of %llu drafted), mean accepted length %.2f\n",
+                enum_name("spec.method", c->spec.method), c->spec.k, 100.0 * m->spec_acceptance_rate,
+                (unsigned long long)m->spec_accepted, (unsigned long long)m->spec_drafted, m->spec_mean_accepted_len);
+    fprintf(f, "wall time      %.2f s from the first submission (no warm-up); engine %.2f s\n", r->wall_s,
+            m->elapsed_s);
+}
+
+/* ---- the comparison ---- */
+
+typedef enum metric_id {
+    M_COMPLETED, M_REJECTED, M_OUT_TPS, M_IN_TPS, M_RPS, M_GOODPUT, M_SLA, M_TTFT50, M_TTFT90, M_TTFT99, M_TTFTM,
+    M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
+    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_STEPS, M_WALL,
+    M_COUNT
+} metric_id;
+
+static const struct {
+    const char *name;
+    int decimals;
+    int spec_only; /* shown only when a run has speculative decoding on */
+} metric_rows[M_COUNT] = {
+    [M_COMPLETED] = {"requests completed", 0, 0},
+    [M_REJECTED] = {"requests rejected", 0, 0},
+    [M_OUT_TPS] = {"output tok/s", 1, 0},
+    [M_IN_TPS] = {"input tok/s", 1, 0},
+    [M_RPS] = {"requests/s", 2, 0},
+    [M_GOODPUT] = {"goodput req/s", 2, 0},
+    [M_SLA] = {"SLA met %", 1, 0},
+    [M_TTFT50] = {"TTFT p50 ms", 1, 0},
+    [M_TTFT90] = {"TTFT p90 ms", 1, 0},
+    [M_TTFT99] = {"TTFT p99 ms", 1, 0},
+    [M_TTFTM] = {"TTFT mean ms", 1, 0},
+    [M_TPOT50] = {"TPOT p50 ms", 2, 0},
+    [M_TPOT99] = {"TPOT p99 ms", 2, 0},
+    [M_ITL50] = {"ITL p50 ms", 2, 0},
+    [M_ITL99] = {"ITL p99 ms", 2, 0},
+    [M_E2E50] = {"E2E p50 ms", 1, 0},
+    [M_E2E99] = {"E2E p99 ms", 1, 0},
+    [M_E2EM] = {"E2E mean ms", 1, 0},
+    [M_QUEUE50] = {"queue p50 ms", 1, 0},
+    [M_KVUTIL] = {"KV utilisation %", 1, 0},
+    [M_PREFIX_RATE] = {"prefix hit rate %", 1, 0},
+    [M_PREFIX_TOK] = {"prefix hit tokens", 0, 0},
+    [M_PREFILL] = {"prefill tokens", 0, 0},
+    [M_PREEMPT] = {"preemptions", 0, 0},
+    [M_MAXCONC] = {"max concurrent", 0, 0},
+    [M_BLOCKS] = {"KV blocks", 0, 0},
+    [M_BPT] = {"KV bytes/token", 0, 0},
+    [M_SPEC_ACC] = {"spec acceptance %", 1, 1},
+    [M_SPEC_LEN] = {"spec accepted len", 2, 1},
+    [M_STEPS] = {"engine steps", 0, 0},
+    [M_WALL] = {"wall s", 2, 0},
+};
+
+static int stat_value(const kv_stat *st, double v, double *out) {
+    *out = v;
+    return st->valid;
+}
+
+/* The value of metric k in run r; 0 when it has none. */
+static int metric(const kv_bench_result *r, metric_id k, double *v) {
+    const kv_metrics_summary *m = &r->m;
+    *v = 0;
+    switch (k) {
+    case M_COMPLETED: *v = (double)r->completed; return 1;
+    case M_REJECTED: *v = (double)r->rejected; return 1;
+    case M_OUT_TPS: *v = m->output_tokens_per_s; return 1;
+    case M_IN_TPS: *v = m->input_tokens_per_s; return 1;
+    case M_RPS: *v = m->requests_per_s; return 1;
+    case M_GOODPUT: *v = m->goodput_requests_per_s; return 1;
+    case M_SLA: *v = 100.0 * m->sla_attainment; return r->completed > 0;
+    case M_TTFT50: return stat_value(&m->ttft_ms, m->ttft_ms.p50, v);
+    case M_TTFT90: return stat_value(&m->ttft_ms, m->ttft_ms.p90, v);
+    case M_TTFT99: return stat_value(&m->ttft_ms, m->ttft_ms.p99, v);
+    case M_TTFTM: return stat_value(&m->ttft_ms, m->ttft_ms.mean, v);
+    case M_TPOT50: return stat_value(&m->tpot_ms, m->tpot_ms.p50, v);
+    case M_TPOT99: return stat_value(&m->tpot_ms, m->tpot_ms.p99, v);
+    case M_ITL50: return stat_value(&m->itl_ms, m->itl_ms.p50, v);
+    case M_ITL99: return stat_value(&m->itl_ms, m->itl_ms.p99, v);
+    case M_E2E50: return stat_value(&m->e2e_ms, m->e2e_ms.p50, v);
+    case M_E2E99: return stat_value(&m->e2e_ms, m->e2e_ms.p99, v);
+    case M_E2EM: return stat_value(&m->e2e_ms, m->e2e_ms.mean, v);
+    case M_QUEUE50: return stat_value(&m->queue_ms, m->queue_ms.p50, v);
+    case M_KVUTIL: *v = 100.0 * m->kv_utilization; return 1;
+    case M_PREFIX_RATE: *v = 100.0 * m->prefix_hit_rate; return 1;
+    case M_PREFIX_TOK: *v = (double)m->prefix_hit_tokens; return 1;
+    case M_PREFILL: *v = (double)m->prefill_tokens_computed; return 1;
+    case M_PREEMPT: *v = (double)m->preemptions; return 1;
+    case M_MAXCONC: *v = m->max_concurrent; return 1;
+    case M_BLOCKS: *v = r->kv_blocks_total; return 1;
+    case M_BPT: *v = (double)r->kv_bytes_per_token; return 1;
+    case M_SPEC_ACC: *v = 100.0 * m->spec_acceptance_rate; return r->cfg.spec.method != KV_SPEC_OFF;
+    case M_SPEC_LEN: *v = m->spec_mean_accepted_len; return r->cfg.spec.method != KV_SPEC_OFF;
+    case M_STEPS: *v = (double)r->steps; return 1;
+    case M_WALL: *v = r->wall_s; return 1;
+    case M_COUNT: break;
+    }
+    return 0;
+}
+
+enum { CELL = 48 };
+
+void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const kv_bench_result *runs, int n) {
+    if (n <= 0) return;
+    int any_spec = 0;
+    for (int j = 0; j < n; j++) any_spec |= runs[j].cfg.spec.method != KV_SPEC_OFF;
+    char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);
+    int *width = calloc((size_t)n, sizeof *width);
+    if (!cells || !width) {
+        free(cells);
+        free(width);
+        fprintf(f, "kvtop bench: out of memory for the comparison table\n");
+        return;
+    }
+    int name_w = (int)strlen(key);
+    for (int k = 0; k < M_COUNT; k++)
+        if ((int)strlen(metric_rows[k].name) > name_w) name_w = (int)strlen(metric_rows[k].name);
+    for (int j = 0; j < n; j++) width[j] = (int)strnlen(runs[j].value, 40);
+    for (int k = 0; k < M_COUNT; k++) {
+        double v0;
+        int ok0 = metric(&runs[0], (metric_id)k, &v0);
+        for (int j = 0; j < n; j++) {
+            double v;
+            char *c = cells[(size_t)k * (size_t)n + (size_t)j];
+            if (!metric(&runs[j], (metric_id)k, &v)) {
+                snprintf(c, CELL, "N/A");
+            } else if (j > 0 && ok0 && v0 != 0) {
+                snprintf(c, CELL, "%.*f (%.2fx)", metric_rows[k].decimals, v, v / v0);
+            } else {
+                snprintf(c, CELL, "%.*f", metric_rows[k].decimals, v);
+            }
+            int l = (int)strlen(c);
+            if (l > width[j]) width[j] = l;
+        }
+    }
+    fprintf(f, "kvtop bench %s: %s\n", profile ? profile : "(defaults)", runs[0].model_name);
+    fprintf(f, "%-*s", name_w, key);
+    for (int j = 0; j < n; j++) fprintf(f, "  %*.*s", width[j], 40, runs[j].value);
+    fputc('\n', f);
+    for (int k = 0; k < M_COUNT; k++) {
+        if (metric_rows[k].spec_only && !any_spec) continue;
+        fprintf(f, "%-*s", name_w, metric_rows[k].name);
+        for (int j = 0; j < n; j++) fprintf(f, "  %*s", width[j], cells[(size_t)k * (size_t)n + (size_t)j]);
+        fputc('\n', f);
+    }
+    fprintf(f, "(ratios are to the first column; every run timed from its first submission, no warm-up)\n");
+    free(cells);
+    free(width);
+}
+
+/* ---- JSON ---- */
+
+static void json_stat(kv_json_writer *w, const char *name, const kv_stat *st) {
+    kv_json_write_key(w, name);
+    kv_json_write_begin_object(w);
+    const char *k[] = {"p50", "p90", "p99", "mean", "max"};
+    double v[] = {st->p50, st->p90, st->p99, st->mean, st->max};
+    for (int i = 0; i < 5; i++) {
+        kv_json_write_key(w, k[i]);
+        if (st->valid) kv_json_write_number(w, v[i]);
+        else kv_json_write_null(w);
+    }
+    kv_json_write_key(w, "n");
+    kv_json_write_uint(w, st->valid ? st->n : 0);
+    kv_json_write_end_object(w);
+}
+
+static void json_num(kv_json_writer *w, const char *k, double v) {
+    kv_json_write_key(w, k);
+    kv_json_write_number(w, v);
+}
+
+static void json_uint(kv_json_writer *w, const char *k, uint64_t v) {
+    kv_json_write_key(w, k);
+    kv_json_write_uint(w, v);
+}
+
+static void json_str(kv_json_writer *w, const char *k, const char *v) {
+    kv_json_write_key(w, k);
+    kv_json_write_string(w, v);
+}
+
+/* One key's value, typed: numbers as numbers, enums by name, distributions
+ * as objects. */
+static void json_config_value(kv_json_writer *w, const kv_config_key *k, const kv_config *c) {
+    const char *p = (const char *)c + k->offset;
+    switch (k->type) {
+    case KV_KEY_INT:
+    case KV_KEY_BOOL:
+    case KV_KEY_ENUM: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        if (k->type == KV_KEY_INT) {
+            kv_json_write_int(w, v);
+        } else if (k->type == KV_KEY_BOOL) {
+            kv_json_write_bool(w, v);
+        } else {
+            int nn = 0;
+            while (k->names && k->names[nn]) nn++;
+            kv_json_write_string(w, v >= 0 && v < nn ? k->names[v] : "?");
+        }
+        break;
+    }
+    case KV_KEY_U64:
+    case KV_KEY_SIZE: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        kv_json_write_uint(w, v);
+        break;
+    }
+    case KV_KEY_DOUBLE: {
+        double v;
+        memcpy(&v, p, sizeof v);
+        kv_json_write_number(w, v);
+        break;
+    }
+    case KV_KEY_FLOAT: {
+        float v;
+        memcpy(&v, p, sizeof v);
+        kv_json_write_number(w, v);
+        break;
+    }
+    case KV_KEY_STRING: kv_json_write_string_n(w, p, strnlen(p, k->size)); break;
+    case KV_KEY_DIST: {
+        kv_dist d;
+        memcpy(&d, p, sizeof d);
+        kv_json_write_begin_object(w);
+        kv_json_write_key(w, "dist");
+        int nn = 0;
+        while (k->names && k->names[nn]) nn++;
+        kv_json_write_string(w, (int)d.kind >= 0 && (int)d.kind < nn ? k->names[d.kind] : "?");
+        if (d.kind == KV_DIST_FIXED) {
+            json_num(w, "value", d.value);
+        } else {
+            json_num(w, "min", d.min);
+            json_num(w, "max", d.max);
+            if (d.kind == KV_DIST_LOGNORMAL) {
+                json_num(w, "mean", d.mean);
+                json_num(w, "sigma", d.sigma);
+            }
+        }
+        kv_json_write_end_object(w);
+        break;
+    }
+    }
+}
+
+/* The effective config as {"model": {"path": ...}, "threads": 0, ...}:
+ * sections in the key table's order. */
+static void json_config(kv_json_writer *w, const kv_config *c) {
+    int n;
+    const kv_config_key *keys = kv_config_keys(&n);
+    kv_json_write_begin_object(w);
+    for (int i = 0; i < n; i++) {
+        const char *dot = strchr(keys[i].path, '.');
+        if (!dot) {
+            kv_json_write_key(w, keys[i].path);
+            json_config_value(w, &keys[i], c);
+            continue;
+        }
+        size_t sl = (size_t)(dot - keys[i].path);
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = !strncmp(keys[j].path, keys[i].path, sl) && keys[j].path[sl] == '.';
+        if (seen) continue;
+        char section[64];
+        copy_str(section, KV_MIN(sizeof section, sl + 1), keys[i].path);
+        kv_json_write_key(w, section);
+        kv_json_write_begin_object(w);
+        for (int j = i; j < n; j++)
+            if (!strncmp(keys[j].path, keys[i].path, sl) && keys[j].path[sl] == '.') {
+                kv_json_write_key(w, keys[j].path + sl + 1);
+                json_config_value(w, &keys[j], c);
+            }
+        kv_json_write_end_object(w);
+    }
+    kv_json_write_end_object(w);
+}
+
+void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_result *r) {
+    const kv_metrics_summary *m = &r->m;
+    kv_json_write_begin_object(w);
+    if (r->value[0]) json_str(w, "value", r->value);
+    json_str(w, "profile", profile ? profile : "");
+    json_str(w, "model", r->model_name);
+    json_str(w, "backend", r->backend);
+    json_uint(w, "requests", (uint64_t)r->n_requests);
+    json_uint(w, "requests_completed", r->completed);
+    json_uint(w, "requests_rejected", r->rejected);
+    json_uint(w, "requests_cancelled", r->cancelled);
+    json_uint(w, "requests_failed", r->errors);
+    json_uint(w, "input_tokens", m->input_tokens);
+    json_uint(w, "output_tokens", m->output_tokens);
+    json_num(w, "input_tokens_per_s", m->input_tokens_per_s);
+    json_num(w, "output_tokens_per_s", m->output_tokens_per_s);
+    json_num(w, "requests_per_s", m->requests_per_s);
+    json_num(w, "goodput_requests_per_s", m->goodput_requests_per_s);
+    json_num(w, "sla_attainment", m->sla_attainment);
+    json_stat(w, "ttft_ms", &m->ttft_ms);
+    json_stat(w, "tpot_ms", &m->tpot_ms);
+    json_stat(w, "itl_ms", &m->itl_ms);
+    json_stat(w, "e2e_ms", &m->e2e_ms);
+    json_stat(w, "queue_ms", &m->queue_ms);
+    json_num(w, "kv_utilization", m->kv_utilization);
+    json_num(w, "prefix_hit_rate", m->prefix_hit_rate);
+    json_uint(w, "prefix_hit_tokens", m->prefix_hit_tokens);
+    json_uint(w, "prefill_tokens_computed", m->prefill_tokens_computed);
+    json_uint(w, "preemptions", m->preemptions);
+    json_uint(w, "swaps_out", m->swaps_out);
+    json_uint(w, "swaps_in", m->swaps_in);
+    json_uint(w, "max_concurrent", (uint64_t)(m->max_concurrent > 0 ? m->max_concurrent : 0));
+    json_uint(w, "kv_blocks_total", (uint64_t)(r->kv_blocks_total > 0 ? r->kv_blocks_total : 0));
+    json_uint(w, "kv_block_size", (uint64_t)(r->kv_block_size > 0 ? r->kv_block_size : 0));
+    json_uint(w, "kv_bytes_per_token", r->kv_bytes_per_token);
+    json_str(w, "kv_dtype", kv_cache_dtype_name(r->cfg.kv.dtype));
+    int spec = r->cfg.spec.method != KV_SPEC_OFF;
+    json_str(w, "spec_method", enum_name("spec.method", r->cfg.spec.method));
+    json_num(w, "spec_acceptance_rate", spec ? m->spec_acceptance_rate : 0);
+    json_num(w, "spec_mean_accepted_len", spec ? m->spec_mean_accepted_len : 0);
+    json_uint(w, "spec_drafted", m->spec_drafted);
+    json_uint(w, "spec_accepted", m->spec_accepted);
+    kv_json_write_key(w, "memory");
+    kv_json_write_begin_object(w);
+    json_uint(w, "weights", r->mem.weights);
+    json_uint(w, "kv_used", r->mem.kv_used);
+    json_uint(w, "kv_cached", r->mem.kv_cached);
+    json_uint(w, "kv_free", r->mem.kv_free);
+    json_uint(w, "activations", r->mem.activations);
+    json_uint(w, "other", r->mem.other);
+    kv_json_write_end_object(w);
+    json_uint(w, "steps", r->steps);
+    json_num(w, "elapsed_s", m->elapsed_s);
+    json_num(w, "wall_s", r->wall_s);
+    kv_json_write_key(w, "config");
+    json_config(w, &r->cfg);
+    /* the same as a profile that loads back (kv_profile_dump) */
+    char *yaml = NULL;
+    size_t ylen = 0;
+    FILE *mf = open_memstream(&yaml, &ylen);
+    if (mf) {
+        kv_profile_dump(&r->cfg, mf);
+        fclose(mf);
+    }
+    kv_json_write_key(w, "config_yaml");
+    if (yaml) kv_json_write_string_n(w, yaml, ylen);
+    else kv_json_write_null(w);
+    free(yaml);
+    kv_json_write_end_object(w);
+}
+
+int kv_bench_write_json(FILE *f, const char *profile, const char *key, const kv_bench_result *runs, int n) {
+    if (!f || !runs || n <= 0) return KV_ERR_INVAL;
+    kv_json_writer w;
+    kv_json_writer_init(&w, f, 1);
+    if (key) {
+        kv_json_write_begin_object(&w);
+        json_str(&w, "compare", key);
+        kv_json_write_key(&w, "runs");
+        kv_json_write_begin_array(&w);
+        for (int j = 0; j < n; j++) kv_bench_json_run(&w, profile, &runs[j]);
+        kv_json_write_end_array(&w);
+        kv_json_write_end_object(&w);
+    } else {
+        kv_bench_json_run(&w, profile, &runs[0]);
+    }
+    int rc = kv_json_writer_finish(&w);
+    fputc('\n', f);
+    if (fflush(f) || ferror(f)) return KV_ERR_IO;
+    return rc;
+}
+
+int kv_bench_write_outputs(FILE *f, const kv_bench_result *r) {
+    if (!f || !r) return KV_ERR_INVAL;
+    int rc = 0;
+    for (int i = 0; i < r->n_requests && !rc; i++) {
+        const kv_bench_req *q = &r->reqs[i];
+        kv_json_writer w;
+        kv_json_writer_init(&w, f, 0);
+        kv_json_write_begin_object(&w);
+        kv_json_write_key(&w, "index");
+        kv_json_write_int(&w, i);
+        kv_json_write_key(&w, "prompt_tokens");
+        kv_json_write_int(&w, q->prompt_tokens);
+        kv_json_write_key(&w, "output_tokens");
+        kv_json_write_int(&w, q->output_tokens);
+        json_str(&w, "finish", kv_bench_finish_name(q->finish));
+        json_str(&w, "text", q->text ? q->text : "");
+        if (q->reason[0]) json_str(&w, "reason", q->reason);
+        kv_json_write_end_object(&w);
+        rc = kv_json_writer_finish(&w);
+        fputc('\n', f);
+    }
+    if (fflush(f) || ferror(f)) return KV_ERR_IO;
+    return rc;
+}

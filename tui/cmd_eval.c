@@ -1,0 +1,345 @@
+/* cmd_eval.c - `kvtop eval`: the accuracy price of quantization on a text.
+ * Perplexity, KL divergence to an f32 reference, top-1 agreement and the
+ * largest logit error per weight type and KV dtype, as one table (and JSON).
+ * The computation is engine/eval.c; this file parses options and prints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../engine/eval.h"
+#include "../engine/json.h"
+#include "../engine/quantize.h"
+#include "../profiles/profile.h"
+#include "cli.h"
+#include "commands.h"
+
+#define MAX_LIST 32 /* entries of --weights / --kv */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvtop eval PROFILE --text FILE [options]\n"
+            "       kvtop eval -m MODEL --text FILE [options]\n"
+            "  runs the text through the model in windows and reports, for each weight type\n"
+            "  (with an f16 KV cache) and each KV dtype (with the file's own weights), the\n"
+            "  perplexity and, against a reference with f32 weights and an f32 KV cache,\n"
+            "  the mean KL(ref || config) of next-token distributions, top-1 agreement and\n"
+            "  the largest logit error. Other weight types are re-encoded from the model\n"
+            "  file into temp files (removed afterwards).\n"
+            "  --text FILE        the text to evaluate (e.g. data/eval/kvtop-eval.txt)\n"
+            "  -m MODEL           a GGUF file or llama2.c checkpoint instead of a profile\n"
+            "  --tokenizer FILE   llama2.c tokenizer (for .bin checkpoints)\n"
+            "  --set key=value    override a profile key (repeatable)\n"
+            "  --weights LIST     weight types, comma-separated (default f32,q8_0,q4_0 and the\n"
+            "                     file's own type; 'none' for no weight rows):\n"
+            "                     %s\n"
+            "  --kv LIST          KV dtypes (default f16,int8,fp8_e4m3; 'none' for no KV rows):\n"
+            "                     f32, f16, int8, int8_asym, fp8_e4m3, fp8_e5m2\n"
+            "  --ctx N            tokens per window (default: min(model context, 512))\n"
+            "  --bos | --no-bos   start every window with BOS (default: the tokenizer's add_bos)\n"
+            "  -t THREADS         (default: the profile's, else all cores)\n"
+            "  --backend NAME     (default: the profile's, else cpu)\n"
+            "  --tmp-dir DIR      where re-encoded variants go (default $TMPDIR or /tmp)\n"
+            "  --json FILE        also write the results as JSON ('-' for stdout)\n"
+            "  -q, --quiet        no progress lines on stderr\n"
+            "Exit status: 0 ok, 1 runtime error (model, text, memory), 2 usage error.\n",
+            kv_quant_target_names());
+}
+
+/* Splits a comma-separated list in place into items; "none" or "" gives
+ * none. Returns the count, or -1 when there are more than cap. */
+static int split_list(char *s, char **items, int cap) {
+    int n = 0;
+    if (!strcmp(s, "none")) return 0;
+    for (char *tok = strtok(s, ", "); tok; tok = strtok(NULL, ", ")) {
+        if (n == cap) return -1;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+static void log_progress(void *ctx, const char *msg) {
+    (void)ctx;
+    /* On a terminal the progress line overwrites itself. */
+    fprintf(stderr, "\r\033[Kkvtop eval: %s", msg);
+    fflush(stderr);
+}
+
+static void log_lines(void *ctx, const char *msg) {
+    (void)ctx;
+    fprintf(stderr, "kvtop eval: %s\n", msg);
+}
+
+/* KL values span many decades: fixed point when readable, else scientific. */
+static const char *fmt_kl(double v, char *buf, size_t cap) {
+    if (v == 0) snprintf(buf, cap, "0");
+    else if (isnan(v)) snprintf(buf, cap, "nan");
+    else if (v < 1e-3) snprintf(buf, cap, "%.2e", v);
+    else snprintf(buf, cap, "%.5f", v);
+    return buf;
+}
+
+static void row_label(const kv_eval_row *r, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s", r->weights, r->is_ref ? " (ref)" : r->from_file ? " (file)" : "");
+}
+
+static void print_table(FILE *f, const kv_eval_report *rep, const char *model_path, const char *text_path) {
+    fprintf(f, "model      %s (%s), weights in the file: %s\n", rep->model, model_path, rep->native);
+    fprintf(f, "text       %s: %d tokens, %d window%s of <= %d tokens%s, %lld predictions\n", text_path,
+            rep->n_text_tokens, rep->n_windows, rep->n_windows == 1 ? "" : "s", rep->ctx,
+            rep->bos ? " (BOS first)" : "", (long long)rep->n_scored);
+    fprintf(f, "reference  f32 weights, f32 KV cache; KL = mean KL(ref || config) in nats\n\n");
+    fprintf(f, "%-14s %-9s %10s %10s %10s %8s %10s %8s %11s %7s\n", "weights", "kv", "weight mem", "KV/token",
+            "ppl", "dppl", "mean KL", "top-1", "max|dlogit|", "time s");
+    const double ref_ppl = rep->rows[0].ppl;
+    for (int i = 0; i < rep->n_rows; i++) {
+        const kv_eval_row *r = &rep->rows[i];
+        char w[40], wb[32], kb[32], kl[32], dp[32];
+        row_label(r, w, sizeof w);
+        cli_bytes(r->weight_bytes, wb, sizeof wb);
+        cli_bytes(r->kv_bytes_per_token, kb, sizeof kb);
+        if (r->is_ref) snprintf(dp, sizeof dp, "-");
+        else snprintf(dp, sizeof dp, "%+.2f%%", 100.0 * (r->ppl / ref_ppl - 1.0));
+        fprintf(f, "%-14s %-9s %10s %10s %10.4f %8s %10s %7.2f%% %11.4f %7.2f\n", w, kv_cache_dtype_name(r->kv), wb,
+                kb, r->ppl, dp, fmt_kl(r->mean_kl, kl, sizeof kl), 100.0 * r->top1, r->max_abs_err, r->seconds);
+    }
+}
+
+static int write_json(FILE *f, const kv_eval_report *rep, const char *model_path, const char *text_path) {
+    kv_json_writer w;
+    kv_json_writer_init(&w, f, 1);
+    kv_json_write_begin_object(&w);
+    kv_json_write_key(&w, "model");
+    kv_json_write_string(&w, rep->model);
+    kv_json_write_key(&w, "model_path");
+    kv_json_write_string(&w, model_path);
+    kv_json_write_key(&w, "native_weights");
+    kv_json_write_string(&w, rep->native);
+    kv_json_write_key(&w, "text");
+    kv_json_write_string(&w, text_path);
+    kv_json_write_key(&w, "text_tokens");
+    kv_json_write_int(&w, rep->n_text_tokens);
+    kv_json_write_key(&w, "predictions");
+    kv_json_write_int(&w, rep->n_scored);
+    kv_json_write_key(&w, "ctx");
+    kv_json_write_int(&w, rep->ctx);
+    kv_json_write_key(&w, "windows");
+    kv_json_write_int(&w, rep->n_windows);
+    kv_json_write_key(&w, "bos");
+    kv_json_write_bool(&w, rep->bos);
+    kv_json_write_key(&w, "n_vocab");
+    kv_json_write_int(&w, rep->n_vocab);
+    kv_json_write_key(&w, "seconds");
+    kv_json_write_number(&w, rep->seconds);
+    kv_json_write_key(&w, "rows");
+    kv_json_write_begin_array(&w);
+    for (int i = 0; i < rep->n_rows; i++) {
+        const kv_eval_row *r = &rep->rows[i];
+        kv_json_write_begin_object(&w);
+        kv_json_write_key(&w, "weights");
+        kv_json_write_string(&w, r->weights);
+        kv_json_write_key(&w, "from_file");
+        kv_json_write_bool(&w, r->from_file);
+        kv_json_write_key(&w, "reference");
+        kv_json_write_bool(&w, r->is_ref);
+        kv_json_write_key(&w, "kv");
+        kv_json_write_string(&w, kv_cache_dtype_name(r->kv));
+        kv_json_write_key(&w, "weight_bytes");
+        kv_json_write_uint(&w, r->weight_bytes);
+        kv_json_write_key(&w, "kv_bytes_per_token");
+        kv_json_write_uint(&w, r->kv_bytes_per_token);
+        kv_json_write_key(&w, "ppl");
+        kv_json_write_number(&w, r->ppl);
+        kv_json_write_key(&w, "mean_kl");
+        kv_json_write_number(&w, r->mean_kl);
+        kv_json_write_key(&w, "top1_agreement");
+        kv_json_write_number(&w, r->top1);
+        kv_json_write_key(&w, "max_abs_logit_err");
+        kv_json_write_number(&w, r->max_abs_err);
+        kv_json_write_key(&w, "seconds");
+        kv_json_write_number(&w, r->seconds);
+        kv_json_write_end_object(&w);
+    }
+    kv_json_write_end_array(&w);
+    kv_json_write_end_object(&w);
+    int rc = kv_json_writer_finish(&w);
+    fputc('\n', f);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *profile = NULL, *model_path = NULL, *tok_path = NULL, *text_path = NULL, *json_path = NULL;
+    const char *weights_arg = NULL, *kv_arg = NULL, *backend = NULL, *tmp_dir = NULL;
+    int ctx = 0, threads = -1, bos = -1, quiet = 0;
+    int rc = 2;
+    char *text = NULL, *wbuf = NULL, *kbuf = NULL;
+    kv_eval_report rep = {0};
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets) return 1;
+    int n_sets = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(sets);
+            return 0;
+        } else if (!strncmp(a, "--set=", 6)) sets[n_sets++] = a + 6;
+        else if (!strcmp(a, "--set")) bad = cli_str(argc, argv, &i, &sets[n_sets++]);
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) bad = cli_str(argc, argv, &i, &model_path);
+        else if (!strcmp(a, "--tokenizer")) bad = cli_str(argc, argv, &i, &tok_path);
+        else if (!strcmp(a, "--text")) bad = cli_str(argc, argv, &i, &text_path);
+        else if (!strcmp(a, "--weights")) bad = cli_str(argc, argv, &i, &weights_arg);
+        else if (!strcmp(a, "--kv")) bad = cli_str(argc, argv, &i, &kv_arg);
+        else if (!strcmp(a, "--ctx")) bad = cli_int(argc, argv, &i, 2, 1 << 24, &ctx);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) bad = cli_int(argc, argv, &i, 0, 1024, &threads);
+        else if (!strcmp(a, "--backend")) bad = cli_str(argc, argv, &i, &backend);
+        else if (!strcmp(a, "--tmp-dir")) bad = cli_str(argc, argv, &i, &tmp_dir);
+        else if (!strcmp(a, "--json")) bad = cli_str(argc, argv, &i, &json_path);
+        else if (!strcmp(a, "--bos")) bos = 1;
+        else if (!strcmp(a, "--no-bos")) bos = 0;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kvtop eval: unknown option '%s'\n", a);
+            usage(stderr);
+            goto done;
+        } else if (!profile) profile = a;
+        else {
+            fprintf(stderr, "kvtop eval: more than one profile given ('%s' and '%s')\n", profile, a);
+            goto done;
+        }
+        if (bad) goto done;
+    }
+    if (!profile && !model_path) {
+        fprintf(stderr, "kvtop eval: give a profile or -m MODEL\n");
+        usage(stderr);
+        goto done;
+    }
+    if (profile && model_path) {
+        fprintf(stderr, "kvtop eval: give a profile or -m MODEL, not both\n");
+        goto done;
+    }
+    if (!text_path) {
+        fprintf(stderr, "kvtop eval: --text FILE is required (e.g. data/eval/kvtop-eval.txt)\n");
+        goto done;
+    }
+    if (n_sets && !profile) {
+        fprintf(stderr, "kvtop eval: --set needs a profile\n");
+        goto done;
+    }
+
+    /* Every name is checked before anything is loaded. */
+    char *wl[MAX_LIST], *kl[MAX_LIST];
+    int n_w = -1, n_kv = -1;
+    kv_cache_dtype kvs[MAX_LIST];
+    kv_err err = {0};
+    if (weights_arg) {
+        if (!(wbuf = strdup(weights_arg))) goto oom;
+        if ((n_w = split_list(wbuf, wl, MAX_LIST)) < 0) {
+            fprintf(stderr, "kvtop eval: --weights lists more than %d types\n", MAX_LIST);
+            goto done;
+        }
+        for (int i = 0; i < n_w; i++) {
+            kv_quant_target t;
+            if (kv_quant_target_from_name(wl[i], &t, &err)) {
+                fprintf(stderr, "kvtop eval: --weights: %s\n", err.msg);
+                goto done;
+            }
+        }
+    }
+    if (kv_arg) {
+        if (!(kbuf = strdup(kv_arg))) goto oom;
+        if ((n_kv = split_list(kbuf, kl, MAX_LIST)) < 0) {
+            fprintf(stderr, "kvtop eval: --kv lists more than %d dtypes\n", MAX_LIST);
+            goto done;
+        }
+        for (int i = 0; i < n_kv; i++)
+            if (kv_cache_dtype_from_name(kl[i], &kvs[i]) != 0) {
+                fprintf(stderr,
+                        "kvtop eval: --kv: unknown KV dtype '%s' (f32, f16, int8, int8_asym, fp8_e4m3, fp8_e5m2)\n",
+                        kl[i]);
+                goto done;
+            }
+    }
+    if (n_w == 0 && n_kv == 0) {
+        fprintf(stderr, "kvtop eval: --weights none and --kv none leave nothing to evaluate\n");
+        goto done;
+    }
+
+    kv_config cfg;
+    if (profile) {
+        if (kv_profile_load_with_sets(profile, sets, n_sets, &cfg, &err)) {
+            fprintf(stderr, "kvtop eval: %s\n", err.msg);
+            goto done;
+        }
+        model_path = cfg.model.path;
+        if (cfg.model.tokenizer[0]) tok_path = cfg.model.tokenizer;
+        if (threads < 0) threads = cfg.threads;
+        if (!backend) backend = cfg.backend;
+    }
+    if (threads < 0) threads = 0;
+
+    rc = 1;
+    size_t len = 0;
+    text = cli_read_file(text_path, &len);
+    if (!text) {
+        fprintf(stderr, "kvtop eval: cannot read the text file %s\n", text_path);
+        goto done;
+    }
+    if (len == 0) {
+        fprintf(stderr, "kvtop eval: the text file %s is empty\n", text_path);
+        goto done;
+    }
+
+    kv_eval_params p = {
+        .model_path = model_path,
+        .tokenizer_path = tok_path,
+        .backend = backend,
+        .n_threads = threads,
+        .ctx = ctx,
+        .bos = bos,
+        .weights = n_w >= 0 ? (const char *const *)wl : NULL,
+        .n_weights = n_w,
+        .kv = n_kv >= 0 ? kvs : NULL,
+        .n_kv = n_kv,
+        .tmp_dir = tmp_dir,
+        .log = quiet ? NULL : isatty(2) ? log_progress : log_lines,
+    };
+    int erc = kv_eval_run(&p, text, len, &rep, &err);
+    if (!quiet && isatty(2)) fputs("\r\033[K", stderr);
+    if (erc) {
+        fprintf(stderr, "kvtop eval: %s\n", err.msg);
+        goto done;
+    }
+    if (ctx > rep.ctx)
+        fprintf(stderr, "kvtop eval: note: --ctx %d is more than the model's context; windows of %d used\n", ctx,
+                rep.ctx);
+    print_table(stdout, &rep, model_path, text_path);
+    fflush(stdout);
+    if (json_path) {
+        FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+        if (!jf) {
+            fprintf(stderr, "kvtop eval: cannot write %s\n", json_path);
+            goto done;
+        }
+        int jrc = write_json(jf, &rep, model_path, text_path);
+        if (jf != stdout && fclose(jf) != 0) jrc = -1;
+        if (jrc) {
+            fprintf(stderr, "kvtop eval: writing %s failed\n", json_path);
+            goto done;
+        }
+    }
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "kvtop eval: out of memory\n");
+    rc = 1;
+done:
+    kv_eval_report_free(&rep);
+    free(text);
+    free(wbuf);
+    free(kbuf);
+    free(sets);
+    return rc;
+}
