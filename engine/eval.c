@@ -110,11 +110,15 @@ int kv_eval_window(const int32_t *t, int n, int32_t bos, int ctx, int k, int32_t
 void kv_eval_native_type(const kv_model *m, char *name, size_t cap) {
     static const char *const names[] = {"f32",  "f16",  "bf16",   "q8_0",   "q4_0",   "q4_1", "q5_0",
                                         "q5_1", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k"};
+    int n_other = 0; /* tensors not in f32 */
+    for (int t = 0; t < KV_TYPE_COUNT; t++) n_other += t != KV_TYPE_F32 ? m->type_counts[t] : 0;
     uint32_t ft;
     if (m->gguf && kv_gguf_get_u32(m->gguf, "general.file_type", &ft, NULL) == 0) {
         for (size_t i = 0; i < KV_ARRAY_LEN(names); i++) {
             kv_quant_target t;
-            if (kv_quant_target_from_name(names[i], &t, NULL) == 0 && t.file_type == ft) {
+            /* "f32" must be true: the file is then used as the reference. */
+            if (kv_quant_target_from_name(names[i], &t, NULL) == 0 && t.file_type == ft &&
+                (t.base != KV_TYPE_F32 || n_other == 0)) {
                 snprintf(name, cap, "%s", t.name);
                 return;
             }

@@ -15,6 +15,7 @@
 #include <locale.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -788,11 +789,7 @@ static void run_command(app *a, const kv_command *c) {
     switch (c->kind) {
     case KV_CMD_NONE: send_prompt(a, s, c->prompt); break;
     case KV_CMD_NEW: {
-        kv_session *n = session_add(a, c->arg[0] ? c->arg : NULL);
-        if (n) {
-            if (s && s->system) kv_session_set_system(n, NULL);
-            session_select(a, a->n_sessions - 1);
-        }
+        if (session_add(a, c->arg[0] ? c->arg : NULL)) session_select(a, a->n_sessions - 1);
         break;
     }
     case KV_CMD_CLOSE: session_close(a, a->selected); break;
@@ -1225,6 +1222,9 @@ static int curses_start(app *a) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* NOTE: SIGWINCH is left to ncurses, whose handler only sets a flag;
+     * get_wch then returns KEY_RESIZE and the next draw lays out again. The
+     * engine and loader threads block these signals (block_signals). */
     if (!initscr()) {
         fprintf(stderr, "kvtop: cannot initialise the terminal\n");
         return -1;
@@ -1367,8 +1367,8 @@ int cmd_tui(int argc, char **argv) {
     int n_sets = 0;
     long frames = 0;
     if (!sets) return 1;
-    int i0 = (argc > 0 && !strcmp(argv[0], "tui")) ? 1 : 1;
-    for (int i = i0; i < argc; i++) {
+    /* argv[0] is "tui" or the program name; options follow either way. */
+    for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
             usage(stdout);

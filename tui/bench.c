@@ -182,7 +182,12 @@ static int submit(run_state *s, int i) {
 }
 
 /* Submits every item that is due: open loop by arrival time, closed loop
- * while fewer than `concurrency` are in flight. */
+ * while fewer than `concurrency` are in flight.
+ * NOTE: the engine is stepped on this thread, so an open-loop request that
+ * comes due during a step is submitted when the step ends, and the engine's
+ * TTFT and queue time start then: they leave out up to one step of lateness.
+ * Stepping here (rather than on the engine thread) keeps closed-loop and
+ * burst runs deterministic: the next request joins the very next step. */
 static int submit_due(run_state *s) {
     int conc = kv_workload_concurrency(s->w);
     while (s->next < s->n) {

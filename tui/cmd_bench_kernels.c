@@ -20,8 +20,9 @@
 /* Weights are cycled through copies totalling at least this many bytes, so
  * each call reads them from DRAM as a real model's layers do. */
 #define COLD_BYTES ((size_t)256 << 20)
-/* The scalar path is timed only when one call is cheaper than this. */
-#define REF_MAX_MACS 1.5e9
+/* The scalar path is timed (one call) only when that call is cheaper than
+ * this many multiply-adds: it runs at 0.2-5 GFLOP/s. */
+#define REF_MAX_MACS 2e8
 
 typedef struct shape {
     const char *what;
@@ -66,12 +67,12 @@ static int cmp_d(const void *a, const void *b) {
 /* Median seconds per call over copies of the weight, at least min_time
  * seconds in total (and at least 3 calls). */
 static double time_matmul(kv_backend *be, kv_cpu_isa isa, const kv_tensor *w, int copies, const float *x, float *y,
-                          int n, double min_time, int max_calls) {
+                          int n, double min_time, int max_calls, int warm) {
     static double t[4096];
-    kv_cpu_matmul_isa(be, isa, &w[0], x, y, n); /* warm-up: scratch, pages */
+    if (warm) kv_cpu_matmul_isa(be, isa, &w[0], x, y, n); /* scratch, pages */
     int calls = 0;
     double total = 0;
-    while (calls < max_calls && calls < 4096 && (calls < 3 || total < min_time)) {
+    while (calls < max_calls && calls < 4096 && (calls < KV_MIN(3, max_calls) || total < min_time)) {
         uint64_t t0 = kv_now_ns();
         kv_cpu_matmul_isa(be, isa, &w[calls % copies], x, y, n);
         t[calls] = (double)(kv_now_ns() - t0) * 1e-9;
@@ -166,7 +167,8 @@ int cmd_bench_kernels(int argc, char **argv) {
     printf("memory read bandwidth: %.1f GB/s (%d thread%s summing a 512 MiB buffer, median of 7)\n", bw, nth,
            nth == 1 ? "" : "s");
     printf("weights cycle through copies of >= %zu MiB, so every call reads them from DRAM;\n"
-           "GB/s = weight bytes / time; %%bw = that / the bandwidth above; GFLOP/s = 2*n*M*K / time\n\n",
+           "time = median per call; GB/s = weight bytes / time; %%bw = that / the bandwidth above;\n"
+           "GFLOP/s = 2*n*M*K / time; scalar = the portable reference path, one call, same threads\n\n",
            COLD_BYTES >> 20);
     printf("%-13s %-11s %-5s %5s %11s %8s %6s %9s %12s\n", "shape", "MxK", "type", "n", "time/call", "GB/s", "%bw",
            "GFLOP/s", "scalar GF/s");
@@ -204,11 +206,11 @@ int cmd_bench_kernels(int argc, char **argv) {
                 for (int ni = 0; ni < nn; ni++) {
                     int n = ns[ni];
                     double flops = 2.0 * n * (double)sh->M * (double)sh->K;
-                    double sec = time_matmul(be, isa, w, copies, x, y, n, min_time, 1000);
+                    double sec = time_matmul(be, isa, w, copies, x, y, n, min_time, 1000, 1);
                     char ref[32] = "-";
                     if (do_ref && isa != KV_CPU_ISA_SCALAR) {
                         if (flops / 2 <= REF_MAX_MACS) {
-                            double rs_ = time_matmul(be, KV_CPU_ISA_SCALAR, w, copies, x, y, n, 0.0, 3);
+                            double rs_ = time_matmul(be, KV_CPU_ISA_SCALAR, w, copies, x, y, n, 0.0, 1, 0);
                             snprintf(ref, sizeof ref, "%.2f", flops / rs_ * 1e-9);
                         } else {
                             snprintf(ref, sizeof ref, "skip");

@@ -166,6 +166,13 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
         return NULL;
     }
     if (!path) path = "trace";
+    /* The size bounds every array before it is allocated: a corrupt count
+     * must not ask for gigabytes. */
+    long start = ftell(f), size = -1;
+    if (start >= 0 && fseek(f, 0, SEEK_END) == 0) {
+        size = ftell(f);
+        fseek(f, start, SEEK_SET);
+    }
     kv_trace *t = calloc(1, sizeof *t);
     if (!t) {
         kv_err_set(err, KV_ERR_NOMEM, "trace: out of memory");
@@ -186,7 +193,8 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
         kv_err_set(err, KV_ERR_FORMAT, "%s: recorded by a different kvtop build (struct sizes differ)", path);
         goto fail;
     }
-    if (fread(&plen, sizeof plen, 1, f) != 1 || plen > MAX_COUNT) {
+    if (fread(&plen, sizeof plen, 1, f) != 1 || plen > MAX_COUNT ||
+        (size >= 0 && ftell(f) >= 0 && (long)plen > size - ftell(f))) {
         kv_err_set(err, KV_ERR_FORMAT, "%s: bad profile length in the header", path);
         goto fail;
     }
@@ -240,6 +248,13 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
                 break;
             }
             if (!count[i]) continue;
+            long pos = ftell(f);
+            if (size >= 0 && pos >= 0 && (uint64_t)elem[i] * count[i] > (uint64_t)(size - pos)) {
+                bad = 1;
+                kv_err_set(err, KV_ERR_FORMAT, "%s: frame %d: truncated (array %d has %u entries)", path, t->n, i,
+                           count[i]);
+                break;
+            }
             void *buf = malloc(elem[i] * count[i]);
             if (!buf) {
                 bad = 1;

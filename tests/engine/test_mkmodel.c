@@ -215,7 +215,8 @@ static void test_deterministic(void) {
 static void test_types(void) {
     kv_mkmodel_params p = small_params();
     kv_err err;
-    const char *pf = tmp_path("ref");
+    char pf[512]; /* tmp_path's buffers rotate: keep a copy across the loop */
+    snprintf(pf, sizeof pf, "%s", tmp_path("ref"));
     REQUIRE(kv_mkmodel_write(&p, pf, &err) == 0);
     kv_gguf *ref = kv_gguf_open(pf, &err);
     REQUIRE(ref);
