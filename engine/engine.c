@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 enum {
@@ -49,9 +50,7 @@ typedef struct ereq {
     size_t emitted;         /* bytes of text already sent in events */
     kv_req_metrics rm;
     kv_finish finish;
-    /* speculative decoding (filled by the drafter / verifier) */
-    int spec_k;
-    uint64_t spec_drafts, spec_drafted, spec_accepted;
+    kv_spec_seq ss;         /* speculative decoding: draft length, draft cache sequence, counters */
 } ereq;
 
 /* What the engine remembers per id under mu. */
@@ -80,6 +79,9 @@ struct kv_engine {
     kv_sched *sched;
     kv_sched_params sp;
     kv_forward *fwd;
+    kv_spec *spec;          /* speculative decoding, NULL when spec.method is off */
+    kv_spec_item *items;    /* (max_seqs) the step's speculating requests */
+    float *probs;           /* (n_vocab) verification scratch */
     kv_sampler *sampler;
     kv_metrics *metrics;
     float *logits;          /* (max_logits, n_vocab) */
@@ -277,6 +279,7 @@ static int ids_reserve_locked(kv_engine *e, int64_t id) {
 
 static void ereq_free(ereq *r) {
     if (!r) return;
+    kv_spec_seq_free(NULL, &r->ss); /* the draft-cache blocks went back in finish_req */
     kv_sreq_free(&r->s);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
@@ -354,6 +357,7 @@ static void finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason)
     }
     kv_metrics_finished(e->metrics, &r->rm, why, t);
     kv_sched_finish(e->sched, &r->s, why);
+    kv_spec_release(e->spec, &r->ss);
     r->finish = why;
     /* Text held back for a possible stop string goes out now: in the DONE
      * event, or before it as TOKEN(-1) events when it does not fit. */
@@ -463,6 +467,16 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     if (!e->sched) goto fail;
     e->spec_k = cfg->spec.method != KV_SPEC_OFF ? cfg->spec.k : 0;
     int T = cfg->scheduler.max_batched_tokens;
+    if (cfg->spec.method != KV_SPEC_OFF) {
+        e->spec = kv_spec_new(cfg, e->model, e->be, e->cache, cfg->scheduler.max_seqs, T, err);
+        if (!e->spec) goto fail;
+        e->items = malloc((size_t)cfg->scheduler.max_seqs * sizeof *e->items);
+        e->probs = malloc((size_t)e->n_vocab * sizeof *e->probs);
+        if (!e->items || !e->probs) {
+            kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory for speculative decoding");
+            goto fail;
+        }
+    }
     int64_t ml = (int64_t)cfg->scheduler.max_seqs * (1 + e->spec_k);
     e->max_logits = (int)KV_MIN(ml, (int64_t)T);
     e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
@@ -495,6 +509,7 @@ void kv_engine_free(kv_engine *e) {
     kv_engine_stop(e);
     for (int i = 0; i < e->n_live; i++) {
         if (e->sched) kv_sched_finish(e->sched, &e->live[i]->s, KV_FINISH_CANCELLED);
+        kv_spec_release(e->spec, &e->live[i]->ss);
         ereq_free(e->live[i]);
     }
     for (int i = 0; i < e->n_inbox; i++) ereq_free(e->inbox[i]);
@@ -520,6 +535,9 @@ void kv_engine_free(kv_engine *e) {
     free(e->logits);
     free(e->piece);
     kv_forward_free(e->fwd);
+    kv_spec_free(e->spec);
+    free(e->items);
+    free(e->probs);
     kv_sched_free(e->sched);
     kv_cache_free(e->cache);
     kv_backend_free(e->be);
@@ -670,6 +688,8 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
         return kv_err_set(err, KV_ERR_NOMEM, "submit: out of memory");
     }
     free(ids);
+    int64_t nq = kv_spec_q_floats(e->spec, &p->sampling);
+    if (nq > 0 && !(r->ss.q = malloc((size_t)nq * sizeof(float)))) goto nomem;
     r->s.priority = p->priority;
     r->s.session = p->session;
     r->sampling = p->sampling;
@@ -705,6 +725,7 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
     r->s.arrival_ms = now_ms(e);
     kv_req_metrics_init(&r->rm, r->s.arrival_ms, n);
     kv_rng_seed(&r->rng, p->sampling.seed + (uint64_t)id);
+    kv_spec_seq_init(&r->ss, e->spec, id, p->session);
     e->ids[id].state = ID_ACTIVE;
     e->n_active++;
     e->inbox[e->n_inbox++] = r;
@@ -819,50 +840,57 @@ static void process_cancels(kv_engine *e) {
     }
 }
 
-/* Speculative decoding hook: a drafter fills r->s.draft / n_draft for
- * decoding requests here (before scheduling). Nothing drafts yet. */
-static void spec_propose(kv_engine *e) { (void)e; }
-
-/* Samples the tokens of request r from its logit rows: the plain token, or
- * for drafted tokens, the target's token at each position, accepted while it
- * equals the draft (exact for greedy; for sampling it draws each position
- * from the target distribution, which is a valid if simple verifier).
- * Writes the new tokens to out and returns how many. */
-static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
-    kv_sreq *s = &r->s;
-    int n = 0;
-    for (int j = 0; j < s->n_logits; j++) {
-        const float *lg = e->logits + (size_t)(s->logit_row + j) * (size_t)e->n_vocab;
-        /* history: the known tokens plus the drafts accepted so far, which
-         * sit in tokens[] past n_tokens (room reserved by kv_sreq_init) */
-        int32_t t = kv_sampler_sample(e->sampler, &r->sampling, lg, s->tokens, s->n_tokens + j, &r->rng);
-        out[n++] = t;
-        if (j < s->n_sched_draft && t == s->draft[j]) {
-            s->tokens[s->n_tokens + j] = t;
+/* Speculative decoding, before scheduling: every running request whose
+ * next step is a decode gets a draft length (and ngram drafts their
+ * tokens); requests that left the device give their draft-cache blocks
+ * back. Returns how many items it planned (e->items). */
+static int spec_plan(kv_engine *e) {
+    if (!e->spec) return 0;
+    kv_sreq *const *q;
+    int nq = kv_sched_waiting(e->sched, &q);
+    for (int i = 0; i < nq; i++) kv_spec_release(e->spec, &((ereq *)q[i])->ss);
+    nq = kv_sched_swapped(e->sched, &q);
+    for (int i = 0; i < nq; i++) kv_spec_release(e->spec, &((ereq *)q[i])->ss);
+    kv_sreq *const *run;
+    int nrun = kv_sched_running(e->sched, &run), n = 0;
+    int cap = e->cfg.scheduler.max_seqs;
+    for (int i = 0; i < nrun && n < cap; i++) {
+        ereq *r = (ereq *)run[i]; /* kv_sreq is ereq's first member */
+        if (r->s.state != KV_REQ_RUNNING || r->s.n_tokens - r->s.n_computed != 1 || kv_sreq_n_generated(&r->s) == 0)
             continue;
-        }
-        break;
+        e->items[n++] = (kv_spec_item){.r = &r->s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
     }
-    if (s->n_sched_draft > 0) {
-        r->spec_drafts++;
-        r->spec_drafted += (uint64_t)s->n_sched_draft;
-        r->spec_accepted += (uint64_t)(n - 1);
-        kv_metrics_spec(e->metrics, s->n_sched_draft, n - 1);
-    }
+    kv_spec_plan(e->spec, e->items, n);
     return n;
 }
 
+/* Samples the tokens of request r from its logit rows: one token for a
+ * plain step; after drafts, the verified ones and the target's next token
+ * (kv_spec_verify). Writes the new tokens to out and returns how many. */
+static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
+    kv_sreq *s = &r->s;
+    const float *lg = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
+    if (s->n_sched_draft > 0 && e->spec) {
+        kv_spec_item it = {.r = s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
+        return kv_spec_verify(e->spec, &it, e->sampler, lg, e->n_vocab, e->probs, out);
+    }
+    out[0] = kv_sampler_sample(e->sampler, &r->sampling, lg, s->tokens, s->n_tokens, &r->rng);
+    return 1;
+}
+
 /* Feeds r's new tokens to the detokenizer, the stop strings and the event
- * stream. Returns the finish reason, or KV_FINISH_NONE. */
-static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, int n_accepted_drafts) {
+ * stream. verified: the tokens come from a verify step, whose first
+ * n_accepted are accepted drafts and whose last is the target's own token
+ * (the bonus after all drafts, or the correction after a rejected one).
+ * Returns the finish reason, or KV_FINISH_NONE. */
+static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, int verified, int n_accepted) {
     kv_finish fin = KV_FINISH_NONE;
     for (int i = 0; i < n && fin == KV_FINISH_NONE; i++) {
         int32_t t = toks[i];
         kv_event *ev = local_event(e, KV_EVENT_TOKEN, r);
         if (ev) {
             ev->token = t;
-            ev->source = n_accepted_drafts > 0 ? (i < n_accepted_drafts ? KV_TOKSRC_DRAFT : KV_TOKSRC_BONUS)
-                                                : KV_TOKSRC_DECODE;
+            ev->source = verified ? (i < n_accepted ? KV_TOKSRC_DRAFT : KV_TOKSRC_BONUS) : KV_TOKSRC_DECODE;
         }
         int eog = kv_tokenizer_is_eog(e->model->tok, t);
         if (eog && !r->ignore_eos) {
@@ -905,15 +933,27 @@ static int step_locked(kv_engine *e) {
     kv_sched_begin_step(e->sched, step, t0);
     drain_inbox(e, 1);
     process_cancels(e);
-    spec_propose(e);
+    double d0 = now_ms(e);
+    int n_items = spec_plan(e);
+    double d_plan = now_ms(e) - d0;
     const kv_sched_out *o;
     int n = kv_sched_schedule(e->sched, t0, &o);
-    double f0 = now_ms(e), f1 = f0;
     int rc = 0;
     if (n < 0) {
         rc = n;
         n = 0;
     }
+    if (n_items > 0) {
+        /* model drafts for exactly what the scheduler kept, batched over
+         * every speculating sequence */
+        double d1 = now_ms(e);
+        kv_err derr;
+        kv_err_clear(&derr);
+        if (kv_spec_draft(e->spec, e->sched, e->items, n_items, e->sampler, &derr) != 0)
+            kv_sched_decide(e->sched, KV_DEC_SPEC, 0, derr.msg); /* verified as placeholders */
+        d_plan += now_ms(e) - d1;
+    }
+    double f0 = now_ms(e), f1 = f0;
     /* queue time and prefix hits are measured at the first admission */
     for (int i = 0; i < o->n_reqs; i++) {
         ereq *r = (ereq *)o->reqs[i];
@@ -929,6 +969,14 @@ static int step_locked(kv_engine *e) {
         kv_err_clear(&ferr);
         int frc = kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
         f1 = now_ms(e);
+        if (n_items > 0) {
+            /* verification's share of the forward: the rows of sequences
+             * with drafts (their last token and the drafts) */
+            int spec_rows = 0;
+            for (int i = 0; i < o->n_reqs; i++)
+                if (o->reqs[i]->n_sched_draft > 0) spec_rows += o->reqs[i]->n_sched;
+            kv_metrics_spec_time(e->metrics, d_plan, (f1 - f0) * spec_rows / (double)o->n_tokens);
+        }
         /* o->reqs changes as requests finish: walk a copy */
         int nr = o->n_reqs;
         for (int i = 0; i < nr; i++) e->sreqs[i] = (ereq *)o->reqs[i]; /* kv_sreq is ereq's first member */
@@ -938,8 +986,9 @@ static int step_locked(kv_engine *e) {
                 finish_req(e, r, KV_FINISH_ERROR, ferr.msg);
                 continue;
             }
-            int32_t toks[40];
+            int32_t toks[40]; /* spec.k <= 32 (config.c) */
             int nt = 0;
+            int drafted = r->s.n_logits > 0 ? r->s.n_sched_draft : 0;
             if (r->s.n_logits > 0) {
                 nt = sample_request(e, r, toks);
                 int room = r->s.max_tokens - kv_sreq_n_generated(&r->s);
@@ -952,14 +1001,21 @@ static int step_locked(kv_engine *e) {
                             break;
                         }
             }
-            int drafts_ok = r->s.n_sched_draft > 0 ? nt - 1 : 0;
+            int accepted = drafted > 0 ? nt - 1 : 0;
             if (kv_sched_update(e->sched, &r->s, toks, nt) != 0) {
                 finish_req(e, r, KV_FINISH_ERROR, "internal: scheduler update refused");
                 continue;
             }
+            if (drafted > 0) {
+                char note[sizeof ((kv_decision *)0)->text];
+                kv_spec_item it = {.r = &r->s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
+                kv_spec_feedback(e->spec, &it, drafted, accepted, note, sizeof note);
+                kv_metrics_spec(e->metrics, drafted, accepted);
+                kv_sched_decide(e->sched, KV_DEC_SPEC, r->s.id, note);
+            }
             if (nt == 0) continue;
             kv_metrics_tokens(e->metrics, &r->rm, f1, nt);
-            kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafts_ok);
+            kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted);
             if (fin != KV_FINISH_NONE) finish_req(e, r, fin, NULL);
         }
         if (frc) rc = frc;
@@ -1202,10 +1258,10 @@ static void snap_row(const kv_engine *e, const ereq *r, kv_snap_request *o) {
     o->e2e_ms = kv_req_e2e_ms(&r->rm);
     o->finish = r->finish;
     copy_str(o->wait_reason, sizeof o->wait_reason, s->wait_reason);
-    o->spec_k = r->spec_k;
-    o->spec_drafts = r->spec_drafts;
-    o->spec_drafted = r->spec_drafted;
-    o->spec_accepted = r->spec_accepted;
+    o->spec_k = !e->spec || r->ss.cooldown > 0 ? 0 : e->cfg.spec.adaptive ? r->ss.k : e->cfg.spec.k;
+    o->spec_drafts = r->ss.drafts;
+    o->spec_drafted = r->ss.n_drafted;
+    o->spec_accepted = r->ss.n_accepted;
 }
 
 /* Builds a snapshot from the live state (state_mu held). */
@@ -1252,7 +1308,7 @@ static int build_snapshot(kv_engine *e, kv_snapshot *s) {
 
     kv_mem_breakdown *m = &s->mem;
     memset(m, 0, sizeof *m);
-    m->weights = e->model->weight_bytes;
+    m->weights = e->model->weight_bytes + kv_spec_weight_bytes(e->spec);
     m->kv_used = (uint64_t)cs.n_used * e->block_bytes;
     m->kv_cached = (uint64_t)cs.n_cached * e->block_bytes;
     m->kv_free = (uint64_t)cs.n_free * e->block_bytes;
@@ -1261,7 +1317,7 @@ static int build_snapshot(kv_engine *e, kv_snapshot *s) {
     m->activations = kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
     m->other = kv_metrics_bytes(e->metrics) + (uint64_t)e->cap_live * sizeof(ereq *) +
                (uint64_t)e->n_live * sizeof(ereq) + (uint64_t)e->cap_ids * sizeof(id_rec) +
-               (uint64_t)e->cache_params.n_blocks * 64;
+               (uint64_t)e->cache_params.n_blocks * 64 + kv_spec_kv_bytes(e->spec);
     if (e->be->ops->mem_info) e->be->ops->mem_info(e->be, &m->backend);
 
     /* requests: waiting, running, preempted, swapped, then finished */
@@ -1448,6 +1504,47 @@ void kv_engine_metrics_reset(kv_engine *e) {
     drain_inbox(e, 0);
     kv_metrics_reset(e->metrics);
     pthread_mutex_unlock(&e->state_mu);
+}
+
+/* A running request's registered prefix blocks must be found again by its
+ * verified tokens: commit never saw a rejected draft. */
+static int check_prefix(kv_cache *c, const kv_sreq *r, char *msg, size_t cap) {
+    if (!kv_cache_params_of(c)->prefix_sharing || r->seq.swapped) return 0;
+    int bs = kv_cache_params_of(c)->block_size;
+    int want = r->seq.n_hashed * bs;
+    if (want == 0) return 0;
+    int got = kv_cache_match_prefix(c, r->tokens, KV_MIN(r->n_tokens, want + 1));
+    if (got < want) {
+        snprintf(msg, cap, "#%lld: %d registered tokens, only %d found by its tokens", (long long)r->id, want, got);
+        return -1;
+    }
+    return 0;
+}
+
+int kv_engine_check(kv_engine *e, char *msg, size_t cap) {
+    if (!e) return -1;
+    pthread_mutex_lock(&e->state_mu);
+    int rc = kv_sched_check(e->sched, msg, cap);
+    for (int i = 0; i < e->n_live && rc == 0; i++)
+        if (e->live[i]->s.state == KV_REQ_RUNNING) rc = check_prefix(e->cache, &e->live[i]->s, msg, cap);
+    if (rc == 0 && e->spec) {
+        kv_spec_seq **ss = malloc((size_t)(e->n_live > 0 ? e->n_live : 1) * sizeof *ss);
+        int *known = malloc((size_t)(e->n_live > 0 ? e->n_live : 1) * sizeof *known);
+        if (!ss || !known) {
+            snprintf(msg, cap, "out of memory");
+            rc = -1;
+        } else {
+            for (int i = 0; i < e->n_live; i++) {
+                ss[i] = &e->live[i]->ss;
+                known[i] = e->live[i]->s.n_tokens;
+            }
+            rc = kv_spec_check(e->spec, ss, known, e->n_live, msg, cap);
+        }
+        free(ss);
+        free(known);
+    }
+    pthread_mutex_unlock(&e->state_mu);
+    return rc;
 }
 
 int kv_engine_trace_enable(kv_engine *e, int on) {

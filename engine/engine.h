@@ -287,6 +287,13 @@ void kv_engine_forget(kv_engine *e, int64_t id);
 void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out);
 void kv_engine_metrics_reset(kv_engine *e);
 
+/* Consistency check for tests (between steps): the scheduler's and the
+ * block manager's checkers over every live sequence, the draft model's
+ * cache likewise, and every registered prefix block of a running request
+ * found again by its verified tokens (nothing unverified was registered).
+ * Returns 0, or -1 with msg naming the first violation. */
+int kv_engine_check(kv_engine *e, char *msg, size_t cap);
+
 /* Step trace recording (for `kvtop replay` and Chrome trace export): when
  * enabled the engine keeps every step record and decision. */
 int kv_engine_trace_enable(kv_engine *e, int on);

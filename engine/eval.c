@@ -222,6 +222,9 @@ int kv_eval_run(const kv_eval_params *p, const char *text, size_t len, kv_eval_r
     static const kv_cache_dtype def_kv[] = {KV_CACHE_F16, KV_CACHE_INT8, KV_CACHE_FP8_E4M3};
     if (!p || !p->model_path || !out || (!text && len)) return kv_err_set(err, KV_ERR_INVAL, "eval: NULL argument");
     if (len == 0) return kv_err_set(err, KV_ERR_INVAL, "eval: the text is empty");
+    if ((p->weights && (p->n_weights < 0 || p->n_weights > 1024)) || (p->kv && (p->n_kv < 0 || p->n_kv > 1024)))
+        return kv_err_set(err, KV_ERR_INVAL, "eval: bad list sizes (%d weight types, %d KV dtypes)", p->n_weights,
+                          p->n_kv);
     const kv_cache_dtype *kvs = p->kv ? p->kv : def_kv;
     int n_kv = p->kv ? p->n_kv : (int)KV_ARRAY_LEN(def_kv);
     for (int i = 0; i < n_kv; i++)

@@ -675,9 +675,8 @@ static int build_batch(kv_sched *s) {
         } else {
             o->n_decode_tokens += n_plain;
         }
+        /* the engine records a KV_DEC_SPEC decision once it knows what was accepted */
         o->n_spec_tokens += r->n_sched_draft;
-        if (r->n_sched_draft > 0)
-            decide(s, KV_DEC_SPEC, r->id, "verify #%lld: %d drafted tokens", (long long)r->id, r->n_sched_draft);
     }
     return 0;
 }
@@ -717,6 +716,13 @@ int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
     s->cnt.decode_tokens += (uint64_t)s->out.n_decode_tokens;
     s->cnt.spec_tokens += (uint64_t)s->out.n_spec_tokens;
     return s->out.n_tokens;
+}
+
+void kv_sched_set_drafts(kv_sched *s, const kv_sreq *r) {
+    if (!s || !r || r->n_sched_draft <= 0 || r->n_sched < r->n_sched_draft) return;
+    int first = r->sched_row + r->n_sched - r->n_sched_draft;
+    if (first < 0 || first + r->n_sched_draft > s->out.n_tokens) return;
+    memcpy(s->out.tokens + first, r->draft, (size_t)r->n_sched_draft * sizeof(int32_t));
 }
 
 int kv_sched_update(kv_sched *s, kv_sreq *r, const int32_t *new_tokens, int n_new) {

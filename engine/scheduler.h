@@ -44,9 +44,12 @@ typedef struct kv_sreq {
     int n_tokens;          /* known tokens = n_prompt + generated */
 
     /* speculative decoding hook: tokens proposed after tokens[n_tokens-1].
-     * The drafter fills them before kv_sched_schedule; the scheduler scores
-     * them in the same forward (logits for 1 + n_draft rows) and the verifier
-     * passes the accepted ones to kv_sched_update. Cleared every step. */
+     * The drafter sets n_draft (and the tokens, or placeholders that it
+     * replaces through kv_sched_set_drafts once the plan is known) before
+     * kv_sched_schedule; the scheduler keeps n_sched_draft of them within
+     * the step's budget and blocks, scores them in the same forward (logits
+     * for 1 + n_sched_draft rows) and the verifier passes the accepted ones
+     * to kv_sched_update. Cleared every step. */
     int32_t *draft;        /* (cap_draft) owned */
     int cap_draft;
     int n_draft;
@@ -137,6 +140,12 @@ typedef struct kv_sched_out {
  * Returns the number of scheduled tokens (0: nothing to run), or a negative
  * KV_ERR_* on an internal inconsistency. *out is set in both cases. */
 int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out);
+
+/* Speculative decoding with a model draft: the drafter learns how many
+ * drafts the scheduler kept (r->n_sched_draft) only from the plan, so it
+ * drafts after kv_sched_schedule, writes r->draft[0..n_sched_draft) and
+ * calls this to copy them into r's batch rows (before the forward). */
+void kv_sched_set_drafts(kv_sched *s, const kv_sreq *r);
 
 /* After the forward for scheduled request r: new tokens are appended to
  * r->tokens (the accepted drafts, then the token sampled after them; none

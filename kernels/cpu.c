@@ -453,7 +453,7 @@ kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {
     b->ops = &cpu_ops;
     b->ctx = c;
     atomic_init(&c->used, 0);
-    kv_qext_init(); /* the matmul runs quant_ext's types: mark them supported */
+    kv_qext_init(); /* pick quant_ext's dot-product ISA before any matmul */
     c->isa = kv_cpu_isa_best();
     const char *env = getenv("KVTOP_CPU_ISA");
     kv_cpu_isa want;

@@ -38,7 +38,7 @@ size_t kv_mm_scratch_bytes(int64_t K) {
     size_t nbp = (size_t)(K / KV_QK + 16);
     /* float panel (16 x K floats) + its staging, or int8 panel + scales,
      * or the direct tiles' scale arrays; generous slack for alignment. */
-    return (size_t)KV_MM_PANEL * (size_t)K * sizeof(float) * 2 + nbp * 256 * sizeof(float) + 16384;
+    return (size_t)KV_MM_PANEL * (size_t)K * sizeof(float) * 2 + nbp * 64 * sizeof(float) + 16384;
 }
 
 /* ---- scalar reference ---------------------------------------------------- */

@@ -3,14 +3,18 @@
  * older x86-64 (the driver calls them only when the CPU has the features).
  *
  * Two shapes of kernel:
- *  - direct (small n, decode): tiles of 4 weight rows x up to 4 activation
- *    rows read the weights straight from the file mapping; 256-bit VNNI
- *    (vpdpbusd) per 32-element block. Memory-bound by design.
- *  - packed (n >= KV_PACK_MIN): a panel of 16 weight rows is repacked once
- *    per call into per-thread scratch so that one zmm holds the same 4
- *    elements of all 16 rows; the inner loop then broadcasts 4 activation
- *    bytes per vpdpbusd and keeps up to 12 activation rows' accumulators in
- *    registers, so every weight byte loaded feeds 12 rows (compute-bound).
+ *  - direct (n < KV_MM_PACK_MIN_N, decode): tiles of 4 weight rows x up to 4
+ *    activation rows read the weights straight from the file mapping; one
+ *    256-bit vpdpbusd per 32-element block and row, scales pre-multiplied
+ *    per tile. Memory-bound by design.
+ *  - packed (batched n): a panel of 16 weight rows is repacked once per call
+ *    into per-thread scratch (quantized: one zmm holds the same 4 elements of
+ *    all 16 rows; float: k-major f32) while the next panel is prefetched.
+ *    Quantized, the inner loop broadcasts 4 activation bytes per vpdpbusd and
+ *    keeps 12 activation rows' accumulators in registers; float, it
+ *    broadcasts one activation (x packed in groups of 16 rows by the
+ *    driver) per fma into 16 accumulators. Every weight byte loaded feeds
+ *    12-16 activation rows: compute-bound.
  * Quantized weights are made unsigned for vpdpbusd (q8_0: w ^ 0x80, q4:
  * the raw nibble) and the zero point comes back through the per-block
  * correction -zp * sum(q_act) (kv_q8a.ioff), exact in integers. */
@@ -97,184 +101,121 @@ KV_AI __m512i bcast32(const int8_t *p) {
 
 KV_AI __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 
-/* Where the fp16 field at byte `off` of each of 16 consecutive blocks of bs
- * bytes sits among 64-byte loads from the first block: load i supplies the
- * blocks in mask m[i], each at 16-bit word idx[i][k]. Fields start at even
- * offsets, so none straddles two loads. */
-typedef struct d16_plan {
-    int nload;        /* 64-byte loads per 16 blocks */
-    __m512i idx[10];  /* word index inside load i, for block k in lane k */
-    __mmask32 m[10];  /* blocks whose field load i holds */
-} d16_plan;
-
-static void d16_plan_init(d16_plan *p, size_t bs, size_t off) {
-    uint16_t idx[10][32];
-    memset(idx, 0, sizeof idx);
-    memset(p, 0, sizeof *p);
-    for (int k = 0; k < 16; k++) {
-        size_t byte = (size_t)k * bs + off;
-        int i = (int)(byte >> 6);
-        idx[i][k] = (uint16_t)((byte & 63) >> 1);
-        p->m[i] |= (__mmask32)1 << k;
-        if (i + 1 > p->nload) p->nload = i + 1;
+/* fp16 fields at `off` in each of nb blocks of bs bytes -> floats; out holds
+ * nbp = nb rounded up to 16 entries (tail zero). One gather per 16 blocks
+ * (a 4-byte read at the field stays inside its block). NOTE: measured
+ * against scalar u16 stores + a vector reload (stalls store forwarding) and
+ * against 64-byte loads + word permutes (more instructions for q8_0's
+ * 34-byte blocks): the gather is the fastest of the three here. */
+static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, int64_t nbp, float *out) {
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)bs));
+    for (int64_t b = 0; b < nbp; b += 16) {
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), tail_mask(nb - b), step,
+                                                (const void *)(row + (size_t)b * bs + off), 1);
+        _mm512_storeu_ps(out + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
     }
-    for (int i = 0; i < p->nload; i++) p->idx[i] = _mm512_loadu_si512((const void *)idx[i]);
 }
 
-/* The fp16 fields of a row's nb blocks -> floats; out holds nbp = nb rounded
- * up to 16 entries (tail zero). NOTE: a gather would do it in one
- * instruction, but gathers are slow on this class of CPU (and scalar stores
- * + a vector reload stall store forwarding); a few loads and in-register
- * word permutes are cheapest. */
-static void extract_f16(const d16_plan *p, const uint8_t *row, size_t bs, int64_t nb, int64_t nbp, float *out) {
-    const size_t row_bytes = (size_t)nb * bs;
+/* q4_1: d (bytes 0-1) and m (bytes 2-3) of each block with one gather per
+ * 16 blocks (gathers are the expensive part of a decode tile). */
+static void extract_dm(const uint8_t *row, size_t bs, int64_t nb, int64_t nbp, float *outd, float *outm) {
+    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)bs));
     for (int64_t b = 0; b < nbp; b += 16) {
-        const uint8_t *base = row + (size_t)b * bs;
-        size_t left = row_bytes - (size_t)b * bs; /* bytes of this row from base on */
-        __m512i acc = _mm512_setzero_si512();
-        if (left >= (size_t)p->nload * 64) {
-            for (int i = 0; i < p->nload; i++)
-                acc = _mm512_mask_permutexvar_epi16(acc, p->m[i], p->idx[i], _mm512_loadu_si512((const void *)(base + 64 * i)));
-        } else { /* the row's last blocks: never read past its end */
-            for (int i = 0; i < p->nload; i++) {
-                size_t rem = left > (size_t)64 * i ? left - (size_t)64 * i : 0;
-                __mmask64 lm = rem >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << rem) - 1);
-                acc = _mm512_mask_permutexvar_epi16(acc, p->m[i] & tail_mask(nb - b), p->idx[i],
-                                                    _mm512_maskz_loadu_epi8(lm, (const void *)(base + 64 * i)));
-            }
-        }
-        _mm512_storeu_ps(out + b, _mm512_cvtph_ps(_mm512_castsi512_si256(acc)));
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), tail_mask(nb - b), step,
+                                                (const void *)(row + (size_t)b * bs), 1);
+        _mm512_storeu_ps(outd + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+        _mm512_storeu_ps(outm + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))));
     }
 }
 
 /* ---- direct quantized tiles (small n) ------------------------------------ */
 
 /* Scratch of the direct path, in floats from its start (nbp = nb rounded up
- * to 16, np2 = nbp / 2 block pairs):
- *   dwf  (4, nbp)          the row tile's weight scales
- *   mwf  (4, nbp)          q4_1 minimums
- *   adt  (4, nbp)          the activation chunk's scales (row-major copy)
- *   dst  (4, nbp)          its d * sum (q4_1)
- *   iox  (4, np2, 16) i32  accumulator inits per block pair: lane 0 = ioff of
- *                          the pair's first block, lane 8 = of its second
- *   sclx (4, 4, np2, 16)   dw * da per (row, activation, pair), lanes 0-7 =
- *                          the first block's, 8-15 = the second's */
+ * to 16):
+ *   dwf (4, nbp)     the row tile's weight scales
+ *   mwf (4, nbp)     q4_1 minimums
+ *   adt (4, nbp)     the activation chunk's scales (row-major copy)
+ *   dst (4, nbp)     its d * sum (q4_1)
+ *   scl (4, 4, nbp)  dw * da per (row, activation row, block) */
 typedef struct qd_scr {
-    float *dwf, *mwf, *adt, *dst, *sclx;
-    int32_t *iox;
-    int64_t nbp, np2;
+    float *dwf, *mwf, *adt, *dst, *scl;
+    int64_t nbp;
 } qd_scr;
 
 static qd_scr qd_layout(void *scratch, int64_t nb) {
     qd_scr q;
     q.nbp = (nb + 15) & ~(int64_t)15;
-    q.np2 = q.nbp / 2;
     q.dwf = scratch;
     q.mwf = q.dwf + 4 * q.nbp;
     q.adt = q.mwf + 4 * q.nbp;
     q.dst = q.adt + 4 * q.nbp;
-    q.iox = (int32_t *)(q.dst + 4 * q.nbp);
-    q.sclx = (float *)(q.iox + 4 * q.np2 * 16);
+    q.scl = q.dst + 4 * q.nbp;
     return q;
 }
 
-/* Blocks b and b+1 of a row as one zmm of unsigned quants (256-bit halves);
- * only block b when `one` (odd tail: the upper half is zero). */
-KV_AI __m512i q_pair2(kv_type t, const uint8_t *blk, size_t bs, int one) {
-    if (t == KV_TYPE_Q8_0) {
-        __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
-        __m256i hi = one ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(const void *)(blk + bs + 2));
-        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        /* the zero half becomes 0x80 (= 0 after the zero point); its scale is 0 */
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    }
-    size_t qo = qblk_qoff(t);
-    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(blk + qo)));
-    if (!one)
-        v = _mm512_mask_broadcast_i32x4(v, 0xFF00, _mm_loadu_si128((const __m128i *)(const void *)(blk + bs + qo)));
-    else
-        v = _mm512_maskz_mov_epi32(0x00FF, v);
-    v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-}
-
-/* Activation row's blocks b and b+1 (block-major, n rows apart). */
-KV_AI __m512i a_pair(const int8_t *blk, size_t stride, int one) {
-    __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)blk);
-    if (one) return _mm512_zextsi256_si512(lo);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(const void *)(blk + stride)), 1);
-}
-
 /* Rows r..r+R of the weights against activation rows j0..j0+J; q_direct has
- * filled adt, dst and iox for this chunk. Two blocks per zmm: per pair and
- * row, one dpbusd (its accumulator starts at the pair's zero-point
- * correction), one convert, one fma with a pre-expanded scale vector. */
-KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qd_scr *q,
-                   const d16_plan plans[2]) {
-    const int64_t nb = a->K / KV_QK, nbp = q->nbp, np2 = q->np2;
+ * filled adt and dst for this chunk. Per block and row: one vpdpbusd (its
+ * accumulator starts at the block's zero-point correction), one convert,
+ * one fma with the block's scale product broadcast from memory. */
+KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qd_scr *q) {
+    const int64_t nb = a->K / KV_QK, nbp = q->nbp;
     const size_t bs = qblk_bytes(t), n = (size_t)a->n;
     const uint8_t *rows[4];
     float mterm[4][4];
     for (int rr = 0; rr < R; rr++) {
         rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
-        extract_f16(&plans[0], rows[rr], bs, nb, nbp, q->dwf + rr * nbp);
-        if (t == KV_TYPE_Q4_1) extract_f16(&plans[1], rows[rr], bs, nb, nbp, q->mwf + rr * nbp);
+        if (t == KV_TYPE_Q4_1)
+            extract_dm(rows[rr], bs, nb, nbp, q->dwf + rr * nbp, q->mwf + rr * nbp);
+        else
+            extract_f16(rows[rr], bs, 0, nb, nbp, q->dwf + rr * nbp);
         for (int jj = 0; jj < J; jj++) {
             __m512 macc = _mm512_setzero_ps();
-            float *sx = q->sclx + (size_t)(rr * 4 + jj) * np2 * 16;
             for (int64_t b = 0; b < nbp; b += 16) {
-                __m512 sc = _mm512_mul_ps(_mm512_loadu_ps(q->dwf + rr * nbp + b), _mm512_loadu_ps(q->adt + jj * nbp + b));
-#pragma GCC unroll 8
-                for (int p = 0; p < 8; p++) {
-                    const __m512i ix = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
-                                                        2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
-                                                        2 * p, 2 * p);
-                    _mm512_storeu_ps(sx + (b / 2 + p) * 16, _mm512_permutexvar_ps(ix, sc));
-                }
+                _mm512_storeu_ps(q->scl + (rr * 4 + jj) * nbp + b,
+                                 _mm512_mul_ps(_mm512_loadu_ps(q->dwf + rr * nbp + b), _mm512_loadu_ps(q->adt + jj * nbp + b)));
                 if (t == KV_TYPE_Q4_1)
                     macc = _mm512_fmadd_ps(_mm512_loadu_ps(q->mwf + rr * nbp + b), _mm512_loadu_ps(q->dst + jj * nbp + b), macc);
             }
             mterm[rr][jj] = t == KV_TYPE_Q4_1 ? _mm512_reduce_add_ps(macc) : 0.0f;
         }
     }
-    __m512 acc[4][4];
+    __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++)
 #pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm512_setzero_ps();
-    const size_t astride = n * KV_QK; /* bytes from block b to b+1 of one activation row */
+        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    for (int64_t p = 0, b = 0; b < nb; p++, b += 2, aq += 2 * astride) {
-        const int one = b + 1 == nb;
-        __m512i wv[4];
+    const int32_t *io = a->a.ioff + j0;
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
+        __m256i wv[4];
 #pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = q_pair2(t, rows[rr] + (size_t)b * bs, bs, one);
+        for (int rr = 0; rr < R; rr++) wv[rr] = q_unsigned(t, rows[rr] + (size_t)b * bs);
 #pragma GCC unroll 4
         for (int jj = 0; jj < J; jj++) {
-            __m512i av = a_pair(aq + jj * KV_QK, astride, one);
-            __m512i init = _mm512_loadu_si512((const void *)(q->iox + ((size_t)jj * np2 + p) * 16));
+            __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
+            __m256i init = t == KV_TYPE_Q4_1 ? _mm256_setzero_si256() : _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj]));
 #pragma GCC unroll 4
             for (int rr = 0; rr < R; rr++) {
-                __m512i s = _mm512_dpbusd_epi32(init, wv[rr], av);
-                acc[rr][jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                              _mm512_loadu_ps(q->sclx + ((size_t)(rr * 4 + jj) * np2 + p) * 16), acc[rr][jj]);
+                __m256i s = _mm256_dpbusd_epi32(init, wv[rr], av);
+                acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(q->scl[(rr * 4 + jj) * nbp + b]), acc[rr][jj]);
             }
         }
     }
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++)
 #pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++)
-            a->y[(size_t)(j0 + jj) * a->M + r + rr] = _mm512_reduce_add_ps(acc[rr][jj]) + mterm[rr][jj];
+        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = hsum256(acc[rr][jj]) + mterm[rr][jj];
 }
 
 #define QD_J(R, t)                                                                                                     \
-    static void qd_##R##_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q, const d16_plan plans[2]) { \
+    static void qd_##R##_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q) {                         \
         switch (J) {                                                                                                   \
-        case 4: qd_tile(a, t, r, R, j0, 4, q, plans); break;                                                           \
-        case 3: qd_tile(a, t, r, R, j0, 3, q, plans); break;                                                           \
-        case 2: qd_tile(a, t, r, R, j0, 2, q, plans); break;                                                           \
-        default: qd_tile(a, t, r, R, j0, 1, q, plans); break;                                                          \
+        case 4: qd_tile(a, t, r, R, j0, 4, q); break;                                                                  \
+        case 3: qd_tile(a, t, r, R, j0, 3, q); break;                                                                  \
+        case 2: qd_tile(a, t, r, R, j0, 2, q); break;                                                                  \
+        default: qd_tile(a, t, r, R, j0, 1, q); break;                                                                 \
         }                                                                                                              \
     }
 QD_J(4, KV_TYPE_Q8_0)
@@ -284,15 +225,12 @@ QD_J(1, KV_TYPE_Q4_0)
 QD_J(4, KV_TYPE_Q4_1)
 QD_J(1, KV_TYPE_Q4_1)
 
-typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q, const d16_plan plans[2]);
+typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q);
 
 static void q_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
     const int64_t nb = a->K / KV_QK;
     const size_t n = (size_t)a->n;
     qd_scr q = qd_layout(scratch, nb);
-    d16_plan plans[2]; /* the scale field, and q4_1's minimum */
-    d16_plan_init(&plans[0], qblk_bytes(a->type), 0);
-    d16_plan_init(&plans[1], qblk_bytes(a->type), 2);
     for (int j0 = 0; j0 < a->n; j0 += 4) {
         int J = KV_MIN(a->n - j0, 4);
         /* this chunk's activation scales and corrections, once for all row tiles */
@@ -302,9 +240,6 @@ static void q_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
                 q.adt[jj * q.nbp + b] = b < nb ? a->a.d[o] : 0.0f;
                 q.dst[jj * q.nbp + b] = b < nb ? a->a.ds[o] : 0.0f;
             }
-            int32_t *io = q.iox + (size_t)jj * q.np2 * 16;
-            memset(io, 0, (size_t)q.np2 * 16 * sizeof(int32_t));
-            for (int64_t b = 0; b < nb; b++) io[(b / 2) * 16 + (b & 1) * 8] = a->a.ioff[(size_t)b * n + (size_t)(j0 + jj)];
         }
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {
@@ -314,9 +249,9 @@ static void q_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
                 const char *p = (const char *)a->w + (size_t)(r + 8) * a->nb1, *e = p + 4 * a->nb1;
                 for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
             }
-            f4(a, r, j0, J, &q, plans);
+            f4(a, r, j0, J, &q);
         }
-        for (; r < r1; r++) f1(a, r, j0, J, &q, plans);
+        for (; r < r1; r++) f1(a, r, j0, J, &q);
     }
 }
 

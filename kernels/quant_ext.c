@@ -12,7 +12,6 @@
 
 #include "quant_ext_isa.h"
 
-void kv_type_mark_supported(kv_type t); /* types.c */
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                            */
@@ -815,10 +814,7 @@ kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa) {
 }
 
 void kv_qext_init(void) {
-    static const kv_type types[] = {KV_TYPE_Q5_0, KV_TYPE_Q5_1, KV_TYPE_Q8_1, KV_TYPE_Q4_K,
-                                    KV_TYPE_Q5_K, KV_TYPE_Q6_K, KV_TYPE_Q8_K};
     pthread_once(&pick_once, pick_best);
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) kv_type_mark_supported(types[i]);
 }
 
 int kv_qext_quantize_act(kv_type vec_type, const float *src, void *dst, int64_t n) {

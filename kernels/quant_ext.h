@@ -119,9 +119,9 @@ typedef struct kv_qext_ops {
  * first call picks the SIMD level (thread-safe). */
 const kv_qext_ops *kv_qext_get(kv_type t);
 
-/* Marks the types above as supported in the type traits (kv_type_get(t)->
- * supported). Call it once the matmul dispatches them through kv_qext_get;
- * idempotent and thread-safe. */
+/* Picks the best dot-product ISA for this CPU (once; idempotent and
+ * thread-safe). The types above are marked supported in kernels/types.c's
+ * traits table, which is constant. */
 void kv_qext_init(void);
 
 /* Quantizes n activations into vec_type blocks (Q8_0, Q8_1 or Q8_K), the

@@ -30,23 +30,8 @@ static const kv_type_traits traits[KV_TYPE_COUNT] = {
     [KV_TYPE_BF16] = {"bf16", 1, 2, 1},
 };
 
-/* Supported flags may be raised at startup by quant.c when it learns a
- * type (see kv_type_mark_supported); the table above is the floor. */
-static int extra_supported[KV_TYPE_COUNT];
-
-void kv_type_mark_supported(kv_type t);
-void kv_type_mark_supported(kv_type t) {
-    if ((int)t >= 0 && t < KV_TYPE_COUNT) extra_supported[t] = 1;
-}
-
 const kv_type_traits *kv_type_get(int t) {
-    static kv_type_traits tmp[KV_TYPE_COUNT];
     if (t < 0 || t >= KV_TYPE_COUNT || !traits[t].name) return NULL;
-    if (extra_supported[t] && !traits[t].supported) {
-        tmp[t] = traits[t];
-        tmp[t].supported = 1;
-        return &tmp[t];
-    }
     return &traits[t];
 }
 

@@ -2,6 +2,7 @@
  * a profile path) it opens the TUI. Only this file calls exit(). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 
@@ -43,9 +44,16 @@ int main(int argc, char **argv) {
         for (const command *c = commands; c->name; c++)
             if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
     }
+    /* No subcommand: the TUI, on a profile when the first argument names a
+     * file (or an option such as --set); a bare word is a mistyped command. */
+    if (argc >= 2 && argv[1][0] != '-' && access(argv[1], F_OK) != 0 && !strstr(argv[1], ".yaml") &&
+        !strstr(argv[1], ".yml")) {
+        fprintf(stderr, "kvtop: unknown command '%s'\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
     for (const command *c = commands; c->name; c++)
         if (!strcmp(c->name, "tui")) return c->fn(argc, argv);
-    if (argc >= 2) fprintf(stderr, "kvtop: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

@@ -113,7 +113,7 @@ static void test_shipped_profiles_load(void) {
           c.workload.prompt_len.value == 128 && c.workload.output_len.value == 128);
     CHECK(!strcmp(c.model.path, "models/rand-110m-q8_0.gguf"));
     REQUIRE(kv_profile_load("profiles/demo-paging.yaml", &c, &err) == 0);
-    CHECK(c.kv.layout == KV_LAYOUT_PAGED && c.kv.memory == 2ull << 20 && c.scheduler.max_seq_len == 512);
+    CHECK(c.kv.layout == KV_LAYOUT_PAGED && c.kv.memory == 4ull << 20 && c.scheduler.max_seq_len == 1024);
     /* The comparisons the profiles advertise are valid overrides. */
     const char *cmp[] = {"scheduler.policy=static", "kv.layout=contiguous", "kv.prefix_sharing=false",
                          "workload.concurrency=32"};
