@@ -15,7 +15,9 @@ typedef struct kv_rng {
     uint64_t s[4];
 } kv_rng;
 
-void kv_rng_seed(kv_rng *r, uint64_t seed);
+/* splitmix64: advances *state and returns a well-mixed 64-bit value. */
+uint64_t kv_splitmix64(uint64_t *state);
+void kv_rng_seed(kv_rng *r, uint64_t seed); /* state from splitmix64(seed) */
 uint64_t kv_rng_next(kv_rng *r);
 double kv_rng_uniform(kv_rng *r); /* [0, 1) */
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "sampler.h"
 
 #define PROMPTS_MAX_BYTES (1ull << 30) /* refuse prompts files over 1 GiB */
 
@@ -24,41 +25,18 @@ struct kv_workload {
     int n_prompts;
 };
 
-/* ---- random numbers: splitmix64 seeds xoshiro256** ---- */
+/* ---- random numbers: kv_rng (sampler.h), one stream per aspect ---- */
 
-typedef struct rng {
-    uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+typedef kv_rng rng;
 
 /* Stream `stream` of seed: independent sequences for independent aspects. */
 static void rng_seed(rng *r, uint64_t seed, uint64_t stream) {
-    uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    kv_rng_seed(r, seed ^ (stream * 0xD1B54A32D192ED03ull));
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r) {
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-/* Uniform in [0, 1), 53 bits. */
-static double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+#define rng_next kv_rng_next
+#define rng_uniform kv_rng_uniform
+#define splitmix64 kv_splitmix64
 
 /* Uniform integer in [0, n) without modulo bias. */
 static uint64_t rng_below(rng *r, uint64_t n) {
