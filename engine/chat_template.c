@@ -389,11 +389,17 @@ static void fmt_plain(const kv_chat_msg *m, int n, out_buf *o) {
 
 int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg *msgs, int n,
                    int add_generation_prompt, char *out, size_t cap) {
+    return kv_chat_format_ex(t, template_text, 1, msgs, n, add_generation_prompt, out, cap);
+}
+
+int kv_chat_format_ex(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs,
+                      int n, int add_generation_prompt, char *out, size_t cap) {
     if (n < 0 || (!msgs && n > 0) || (!out && cap > 0)) return KV_ERR_INVAL;
     for (int i = 0; i < n; i++)
         if (role_of(msgs[i].role) < 0 || !msgs[i].content) return KV_ERR_INVAL;
     chat_opts opts;
     read_opts(t, template_text, &opts);
+    if (!default_system) opts.default_system[0] = '\0';
     out_buf o = {out, cap ? cap - 1 : 0, 0};
     const char *gen = "";
     switch (t) {

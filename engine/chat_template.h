@@ -64,5 +64,11 @@ size_t kv_chat_default_system(const char *template_text, char *out, size_t cap);
  * unknown role, a NULL content or bad arguments. */
 int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg *msgs, int n,
                    int add_generation_prompt, char *out, size_t cap);
+/* Same, choosing whether the template's default system message is used
+ * when the conversation has none (default_system = 0 leaves it out, as
+ * llama.cpp's chat formatting does; the front ends do this so a session's
+ * system prompt is only ever what the user set). */
+int kv_chat_format_ex(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs,
+                      int n, int add_generation_prompt, char *out, size_t cap);
 
 #endif

@@ -139,7 +139,7 @@ int cmd_chat(int argc, char **argv) {
             goto fail;
         }
         free(line);
-        int need = kv_chat_format(tmpl, m->chat_template, cv.msgs, cv.n, 1, NULL, 0);
+        int need = kv_chat_format_ex(tmpl, m->chat_template, 0, cv.msgs, cv.n, 1, NULL, 0);
         if (need < 0) goto fail;
         if ((size_t)need + 1 > text_cap) {
             text_cap = (size_t)need + 1;
@@ -147,7 +147,7 @@ int cmd_chat(int argc, char **argv) {
             if (!nt) goto fail;
             text = nt;
         }
-        kv_chat_format(tmpl, m->chat_template, cv.msgs, cv.n, 1, text, text_cap);
+        kv_chat_format_ex(tmpl, m->chat_template, 0, cv.msgs, cv.n, 1, text, text_cap);
         int add_bos = kv_tokenizer_add_bos(m->tok);
         int n = kv_tokenizer_encode(m->tok, text, strlen(text), add_bos, 1, ids, ctx, &err);
         if (n < 0) goto fail;

@@ -10,6 +10,7 @@
 #include "../engine/sampler.h"
 #include "../kernels/membw.h"
 #include "../kernels/cpu.h"
+#include "../kernels/sim.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
             "  --repeat-penalty R, --repeat-last-n N\n"
             "  --seed S          (default 42)\n"
             "  -t THREADS        (default: all cores)\n"
+            "  --backend NAME    cpu | sim | cuda (default cpu; cuda needs a make CUDA=1 build)\n"
             "  --ctx N           context length to allocate (default: the model's, at most 4096)\n"
             "  --kv-dtype D      f32 | f16 (default f32)\n"
             "  --ignore-eos      keep generating past end-of-generation tokens\n"
@@ -38,7 +40,7 @@ static void usage(FILE *f) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    const char *kvd = "f32";
+    const char *kvd = "f32", *backend = "cpu";
     int n_gen = 128, chat = 0, threads = 0, stats = 0, ctx = 0, ignore_eos = 0, no_bos = 0;
     kv_sampling sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.0f,
                       .repeat_last_n = 64, .seed = 42};
@@ -62,6 +64,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) bad = cli_int(argc, argv, &i, 0, 1024, &threads);
         else if (!strcmp(a, "--ctx")) bad = cli_int(argc, argv, &i, 1, 1 << 24, &ctx);
         else if (!strcmp(a, "--kv-dtype")) bad = cli_str(argc, argv, &i, &kvd);
+        else if (!strcmp(a, "--backend")) bad = cli_str(argc, argv, &i, &backend);
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
         else if (!strcmp(a, "--no-bos")) no_bos = 1;
         else if (!strcmp(a, "--stats")) stats = 1;
@@ -107,7 +110,7 @@ int cmd_generate(int argc, char **argv) {
     double t_load = kv_now_s();
     m = kv_model_load(model_path, tok_path, &err);
     if (!m) goto fail;
-    be = kv_backend_create("cpu", threads, &err);
+    be = kv_backend_create(backend, threads, &err);
     if (!be) goto fail;
     t_load = kv_now_s() - t_load;
 
@@ -120,15 +123,14 @@ int cmd_generate(int argc, char **argv) {
         int nm = 0;
         if (system) msgs[nm++] = (kv_chat_msg){.role = "system", .content = system};
         msgs[nm++] = (kv_chat_msg){.role = "user", .content = prompt};
-        /* NOTE: like llama.cpp's chat formatting, only the messages given are rendered:
-         * the default system message a Jinja template injects is left out
-         * (pass --system to set one). */
-        int need = kv_chat_format(t, NULL, msgs, nm, 1, NULL, 0);
+        /* NOTE: like llama.cpp's chat formatting, the default system message a
+         * Jinja template injects is left out (pass --system to set one). */
+        int need = kv_chat_format_ex(t, m->chat_template, 0, msgs, nm, 1, NULL, 0);
         if (need < 0 || !(text = malloc((size_t)need + 1))) {
             kv_err_set(&err, KV_ERR_NOMEM, "cannot format the chat template");
             goto fail;
         }
-        kv_chat_format(t, NULL, msgs, nm, 1, text, (size_t)need + 1);
+        kv_chat_format_ex(t, m->chat_template, 0, msgs, nm, 1, text, (size_t)need + 1);
         src = text;
         parse_special = 1;
     }
@@ -192,7 +194,16 @@ int cmd_generate(int argc, char **argv) {
     if (nb > 0) fwrite(piece, 1, (size_t)nb, stdout);
     fputc('\n', stdout);
     double t_dec = kv_now_s() - t_dec0;
-    if (stats) {
+    if (stats && strcmp(be->ops->name, "cpu")) { /* the bandwidth probe below runs on the cpu backend's pool */
+        fprintf(stderr, "\n--- stats (backend %s)\nprompt          %d tokens in %.3f s\n", be->ops->name, n_ids, t_prompt);
+        if (produced > 1) fprintf(stderr, "decode          %d tokens in %.3f s\n", produced - 1, t_dec);
+        kv_sim_stats ss;
+        kv_sim_stats_get(be, &ss);
+        if (ss.valid)
+            fprintf(stderr, "simulated       %.3f ms on %s (matmul %.3f, attention %.3f, other %.3f, transfer %.3f ms)\n",
+                    ss.elapsed_s * 1e3, ss.device->name, ss.kind_s[KV_SIM_MATMUL] * 1e3,
+                    ss.kind_s[KV_SIM_ATTENTION] * 1e3, ss.kind_s[KV_SIM_OTHER] * 1e3, ss.kind_s[KV_SIM_TRANSFER] * 1e3);
+    } else if (stats) {
         /* Decode reads every weight once per token (the embedding row lookup
          * aside), so weight bytes / bandwidth bounds the decode rate. */
         uint64_t bytes = m->weight_bytes - (m->hp.tied_output ? 0 : (uint64_t)m->tok_embd.nb1 * m->tok_embd.ne1);

@@ -172,9 +172,9 @@ int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tm
     int n = kv_session_messages(s, first, roles, texts, MAXMSG);
     if (n <= 0) return -1;
     for (int i = 0; i < n; i++) msgs[i] = (kv_chat_msg){roles[i], texts[i]};
-    int len = kv_chat_format(tmpl, template_text, msgs, n, 1, NULL, 0);
+    int len = kv_chat_format_ex(tmpl, template_text, 0, msgs, n, 1, NULL, 0);
     if (len < 0 || grow(buf, cap, (size_t)len + 1)) return -1;
-    kv_chat_format(tmpl, template_text, msgs, n, 1, *buf, *cap);
+    kv_chat_format_ex(tmpl, template_text, 0, msgs, n, 1, *buf, *cap);
     return len;
 }
 
