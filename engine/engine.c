@@ -433,7 +433,7 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     if (!e->model) goto fail;
     const kv_hparams *hp = &e->model->hp;
     e->n_vocab = hp->n_vocab;
-    e->be = kv_backend_create(cfg->backend, cfg->threads, err);
+    e->be = kv_backend_create_on(cfg->backend, cfg->sim_device, cfg->threads, err);
     if (!e->be) goto fail;
 
     /* the KV cache */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "sim.h"
 
 #ifdef KV_HAVE_CUDA
 kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err);
@@ -19,6 +20,7 @@ typedef struct backend_entry {
 
 static const backend_entry registry[] = {
     {"cpu", kv_cpu_backend_create},
+    {"sim", kv_sim_backend_create},
 #ifdef KV_HAVE_CUDA
     {"cuda", kv_cuda_backend_create},
 #endif
@@ -38,6 +40,11 @@ kv_backend *kv_backend_create(const char *name, int n_threads, kv_err *err) {
     else
         kv_err_set(err, KV_ERR_INVAL, "unknown backend '%s'", name);
     return NULL;
+}
+
+kv_backend *kv_backend_create_on(const char *name, const char *device, int n_threads, kv_err *err) {
+    if (name && !strcmp(name, "sim") && device && *device) return kv_sim_backend_create_device(device, n_threads, err);
+    return kv_backend_create(name, n_threads, err);
 }
 
 void kv_backend_free(kv_backend *b) {

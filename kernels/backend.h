@@ -43,7 +43,17 @@ size_t kv_cache_row_bytes(kv_cache_dtype d, int head_dim);
 
 /* The paged KV storage (vLLM's layout idea): for every layer a pool of
  * n_blocks blocks of block_size token slots; slot s = block * block_size +
- * offset. Owned by engine/kv_cache; kernels only read and write rows. */
+ * offset. Owned by engine/kv_cache; kernels only read and write rows, found
+ * with kv_pages_row_offset().
+ *
+ * NOTE: inside a block the rows are grouped by kv head, (n_kv_heads,
+ * block_size, row_bytes), as vLLM does, not by token: one head's rows of a
+ * block are then contiguous (16 x 128 bytes for f16, head_dim 64), so
+ * decode attention, which reads one head at a time, streams them at memory
+ * bandwidth; with the rows of a token side by side it read 128 bytes every
+ * slot_bytes and reached a quarter of it. A block is still one contiguous
+ * block_size * slot_bytes range per layer, so copy-on-write and swap move
+ * whole blocks without knowing the order inside. */
 typedef struct kv_pages {
     kv_cache_dtype dtype;
     int n_layers;
@@ -52,11 +62,20 @@ typedef struct kv_pages {
     int block_size;     /* tokens per block */
     int n_blocks;       /* physical blocks per layer */
     size_t row_bytes;   /* kv_cache_row_bytes(dtype, head_dim) */
-    size_t slot_bytes;  /* n_kv_heads * row_bytes */
+    size_t slot_bytes;  /* n_kv_heads * row_bytes: one token's rows, all heads */
     size_t layer_bytes; /* n_blocks * block_size * slot_bytes */
-    uint8_t *k;         /* (n_layers, n_blocks, block_size, n_kv_heads, row_bytes) */
+    uint8_t *k;         /* (n_layers, n_blocks, n_kv_heads, block_size, row_bytes) */
     uint8_t *v;         /* same shape as k */
 } kv_pages;
+
+/* Byte offset in kv->k (or kv->v) of the row of kv head `head` at slot
+ * `slot` of `layer`. */
+static inline size_t kv_pages_row_offset(const kv_pages *kv, int layer, int64_t slot, int head) {
+    const int64_t blk = slot / kv->block_size, off = slot % kv->block_size;
+    return (size_t)layer * kv->layer_bytes +
+           (((size_t)blk * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->block_size + (size_t)off) *
+               kv->row_bytes;
+}
 
 /* Which tokens of a forward batch attend to what. Token i sits at position
  * pos[i] of sequence seq[i]; its K/V rows are written to physical slot
@@ -133,6 +152,10 @@ struct kv_backend {
 /* Creates a backend by name ("cpu", "cuda", "sim"). n_threads <= 0 means all
  * cores. Returns NULL with err filled when unknown or unavailable. */
 kv_backend *kv_backend_create(const char *name, int n_threads, kv_err *err);
+/* Same, with the device a backend models or drives: the sim backend's
+ * device table name ("h100-sxm", "a100-80g", "l4", "rtx4090"); ignored by
+ * the others. NULL or "" means the backend's default. */
+kv_backend *kv_backend_create_on(const char *name, const char *device, int n_threads, kv_err *err);
 void kv_backend_free(kv_backend *b); /* NULL is a no-op */
 /* Names of the compiled-in backends, NULL-terminated. */
 const char *const *kv_backend_names(void);

@@ -1,15 +1,25 @@
 /* cpu_attention.c - the CPU backend's paged KV ops: store K/V rows into
  * their slots (encoding to the cache dtype), copy blocks, and attention over
- * block tables with an online (flash-attention style) softmax: one pass
- * over the context per work item (a token and a range of its query heads),
- * items spread over the pool's threads balanced by context length. Scalar
- * reference kernels plus AVX2 and AVX-512 ones picked at run time; f32/f16
- * rows are read in place, the quantized dtypes are decoded a tile at a
- * time into a stack buffer. No allocation. */
+ * block tables with an online (flash-attention style) softmax. A work item
+ * is a run of consecutive tokens of one sequence (a prefill chunk, or one
+ * decode token) and a range of query heads; it reads each K/V tile of a kv
+ * head once for all of its rows (tokens x the query heads of the GQA group).
+ * Threads take items from a shared counter. Scalar reference kernels plus
+ * AVX2 and AVX-512 ones picked at run time; the SIMD kernels read every
+ * dtype in place (int8 and fp8 expanded in registers), the scalar path
+ * decodes the quantized dtypes a tile at a time with the reference decoder.
+ * No allocation.
+ *
+ * Batch invariance: a row's result is the same sequence of float operations
+ * whatever else shares its item, its thread or its kernel call (tiles are
+ * fixed by absolute position, each row keeps its own softmax state and
+ * context length, and the kernels treat every row and every key alike), so
+ * a token's output does not depend on the batch or on the thread count. */
 #include "cpu_attention.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -21,26 +31,33 @@
 #define ATTN_X86 1
 #endif
 
-#define ATTN_TILE 32      /* context tokens scored per step of the online softmax */
-#define ATTN_HC 4         /* query heads of one GQA group processed together */
-#define ATTN_HMAX 64      /* query heads of one work item */
-#define ATTN_QBUF 8192    /* floats of decoded K or V rows for the quantized dtypes */
+#define ATTN_TILE 32    /* context tokens scored per step of the online softmax (at most) */
+#define ATTN_HC 4       /* rows one kernel call takes (their accumulators fit the registers) */
+#define ATTN_ROWS 64    /* rows (token x query head) of one work item */
+#define ATTN_RUN 16     /* tokens of one sequence in one work item (at most) */
+#define ATTN_QBUF 8192  /* floats of decoded K or V rows (the scalar reference path) */
+#define ATTN_ITEMS 1024 /* work items per dispatch; larger batches take several */
 
-/* Per-ISA kernels over a tile of nt rows at rows + t * stride, each hd
- * elements of f32 (f16 = 0) or f16 (f16 = 1). Query and accumulator rows of
- * the nh heads are hd floats apart. */
+/* Per-ISA kernels over a tile of nt rows of one kv head at rows + t * stride,
+ * each head_dim (hd) elements of dtype d (the ones the ISA reads in place).
+ * Query rows q[r] and accumulator rows acc[r] are separate pointers: the
+ * rows of an item come from several tokens and heads. */
 typedef struct attn_kernels {
-    /* s[h * ss + t] = scale * dot(q_h, row_t) */
-    void (*scores)(const float *q, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                   float scale, float *s, int ss);
-    /* acc_h += sum_t p[h * ps + t] * row_t */
-    void (*accum)(float *acc, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
+    /* s[r * ss + t] = scale * dot(q_r, row_t), r < nr, t < nt */
+    void (*scores)(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                   kv_cache_dtype d, float scale, float *s, int ss);
+    /* acc_r += sum_t p[r * ps + t] * row_t */
+    void (*accum)(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt, kv_cache_dtype d,
                   const float *p, int ps);
     /* s[i] = exp(s[i] - m) for i < n; returns their sum */
     float (*expsum)(float *s, int n, float m);
-    /* dst(nt, hd) = the nt quantized rows at src + t * stride, decoded */
-    void (*decode)(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst);
+    /* max of s[0..n), n >= 1 */
+    float (*maxf)(const float *s, int n);
+    unsigned direct; /* bit d set: dtype d is read in place; others are decoded to f32 first */
 } attn_kernels;
+
+#define DT_BIT(d) (1u << (d))
+#define DT_ALL (DT_BIT(KV_CACHE_DTYPE_COUNT) - 1u)
 
 /* ---- scalar reference ---- */
 
@@ -55,26 +72,27 @@ static float ld_scalar(const uint8_t *row, int f16, int i) {
     return f;
 }
 
-static void scores_scalar(const float *q, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                          float scale, float *s, int ss) {
+static void scores_scalar(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                          kv_cache_dtype d, float scale, float *s, int ss) {
+    const int f16 = d == KV_CACHE_F16;
     for (int t = 0; t < nt; t++) {
         const uint8_t *r = rows + (size_t)t * stride;
-        for (int h = 0; h < nh; h++) {
-            const float *qh = q + (size_t)h * hd;
+        for (int h = 0; h < nr; h++) {
             float acc = 0.0f;
-            for (int i = 0; i < hd; i++) acc += qh[i] * ld_scalar(r, f16, i);
+            for (int i = 0; i < hd; i++) acc += q[h][i] * ld_scalar(r, f16, i);
             s[h * ss + t] = acc * scale;
         }
     }
 }
 
-static void accum_scalar(float *acc, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                         const float *p, int ps) {
+static void accum_scalar(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                         kv_cache_dtype d, const float *p, int ps) {
+    const int f16 = d == KV_CACHE_F16;
     for (int t = 0; t < nt; t++) {
         const uint8_t *r = rows + (size_t)t * stride;
-        for (int h = 0; h < nh; h++) {
+        for (int h = 0; h < nr; h++) {
             float w = p[h * ps + t];
-            float *a = acc + (size_t)h * hd;
+            float *a = acc[h];
             for (int i = 0; i < hd; i++) a[i] += w * ld_scalar(r, f16, i);
         }
     }
@@ -89,11 +107,53 @@ static float expsum_scalar(float *s, int n, float m) {
     return sum;
 }
 
-static void decode_scalar(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
+static float maxf_scalar(const float *s, int n) {
+    float mx = s[0];
+    for (int i = 1; i < n; i++) mx = s[i] > mx ? s[i] : mx; /* (fmaxf is a libm call) */
+    return mx;
+}
+
+static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, maxf_scalar,
+                                      DT_BIT(KV_CACHE_F32) | DT_BIT(KV_CACHE_F16)};
+
+/* The scalar path's decoder: the reference row decoder, tile rows into dst(nt, hd). */
+static void decode_rows(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
     for (int t = 0; t < nt; t++) kv_dtype_decode_row(d, src + (size_t)t * stride, dst + (size_t)t * hd, hd);
 }
 
-static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, decode_scalar};
+/* The quantized rows' per-row factors as the SIMD kernels use them: they
+ * expand the codes without the scale (e4m3 to value / 256, see fp8_to_half)
+ * and apply it per key (K) or per weight (V); int8_asym is expanded to
+ * min + q * scale in registers instead, because folding the min out of a
+ * dot product cancels badly. */
+static inline float row_scale(const uint8_t *row, int hd, kv_cache_dtype d) {
+    float sc;
+    memcpy(&sc, row + hd, 4);
+    return d == KV_CACHE_FP8_E4M3 ? sc * 256.0f : sc;
+}
+
+static inline float row_min(const uint8_t *row, int hd) {
+    float mn;
+    memcpy(&mn, row + hd + 4, 4);
+    return mn;
+}
+
+/* One element of a quantized row, expanded as the SIMD loads do (the tails
+ * of rows whose head_dim is not a multiple of the vector width). */
+static inline float raw_scalar(const uint8_t *row, int i, kv_cache_dtype d, float sc, float mn) {
+    switch (d) {
+    case KV_CACHE_INT8: return (float)(int8_t)row[i];
+    case KV_CACHE_INT8_ASYM: return mn + (float)row[i] * sc;
+    case KV_CACHE_FP8_E4M3: return kv_fp8_e4m3_to_fp32(row[i]) * 0.00390625f; /* exact: a power of 2 */
+    case KV_CACHE_FP8_E5M2: return kv_fp8_e5m2_to_fp32(row[i]);
+    case KV_CACHE_F16: return ld_scalar(row, 1, i);
+    default: return ld_scalar(row, 0, i);
+    }
+}
+
+/* 1 when the SIMD kernels multiply a key's score or a value's weight by its
+ * row scale (the symmetric quantized dtypes). */
+#define DT_FOLDS(DT) ((DT) == KV_CACHE_INT8 || (DT) == KV_CACHE_FP8_E4M3 || (DT) == KV_CACHE_FP8_E5M2)
 
 #ifdef ATTN_X86
 /* ---- AVX2 + FMA + F16C ---- */
@@ -103,9 +163,36 @@ static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar
  * accumulators live in registers. */
 #define UNROLL _Pragma("GCC unroll 16")
 
-INL T_AVX2 __m256 ld8(const uint8_t *row, int f16, int c) {
-    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)c)));
-    return _mm256_loadu_ps((const float *)(row + 4 * (size_t)c));
+/* fp8 codes -> IEEE half bits: e5m2 is the top byte of a half; e4m3 shifted
+ * into a half's fields is the value / 256 (both normal and subnormal). */
+INL T_AVX2 __m128i fp8_to_half(__m128i b8, int e4) {
+    __m128i w = _mm_cvtepu8_epi16(b8);
+    if (!e4) return _mm_slli_epi16(w, 8);
+    return _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                        _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
+}
+
+/* Eight elements c.. of a row, expanded (quantized: without their scale;
+ * int8_asym: with scale sc and min mn). */
+INL T_AVX2 __m256 ld8(const uint8_t *row, const int DT, int c, __m256 sc, __m256 mn) {
+    switch (DT) {
+    case KV_CACHE_F32: return _mm256_loadu_ps((const float *)(row + 4 * (size_t)c));
+    case KV_CACHE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)c)));
+    default: break;
+    }
+    __m128i b = _mm_loadl_epi64((const __m128i *)(row + c));
+    switch (DT) {
+    case KV_CACHE_INT8: return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    case KV_CACHE_INT8_ASYM: return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), sc, mn);
+    case KV_CACHE_FP8_E5M2: return _mm256_cvtph_ps(fp8_to_half(b, 0));
+    default: {
+        __m256 x = _mm256_cvtph_ps(fp8_to_half(b, 1));
+        /* e4m3's only NaN codes are S.1111.111 */
+        __m128i lo = _mm_and_si128(_mm_cvtepu8_epi16(b), _mm_set1_epi16(0x7f));
+        __m256i nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(lo, _mm_set1_epi16(0x7f)));
+        return _mm256_blendv_ps(x, _mm256_set1_ps(NAN), _mm256_castsi256_ps(nan));
+    }
+    }
 }
 
 INL T_AVX2 float hsum8(__m256 v) {
@@ -115,7 +202,7 @@ INL T_AVX2 float hsum8(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
-/* The four sums of a0..a3 in one vector. */
+/* The four sums of a0..a3 in one vector (each reduced in the same order). */
 INL T_AVX2 __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -123,98 +210,102 @@ INL T_AVX2 __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 
 /* Four context tokens at a time: every query vector load serves four rows,
  * NH * 4 independent accumulator chains, and one 4-way horizontal sum per
- * head instead of four. Rows past nt repeat the last one (not stored). */
-INL T_AVX2 void scores_avx2_nh(const float *q, int hd, const uint8_t *rows, size_t stride, int nt, float scale,
-                               float *s, int ss, const int NH, const int F16) {
+ * head instead of four. Keys past nt repeat the last one (not stored). */
+INL T_AVX2 void scores_avx2_nh(const float *const *q, int hd, const uint8_t *rows, size_t stride, int nt,
+                               float scale, float *s, int ss, const int NH, const int DT) {
     const int hd8 = hd & ~7;
-    const __m128 vs = _mm_set1_ps(scale);
     for (int t = 0; t < nt; t += 4) {
         const uint8_t *r[4];
-        UNROLL for (int k = 0; k < 4; k++) r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+        float sk[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mk[4] = {0};
+        UNROLL for (int k = 0; k < 4; k++) {
+            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+            if (DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sk[k] = row_scale(r[k], hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mk[k] = row_min(r[k], hd);
+        }
         __m256 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_ps();
         for (int c = 0; c < hd8; c += 8) {
             __m256 x[4];
-            UNROLL for (int k = 0; k < 4; k++) x[k] = ld8(r[k], F16, c);
+            UNROLL for (int k = 0; k < 4; k++)
+                x[k] = ld8(r[k], DT, c, _mm256_set1_ps(sk[k]), _mm256_set1_ps(mk[k]));
             UNROLL for (int h = 0; h < NH; h++) {
-                __m256 qv = _mm256_loadu_ps(q + (size_t)h * hd + c);
+                __m256 qv = _mm256_loadu_ps(q[h] + c);
                 UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm256_fmadd_ps(qv, x[k], a[h][k]);
             }
         }
+        __m128 vs = _mm_set1_ps(scale);
+        if (DT_FOLDS(DT)) vs = _mm_mul_ps(vs, _mm_loadu_ps(sk));
         UNROLL for (int h = 0; h < NH; h++) {
             float out[4];
-            _mm_storeu_ps(out, _mm_mul_ps(hsum4x8(a[h][0], a[h][1], a[h][2], a[h][3]), vs));
+            _mm_storeu_ps(out, hsum4x8(a[h][0], a[h][1], a[h][2], a[h][3]));
             for (int k = 0; k < 4 && t + k < nt; k++) {
                 float tail = 0.0f;
-                for (int c = hd8; c < hd; c++) tail += q[(size_t)h * hd + c] * ld_scalar(r[k], F16, c);
-                s[h * ss + t + k] = out[k] + tail * scale;
+                for (int c = hd8; c < hd; c++)
+                    tail += q[h][c] * raw_scalar(r[k], c, (kv_cache_dtype)DT, sk[k], mk[k]);
+                s[h * ss + t + k] = (out[k] + tail) * (DT_FOLDS(DT) ? scale * sk[k] : scale);
             }
         }
+        (void)vs;
     }
 }
 
-static T_AVX2 void scores_avx2(const float *q, int nh, int hd, const uint8_t *rows, size_t stride, int nt,
-                               int f16, float scale, float *s, int ss) {
-#define S2(NH)                                                                                 \
-    case NH:                                                                                   \
-        if (f16)                                                                               \
-            scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, 1);                      \
-        else                                                                                   \
-            scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, 0);                      \
-        break;
-    switch (nh) { S2(1) S2(2) S2(3) S2(4) default: break; }
+static T_AVX2 void scores_avx2(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                               kv_cache_dtype d, float scale, float *s, int ss) {
+#define S2(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT); break;
+#define S2D(NH) S2(NH, 0) S2(NH, 1) S2(NH, 2) S2(NH, 3) S2(NH, 4) S2(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { S2D(1) S2D(2) S2D(3) S2D(4) default: break; }
+#undef S2D
 #undef S2
 }
 
 /* Column groups of CV vectors keep NH * CV independent accumulator chains
  * in registers (16 ymm: CV = 4 up to 2 heads, 2 beyond). */
-INL T_AVX2 void accum_avx2_nh(float *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
-                              int ps, const int NH, const int F16) {
+INL T_AVX2 void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt,
+                              const float *p, int ps, const int NH, const int DT) {
     const int CV = NH <= 2 ? 4 : 2;
-    int c0 = 0;
-    for (; c0 + 8 * CV <= hd; c0 += 8 * CV) {
+    const int hd8 = hd & ~7;
+    for (int c0 = 0; c0 < hd8; c0 += 8 * CV) {
+        const int nv = KV_MIN(CV, (hd8 - c0) / 8);
         __m256 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < CV; v++) a[h][v] = _mm256_loadu_ps(acc + (size_t)h * hd + c0 + 8 * v);
+            UNROLL for (int v = 0; v < CV; v++) a[h][v] = v < nv ? _mm256_loadu_ps(acc[h] + c0 + 8 * v) : _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
             const uint8_t *r = rows + (size_t)t * stride;
+            float sc = 1.0f, mn = 0.0f;
+            if (DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
             __m256 x[4];
-            UNROLL for (int v = 0; v < CV; v++) x[v] = ld8(r, F16, c0 + 8 * v);
+            UNROLL for (int v = 0; v < CV; v++)
+                x[v] = v < nv ? ld8(r, DT, c0 + 8 * v, _mm256_set1_ps(sc), _mm256_set1_ps(mn)) : _mm256_setzero_ps();
             UNROLL for (int h = 0; h < NH; h++) {
-                __m256 w = _mm256_broadcast_ss(p + h * ps + t);
+                __m256 w = _mm256_set1_ps(DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]);
                 UNROLL for (int v = 0; v < CV; v++) a[h][v] = _mm256_fmadd_ps(w, x[v], a[h][v]);
             }
         }
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < CV; v++) _mm256_storeu_ps(acc + (size_t)h * hd + c0 + 8 * v, a[h][v]);
+            UNROLL for (int v = 0; v < CV; v++) if (v < nv) _mm256_storeu_ps(acc[h] + c0 + 8 * v, a[h][v]);
     }
-    for (; c0 + 8 <= hd; c0 += 8) {
-        __m256 a[ATTN_HC];
-        UNROLL for (int h = 0; h < NH; h++) a[h] = _mm256_loadu_ps(acc + (size_t)h * hd + c0);
+    for (int c = hd8; c < hd; c++)
         for (int t = 0; t < nt; t++) {
-            __m256 x = ld8(rows + (size_t)t * stride, F16, c0);
-            UNROLL for (int h = 0; h < NH; h++) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + h * ps + t), x, a[h]);
-        }
-        UNROLL for (int h = 0; h < NH; h++) _mm256_storeu_ps(acc + (size_t)h * hd + c0, a[h]);
-    }
-    for (int c = c0; c < hd; c++)
-        for (int t = 0; t < nt; t++) {
-            float x = ld_scalar(rows + (size_t)t * stride, F16, c);
-            UNROLL for (int h = 0; h < NH; h++) acc[(size_t)h * hd + c] += p[h * ps + t] * x;
+            const uint8_t *r = rows + (size_t)t * stride;
+            float sc = 1.0f, mn = 0.0f;
+            if (DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
+            float x = raw_scalar(r, c, (kv_cache_dtype)DT, sc, mn);
+            UNROLL for (int h = 0; h < NH; h++)
+                acc[h][c] += (DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]) * x;
         }
 }
 
-static T_AVX2 void accum_avx2(float *acc, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                              const float *p, int ps) {
-#define A2(NH)                                                                                 \
-    case NH:                                                                                   \
-        if (f16)                                                                               \
-            accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, 1);                            \
-        else                                                                                   \
-            accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, 0);                            \
-        break;
-    switch (nh) { A2(1) A2(2) A2(3) A2(4) default: break; }
+static T_AVX2 void accum_avx2(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                              kv_cache_dtype d, const float *p, int ps) {
+#define A2(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, DT); break;
+#define A2D(NH) A2(NH, 0) A2(NH, 1) A2(NH, 2) A2(NH, 3) A2(NH, 4) A2(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { A2D(1) A2D(2) A2D(3) A2D(4) default: break; }
+#undef A2D
 #undef A2
 }
 
@@ -259,61 +350,49 @@ static T_AVX2 float expsum_avx2(float *s, int n, float m) {
     return t;
 }
 
-/* fp8 codes -> IEEE half bits: e5m2 is the top byte of a half; e4m3 shifted
- * into a half's fields is the value / 256 (both normal and subnormal), so
- * the caller multiplies by 256. */
-INL T_AVX2 __m128i fp8_to_half(__m128i b8, int e4) {
-    __m128i w = _mm_cvtepu8_epi16(b8);
-    if (!e4) return _mm_slli_epi16(w, 8);
-    return _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
-                        _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7));
-}
-
-static T_AVX2 void decode_avx2(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
-    const int hd8 = hd & ~7;
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *p = src + (size_t)t * stride;
-        float *o = dst + (size_t)t * hd;
-        float scale, mn = 0.0f;
-        memcpy(&scale, p + hd, 4);
-        if (d == KV_CACHE_INT8_ASYM) memcpy(&mn, p + hd + 4, 4);
-        const int e4 = d == KV_CACHE_FP8_E4M3;
-        const __m256 vs = _mm256_set1_ps(e4 ? scale * 256.0f : scale), vm = _mm256_set1_ps(mn);
-        for (int c = 0; c < hd8; c += 8) {
-            __m128i b = _mm_loadl_epi64((const __m128i *)(p + c));
-            __m256 x;
-            switch (d) {
-            case KV_CACHE_INT8: x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vs); break;
-            case KV_CACHE_INT8_ASYM: x = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), vs, vm); break;
-            default:
-                x = _mm256_mul_ps(_mm256_cvtph_ps(fp8_to_half(b, e4)), vs);
-                if (e4) { /* e4m3's only NaN codes are S.1111.111 */
-                    __m128i lo = _mm_and_si128(_mm_cvtepu8_epi16(b), _mm_set1_epi16(0x7f));
-                    __m256i nan = _mm256_cvtepi16_epi32(_mm_cmpeq_epi16(lo, _mm_set1_epi16(0x7f)));
-                    x = _mm256_blendv_ps(x, _mm256_set1_ps(NAN), _mm256_castsi256_ps(nan));
-                }
-                break;
-            }
-            _mm256_storeu_ps(o + c, x);
-        }
-        for (int c = hd8; c < hd; c++) /* the tail, as the reference does it */
-            switch (d) {
-            case KV_CACHE_INT8: o[c] = (float)(int8_t)p[c] * scale; break;
-            case KV_CACHE_INT8_ASYM: o[c] = mn + (float)p[c] * scale; break;
-            case KV_CACHE_FP8_E4M3: o[c] = kv_fp8_e4m3_to_fp32(p[c]) * scale; break;
-            default: o[c] = kv_fp8_e5m2_to_fp32(p[c]) * scale; break;
-            }
+static T_AVX2 float maxf_avx2(const float *s, int n) {
+    int i = 0;
+    float mx = s[0];
+    if (n >= 8) {
+        __m256 v = _mm256_loadu_ps(s);
+        for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + i));
+        __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+        x = _mm_max_ss(x, _mm_movehdup_ps(x));
+        mx = _mm_cvtss_f32(x);
     }
+    for (; i < n; i++) mx = s[i] > mx ? s[i] : mx;
+    return mx;
 }
 
-static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2, decode_avx2};
+static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2, maxf_avx2, DT_ALL};
 
 /* ---- AVX-512 (F + BW + VL) ---- */
 #define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
-INL T_512 __m512 ld16(const uint8_t *row, int f16, int c, __mmask16 m) {
-    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * (size_t)c));
-    return _mm512_maskz_loadu_ps(m, row + 4 * (size_t)c);
+/* Sixteen elements c.. of a row (lanes outside m are zero, no memory past
+ * them is touched), expanded as ld8 does. */
+INL T_512 __m512 ld16(const uint8_t *row, const int DT, int c, __mmask16 m, __m512 sc, __m512 mn) {
+    switch (DT) {
+    case KV_CACHE_F32: return _mm512_maskz_loadu_ps(m, row + 4 * (size_t)c);
+    case KV_CACHE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * (size_t)c));
+    default: break;
+    }
+    __m128i b = _mm_maskz_loadu_epi8(m, row + c);
+    switch (DT) {
+    case KV_CACHE_INT8: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    case KV_CACHE_INT8_ASYM: return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), sc, mn);
+    case KV_CACHE_FP8_E5M2: return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    default: {
+        __m256i w = _mm256_cvtepu8_epi16(b);
+        __m256i lo = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                    _mm256_slli_epi16(lo, 7));
+        __m512 x = _mm512_cvtph_ps(h);
+        /* e4m3's only NaN codes are S.1111.111 */
+        return _mm512_mask_mov_ps(x, _mm256_cmpeq_epi16_mask(lo, _mm256_set1_epi16(0x7f)), _mm512_set1_ps(NAN));
+    }
+    }
 }
 
 INL T_512 __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
@@ -323,24 +402,31 @@ INL T_512 __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 }
 
 /* As scores_avx2_nh, 16 lanes; the last vector of a row is masked. */
-INL T_512 void scores_512_nh(const float *q, int hd, const uint8_t *rows, size_t stride, int nt, float scale,
-                             float *s, int ss, const int NH, const int F16) {
-    const __m128 vs = _mm_set1_ps(scale);
+INL T_512 void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_t stride, int nt,
+                             float scale, float *s, int ss, const int NH, const int DT) {
     for (int t = 0; t < nt; t += 4) {
         const uint8_t *r[4];
-        UNROLL for (int k = 0; k < 4; k++) r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+        float sk[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mk[4] = {0};
+        UNROLL for (int k = 0; k < 4; k++) {
+            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+            if (DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sk[k] = row_scale(r[k], hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mk[k] = row_min(r[k], hd);
+        }
         __m512 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_setzero_ps();
         for (int c = 0; c < hd; c += 16) {
             const __mmask16 m = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
             __m512 x[4];
-            UNROLL for (int k = 0; k < 4; k++) x[k] = ld16(r[k], F16, c, m);
+            UNROLL for (int k = 0; k < 4; k++)
+                x[k] = ld16(r[k], DT, c, m, _mm512_set1_ps(sk[k]), _mm512_set1_ps(mk[k]));
             UNROLL for (int h = 0; h < NH; h++) {
-                __m512 qv = _mm512_maskz_loadu_ps(m, q + (size_t)h * hd + c);
+                __m512 qv = _mm512_maskz_loadu_ps(m, q[h] + c); /* zero lanes cancel int8_asym's min */
                 UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_fmadd_ps(qv, x[k], a[h][k]);
             }
         }
+        __m128 vs = _mm_set1_ps(scale);
+        if (DT_FOLDS(DT)) vs = _mm_mul_ps(vs, _mm_loadu_ps(sk));
         UNROLL for (int h = 0; h < NH; h++) {
             __m128 v = _mm_mul_ps(hsum4x16(a[h][0], a[h][1], a[h][2], a[h][3]), vs);
             if (t + 4 <= nt) {
@@ -354,23 +440,20 @@ INL T_512 void scores_512_nh(const float *q, int hd, const uint8_t *rows, size_t
     }
 }
 
-static T_512 void scores_512(const float *q, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                             float scale, float *s, int ss) {
-#define S5(NH)                                                                                 \
-    case NH:                                                                                   \
-        if (f16)                                                                               \
-            scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, 1);                       \
-        else                                                                                   \
-            scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, 0);                       \
-        break;
-    switch (nh) { S5(1) S5(2) S5(3) S5(4) default: break; }
+static T_512 void scores_512(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                             kv_cache_dtype d, float scale, float *s, int ss) {
+#define S5(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT); break;
+#define S5D(NH) S5(NH, 0) S5(NH, 1) S5(NH, 2) S5(NH, 3) S5(NH, 4) S5(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { S5D(1) S5D(2) S5D(3) S5D(4) default: break; }
+#undef S5D
 #undef S5
 }
 
 /* Column groups of 4 vectors (64 floats): NH * 4 independent accumulator
  * chains; lanes past head_dim are masked off (no memory is touched). */
-INL T_512 void accum_512_nh(float *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
-                            int ps, const int NH, const int F16) {
+INL T_512 void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
+                            int ps, const int NH, const int DT) {
     for (int c0 = 0; c0 < hd; c0 += 64) {
         __mmask16 m[4];
         UNROLL for (int v = 0; v < 4; v++) {
@@ -379,31 +462,31 @@ INL T_512 void accum_512_nh(float *acc, int hd, const uint8_t *rows, size_t stri
         }
         __m512 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc + (size_t)h * hd + c0 + 16 * v);
+            UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
         for (int t = 0; t < nt; t++) {
             const uint8_t *r = rows + (size_t)t * stride;
+            float sc = 1.0f, mn = 0.0f;
+            if (DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
             __m512 x[4];
-            UNROLL for (int v = 0; v < 4; v++) x[v] = ld16(r, F16, c0 + 16 * v, m[v]);
+            UNROLL for (int v = 0; v < 4; v++) x[v] = ld16(r, DT, c0 + 16 * v, m[v], _mm512_set1_ps(sc), _mm512_set1_ps(mn));
             UNROLL for (int h = 0; h < NH; h++) {
-                __m512 w = _mm512_set1_ps(p[h * ps + t]);
+                __m512 w = _mm512_set1_ps(DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]);
                 UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_fmadd_ps(w, x[v], a[h][v]);
             }
         }
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc + (size_t)h * hd + c0 + 16 * v, m[v], a[h][v]);
+            UNROLL for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * v, m[v], a[h][v]);
     }
 }
 
-static T_512 void accum_512(float *acc, int nh, int hd, const uint8_t *rows, size_t stride, int nt, int f16,
-                            const float *p, int ps) {
-#define A5(NH)                                                                                 \
-    case NH:                                                                                   \
-        if (f16)                                                                               \
-            accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, 1);                             \
-        else                                                                                   \
-            accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, 0);                             \
-        break;
-    switch (nh) { A5(1) A5(2) A5(3) A5(4) default: break; }
+static T_512 void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                            kv_cache_dtype d, const float *p, int ps) {
+#define A5(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, DT); break;
+#define A5D(NH) A5(NH, 0) A5(NH, 1) A5(NH, 2) A5(NH, 3) A5(NH, 4) A5(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { A5D(1) A5D(2) A5D(3) A5D(4) default: break; }
+#undef A5D
 #undef A5
 }
 
@@ -435,43 +518,16 @@ static T_512 float expsum_512(float *s, int n, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
-static T_512 void decode_512(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
-    for (int t = 0; t < nt; t++) {
-        const uint8_t *p = src + (size_t)t * stride;
-        float *o = dst + (size_t)t * hd;
-        float scale, mn = 0.0f;
-        memcpy(&scale, p + hd, 4);
-        if (d == KV_CACHE_INT8_ASYM) memcpy(&mn, p + hd + 4, 4);
-        const int e4 = d == KV_CACHE_FP8_E4M3;
-        const __m512 vs = _mm512_set1_ps(e4 ? scale * 256.0f : scale), vm = _mm512_set1_ps(mn);
-        for (int c = 0; c < hd; c += 16) {
-            const __mmask16 m = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
-            __m128i b = _mm_maskz_loadu_epi8(m, p + c);
-            __m512 x;
-            switch (d) {
-            case KV_CACHE_INT8: x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), vs); break;
-            case KV_CACHE_INT8_ASYM: x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), vs, vm); break;
-            case KV_CACHE_FP8_E5M2:
-                x = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8)), vs);
-                break;
-            default: {
-                __m256i w = _mm256_cvtepu8_epi16(b);
-                __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
-                                            _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
-                x = _mm512_mul_ps(_mm512_cvtph_ps(h), vs);
-                /* e4m3's only NaN codes are S.1111.111 */
-                __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)),
-                                                        _mm256_set1_epi16(0x7f));
-                x = _mm512_mask_mov_ps(x, nan, _mm512_set1_ps(NAN));
-                break;
-            }
-            }
-            _mm512_mask_storeu_ps(o + c, m, x);
-        }
+static T_512 float maxf_512(const float *s, int n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + i));
     }
+    return _mm512_reduce_max_ps(mx);
 }
 
-static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512, decode_512};
+static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512, maxf_512, DT_ALL};
 #endif /* ATTN_X86 */
 
 /* What the CPU supports, asked once: CPUID traps to the hypervisor in a
@@ -505,6 +561,13 @@ static const attn_kernels *kernels_for(kv_cpu_isa isa) {
 
 /* ---- attention ---- */
 
+/* One work item: batch tokens [tok, tok + ntok), all of one sequence at
+ * consecutive positions, and query heads [h0, h1); at most ATTN_ROWS rows. */
+typedef struct attn_item {
+    int32_t tok, ntok;
+    int32_t h0, h1;
+} attn_item;
+
 typedef struct attn_job {
     const attn_kernels *kern;
     const kv_pages *kv;
@@ -514,140 +577,196 @@ typedef struct attn_job {
     float *out;       /* (n_tokens, n_heads, head_dim) */
     int n_heads;
     float scale;
-    int scalar;       /* 1: decode every row to f32 first (the reference path) */
-    int heads_per_item; /* query heads of one work item (<= ATTN_HMAX) */
-    int64_t total;    /* sum over items of context length x heads */
+    int tile;         /* context tokens per softmax step: min(ATTN_TILE, ATTN_QBUF / head_dim) */
+    const attn_item *items; /* (n_items) */
+    int n_items;
+    atomic_int next;  /* the next item not yet taken */
 } attn_job;
 
-/* Rows of block `phys`, tokens t0.., kv head g, as readable f32/f16 rows:
- * in place when the kernels read the dtype, else decoded into buf. */
+/* The nt rows of kv head g at block position t0 of block `phys`, readable
+ * by the kernels: in place when they read the dtype, else decoded into buf
+ * (*d becomes f32). */
 static const uint8_t *tile_rows(const attn_job *j, const uint8_t *pool, int phys, int t0, int nt, int g,
-                                float *buf, size_t *stride, int *f16) {
+                                float *buf, size_t *stride, kv_cache_dtype *d) {
     const kv_pages *kv = j->kv;
-    const uint8_t *base = pool + (size_t)j->layer * kv->layer_bytes +
-                          ((size_t)phys * kv->block_size + (size_t)t0) * kv->slot_bytes + (size_t)g * kv->row_bytes;
-    if (!j->scalar && (kv->dtype == KV_CACHE_F32 || kv->dtype == KV_CACHE_F16)) {
-        *stride = kv->slot_bytes;
-        *f16 = kv->dtype == KV_CACHE_F16;
+    const uint8_t *base = pool + kv_pages_row_offset(kv, j->layer, (int64_t)phys * kv->block_size + t0, g);
+    if (j->kern->direct & DT_BIT(kv->dtype)) {
+        *stride = kv->row_bytes;
+        *d = kv->dtype;
         return base;
     }
-    j->kern->decode(kv->dtype, base, kv->slot_bytes, nt, kv->head_dim, buf);
+    decode_rows(kv->dtype, base, kv->row_bytes, nt, kv->head_dim, buf);
     *stride = (size_t)kv->head_dim * sizeof(float);
-    *f16 = 0;
+    *d = KV_CACHE_F32;
     return (const uint8_t *)buf;
 }
 
-/* Asks for the rows of kv head g of tokens [t0, t0 + nt) of block phys in
- * one pool. A tile is read head by head, a strided pattern the hardware
- * prefetchers follow poorly, so each head's rows of the next tile are
- * requested while this tile's rows of the same head are computed (spread
- * out, so the requests do not overrun the miss buffers). */
+/* Asks for the nt rows of kv head g at block position t0 of block phys:
+ * one contiguous range (the block layout groups rows by head). The rows of
+ * the next tile are requested while this tile is computed, since a
+ * sequence's blocks lie anywhere in the pool. */
 static void prefetch_rows(const attn_job *j, const uint8_t *pool, int phys, int t0, int nt, int g) {
     const kv_pages *kv = j->kv;
-    const uint8_t *p = pool + (size_t)j->layer * kv->layer_bytes +
-                       ((size_t)phys * kv->block_size + (size_t)t0) * kv->slot_bytes + (size_t)g * kv->row_bytes;
-    for (int t = 0; t < nt; t++, p += kv->slot_bytes)
-        for (size_t b = 0; b < kv->row_bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+    const uint8_t *p = pool + kv_pages_row_offset(kv, j->layer, (int64_t)phys * kv->block_size + t0, g);
+    const size_t n = (size_t)nt * kv->row_bytes;
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, 3);
 }
 
-/* Token i, query heads [h0, h1): one pass over the context with a running
- * max m and sum l per head; the output rows are the accumulators (rescaled
- * when the max grows, divided by l at the end). Each tile of context
- * positions is read for all the kv heads the range uses before moving on,
- * so K and V stream through memory in address order (a slot holds every kv
- * head's row side by side). */
-static void attend(const attn_job *j, int i, int h0, int h1, float *buf, int tile) {
-    const kv_pages *kv = j->kv;
-    const int hd = kv->head_dim, bs = kv->block_size, G = j->n_heads / kv->n_kv_heads;
-    const int ctx = j->ab->pos[i] + 1, nh = h1 - h0;
-    const int g0 = h0 / G, g1 = (h1 - 1) / G + 1;
-    const int32_t *table = j->ab->tables[j->ab->seq[i]];
-    const float *q = j->q + ((size_t)i * j->n_heads + h0) * hd;
-    float *acc = j->out + ((size_t)i * j->n_heads + h0) * hd;
-    float m[ATTN_HMAX], l[ATTN_HMAX], s[ATTN_HMAX * ATTN_TILE];
-    for (int h = 0; h < nh; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
+/* accum over a tile for rows [r0, r1) whose valid tile lengths nt[] do not
+ * decrease: rows past their length take no more terms, so each row sees
+ * exactly the additions it would see alone. */
+static void accum_rows(const attn_job *j, float *const *acc, const int *nt, int r0, int r1, const uint8_t *rows,
+                       size_t stride, kv_cache_dtype d, const float *s) {
+    const int hd = j->kv->head_dim;
+    for (int c = r0; c < r1; c += ATTN_HC) {
+        const int ce = KV_MIN(r1, c + ATTN_HC);
+        int done = 0;
+        for (int k = c; k < ce; k++) {
+            if (nt[k] <= done) continue;
+            j->kern->accum(acc + k, ce - k, hd, rows + (size_t)done * stride, stride, nt[k] - done, d,
+                           s + (size_t)k * ATTN_TILE + done, ATTN_TILE);
+            done = nt[k];
+        }
     }
-    memset(acc, 0, (size_t)nh * hd * sizeof(float));
-    for (int blk = 0; blk * bs < ctx; blk++) {
+}
+
+/* One item: one pass over the context with a running max m and sum l per
+ * row; the output rows are the accumulators (rescaled when the max grows,
+ * divided by l at the end). Rows are grouped by kv head, then token, then
+ * query head, so a kv head's rows have non-decreasing context lengths. Each
+ * tile of context positions is read for every kv head of the item before
+ * the next (a block holds the heads' rows one after the other). */
+static void attend(const attn_job *j, const attn_item *it, float *buf) {
+    const kv_pages *kv = j->kv;
+    const int hd = kv->head_dim, bs = kv->block_size, G = j->n_heads / kv->n_kv_heads, tile = j->tile;
+    const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1;
+    const int32_t *table = j->ab->tables[j->ab->seq[it->tok]];
+    const float *qr[ATTN_ROWS];
+    float *ar[ATTN_ROWS];
+    float m[ATTN_ROWS], l[ATTN_ROWS], s[ATTN_ROWS * ATTN_TILE];
+    int ctx[ATTN_ROWS], ntr[ATTN_ROWS], rb[ATTN_ROWS + 1], ra[ATTN_ROWS];
+    int nr = 0;
+    for (int g = g0; g < g1; g++) {
+        const int ha = KV_MAX(it->h0, g * G), hb = KV_MIN(it->h1, (g + 1) * G);
+        rb[g - g0] = ra[g - g0] = nr;
+        for (int t = it->tok; t < it->tok + it->ntok; t++)
+            for (int h = ha; h < hb; h++) {
+                const size_t o = ((size_t)t * j->n_heads + h) * hd;
+                qr[nr] = j->q + o;
+                ar[nr] = j->out + o;
+                ctx[nr] = j->ab->pos[t] + 1;
+                m[nr] = -INFINITY;
+                l[nr] = 0.0f;
+                memset(ar[nr], 0, (size_t)hd * sizeof(float));
+                nr++;
+            }
+    }
+    rb[g1 - g0] = nr;
+    const int ctx_max = j->ab->pos[it->tok + it->ntok - 1] + 1;
+    for (int blk = 0; blk * bs < ctx_max; blk++) {
         const int phys = table[blk];
-        const int nblk = KV_MIN(bs, ctx - blk * bs);
+        const int nblk = KV_MIN(bs, ctx_max - blk * bs);
         for (int t0 = 0; t0 < nblk; t0 += tile) {
-            const int nt = KV_MIN(tile, nblk - t0);
-            size_t stride;
-            int f16;
+            const int nt = KV_MIN(tile, nblk - t0), P = blk * bs + t0; /* P: position of the tile's first row */
             /* the next tile, for prefetching */
             int pphys = phys, pt0 = t0 + nt, pnt = KV_MIN(tile, nblk - t0 - nt);
             if (pnt <= 0) {
-                pphys = (blk + 1) * bs < ctx ? table[blk + 1] : -1;
+                pphys = (blk + 1) * bs < ctx_max ? table[blk + 1] : -1;
                 pt0 = 0;
-                pnt = pphys >= 0 ? KV_MIN(tile, KV_MIN(bs, ctx - (blk + 1) * bs)) : 0;
+                pnt = pphys >= 0 ? KV_MIN(tile, KV_MIN(bs, ctx_max - (blk + 1) * bs)) : 0;
             }
             for (int g = g0; g < g1; g++) {
-                const int ha = KV_MAX(h0, g * G), hb = KV_MIN(h1, (g + 1) * G);
+                const int e = rb[g - g0 + 1];
+                int a = ra[g - g0];
+                while (a < e && ctx[a] <= P) a++; /* rows whose context ended */
+                ra[g - g0] = a;
+                if (a == e) continue;
+                for (int r = a; r < e; r++) ntr[r] = KV_MIN(nt, ctx[r] - P);
                 if (pnt) prefetch_rows(j, kv->k, pphys, pt0, pnt, g);
-                const uint8_t *rk = tile_rows(j, kv->k, phys, t0, nt, g, buf, &stride, &f16);
-                for (int h = ha; h < hb; h += ATTN_HC)
-                    j->kern->scores(q + (size_t)(h - h0) * hd, KV_MIN(ATTN_HC, hb - h), hd, rk, stride, nt, f16,
-                                    j->scale, s + (h - h0) * ATTN_TILE, ATTN_TILE);
-            }
-            for (int h = 0; h < nh; h++) {
-                float *sh = s + h * ATTN_TILE;
-                float mx = sh[0];
-                for (int t = 1; t < nt; t++) mx = sh[t] > mx ? sh[t] : mx; /* (fmaxf is a libm call) */
-                if (mx > m[h]) {
-                    if (l[h] > 0.0f) {
-                        float corr = expf(m[h] - mx);
-                        l[h] *= corr;
-                        float *ah = acc + (size_t)h * hd;
-                        for (int c = 0; c < hd; c++) ah[c] *= corr;
-                    }
-                    m[h] = mx;
+                size_t stride;
+                kv_cache_dtype d;
+                const uint8_t *rk = tile_rows(j, kv->k, phys, t0, ntr[e - 1], g, buf, &stride, &d);
+                for (int r = a; r < e; r += ATTN_HC) {
+                    const int re = KV_MIN(e, r + ATTN_HC);
+                    j->kern->scores(qr + r, re - r, hd, rk, stride, ntr[re - 1], d, j->scale, s + (size_t)r * ATTN_TILE,
+                                    ATTN_TILE);
                 }
-                l[h] += j->kern->expsum(sh, nt, m[h]);
-            }
-            for (int g = g0; g < g1; g++) {
-                const int ha = KV_MAX(h0, g * G), hb = KV_MIN(h1, (g + 1) * G);
+                for (int r = a; r < e; r++) {
+                    float *sr = s + (size_t)r * ATTN_TILE;
+                    const float mx = j->kern->maxf(sr, ntr[r]);
+                    if (mx > m[r]) {
+                        if (l[r] > 0.0f) {
+                            const float corr = expf(m[r] - mx);
+                            l[r] *= corr;
+                            for (int c = 0; c < hd; c++) ar[r][c] *= corr;
+                        }
+                        m[r] = mx;
+                    }
+                    l[r] += j->kern->expsum(sr, ntr[r], m[r]);
+                }
                 if (pnt) prefetch_rows(j, kv->v, pphys, pt0, pnt, g);
-                const uint8_t *rv = tile_rows(j, kv->v, phys, t0, nt, g, buf, &stride, &f16);
-                for (int h = ha; h < hb; h += ATTN_HC)
-                    j->kern->accum(acc + (size_t)(h - h0) * hd, KV_MIN(ATTN_HC, hb - h), hd, rv, stride, nt, f16,
-                                   s + (h - h0) * ATTN_TILE, ATTN_TILE);
+                const uint8_t *rv = tile_rows(j, kv->v, phys, t0, ntr[e - 1], g, buf, &stride, &d);
+                accum_rows(j, ar, ntr, a, e, rv, stride, d, s);
             }
         }
     }
-    for (int h = 0; h < nh; h++) {
-        float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-        float *ah = acc + (size_t)h * hd;
-        for (int c = 0; c < hd; c++) ah[c] *= inv;
+    for (int r = 0; r < nr; r++) {
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int c = 0; c < hd; c++) ar[r][c] *= inv;
     }
 }
 
-/* Items (token i, query head range r) in token-major order; item cost =
- * context length x heads. Thread ith takes the items whose cumulative cost
- * starts in its share [total * ith / nth, total * (ith + 1) / nth). */
 static void attn_task(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
-    const int hd = j->kv->head_dim, R = j->heads_per_item;
-    const int64_t lo = j->total * ith / nth, hi = j->total * (ith + 1) / nth;
+    (void)ith;
+    (void)nth;
+    attn_job *j = ctx;
     float buf[ATTN_QBUF];
-    int tile = ATTN_QBUF / hd;
-    if (tile > ATTN_TILE) tile = ATTN_TILE;
-    if (tile < 1) tile = 1; /* (head_dim <= KV_ATTN_MAX_HEAD_DIM < ATTN_QBUF) */
-    int64_t cum = 0;
-    for (int i = 0; i < j->ab->n_tokens && cum < hi; i++) {
-        const int64_t ctxl = (int64_t)j->ab->pos[i] + 1;
-        if (cum + ctxl * j->n_heads <= lo) {
-            cum += ctxl * j->n_heads;
-            continue;
-        }
-        for (int h0 = 0; h0 < j->n_heads; h0 += R) {
-            const int h1 = KV_MIN(j->n_heads, h0 + R);
-            if (cum >= lo && cum < hi) attend(j, i, h0, h1, buf, tile);
-            cum += ctxl * (h1 - h0);
+    for (;;) {
+        const int k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k >= j->n_items) break;
+        attend(j, &j->items[k], buf);
+    }
+}
+
+/* Tokens from i on that one item may take: the run of the same sequence at
+ * consecutive positions, at most tmax. */
+static int run_length(const kv_attn_batch *ab, int i, int tmax) {
+    int n = 1;
+    while (n < tmax && i + n < ab->n_tokens && ab->seq[i + n] == ab->seq[i] && ab->pos[i + n] == ab->pos[i] + n) n++;
+    return n;
+}
+
+/* How an item's token count and head range are chosen: at most ATTN_RUN
+ * tokens and ATTN_ROWS rows; heads per item `hpi` (whole GQA groups when
+ * it reaches one), fewer when the batch has few token groups, so that every
+ * thread gets several items to take. */
+typedef struct attn_plan {
+    int tmax; /* tokens per item (at most) */
+    int hpi;  /* query heads per item (at most; fewer when its tokens would exceed ATTN_ROWS rows) */
+    int G;    /* query heads per kv head */
+} attn_plan;
+
+/* Heads per item for an item of nt tokens. */
+static int plan_heads(const attn_plan *pl, int nt) {
+    int h = KV_MIN(pl->hpi, ATTN_ROWS / nt);
+    if (h >= pl->G) h = h / pl->G * pl->G;
+    return KV_MAX(h, 1);
+}
+
+/* Fills items from the cursor (*tok, *head) on, at most cap; returns the count. */
+static int plan_items(const kv_attn_batch *ab, int n_heads, const attn_plan *pl, attn_item *it, int cap, int *tok,
+                      int *head) {
+    int n = 0;
+    while (n < cap && *tok < ab->n_tokens) {
+        const int nt = run_length(ab, *tok, pl->tmax), hpi = plan_heads(pl, nt);
+        it[n++] = (attn_item){*tok, nt, *head, KV_MIN(n_heads, *head + hpi)};
+        *head += hpi;
+        if (*head >= n_heads) {
+            *head = 0;
+            *tok += nt;
         }
     }
+    return n;
 }
 
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
@@ -664,23 +783,28 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
         .out = out,
         .n_heads = n_heads,
         .scale = scale,
-        .scalar = isa == KV_CPU_ISA_SCALAR,
+        .tile = KV_MAX(1, KV_MIN(ATTN_TILE, ATTN_QBUF / kv->head_dim)),
     };
-    for (int i = 0; i < ab->n_tokens; i++) j.total += ((int64_t)ab->pos[i] + 1) * n_heads;
+    int64_t total = 0; /* context length x heads */
+    for (int i = 0; i < ab->n_tokens; i++) total += ((int64_t)ab->pos[i] + 1) * n_heads;
     /* A small job is not worth waking the pool for. */
-    if (j.total < 4096) pool = NULL;
+    if (total < 4096) pool = NULL;
     const int nth = kv_threadpool_size(pool);
-    /* Split each token's heads into ranges when there are few tokens, so
-     * every thread gets several items (a single decode token included);
-     * ranges cover whole GQA groups when they can. */
-    const int G = n_heads / kv->n_kv_heads;
-    int per_token = (4 * nth + ab->n_tokens - 1) / ab->n_tokens;
-    if (per_token > kv->n_kv_heads) per_token = kv->n_kv_heads;
-    if (per_token < 1) per_token = 1;
-    int R = (n_heads + per_token - 1) / per_token;
-    if (R >= G) R = (R + G - 1) / G * G;
-    j.heads_per_item = KV_MIN(R, ATTN_HMAX);
-    kv_threadpool_run(pool, attn_task, &j);
+    attn_plan pl = {.G = n_heads / kv->n_kv_heads};
+    pl.tmax = KV_MAX(1, KV_MIN(ATTN_RUN, ATTN_ROWS / pl.G));
+    int groups = 0; /* token groups (items if each took every head) */
+    for (int i = 0; i < ab->n_tokens; i += run_length(ab, i, pl.tmax)) groups++;
+    /* NOTE: 8 items per thread balance well with items taken from a
+     * counter; a larger head range per item reads longer contiguous runs. */
+    pl.hpi = (int)KV_MAX(1, KV_MIN((int64_t)n_heads, (int64_t)n_heads * groups / (8 * nth)));
+    attn_item items[ATTN_ITEMS];
+    j.items = items;
+    int tok = 0, head = 0;
+    while (tok < ab->n_tokens) {
+        j.n_items = plan_items(ab, n_heads, &pl, items, ATTN_ITEMS, &tok, &head);
+        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+        kv_threadpool_run(pool, attn_task, &j);
+    }
 }
 
 void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
@@ -731,11 +855,10 @@ static void store_task(void *ctx, int ith, int nth) {
     for (int i = i0; i < i1; i++) {
         const int32_t slot = j->ab->slot[i];
         if (slot < 0 || slot >= n_slots) continue; /* the forward rejects these; never write out of the pool */
-        size_t off = (size_t)j->layer * kv->layer_bytes + (size_t)slot * kv->slot_bytes;
         for (int g = 0; g < nkv; g++) {
-            size_t src = ((size_t)i * nkv + g) * hd;
-            encode_row(j->isa, kv->dtype, j->k + src, kv->k + off + (size_t)g * kv->row_bytes, hd);
-            encode_row(j->isa, kv->dtype, j->v + src, kv->v + off + (size_t)g * kv->row_bytes, hd);
+            size_t src = ((size_t)i * nkv + g) * hd, off = kv_pages_row_offset(kv, j->layer, slot, g);
+            encode_row(j->isa, kv->dtype, j->k + src, kv->k + off, hd);
+            encode_row(j->isa, kv->dtype, j->v + src, kv->v + off, hd);
         }
     }
 }

@@ -258,67 +258,6 @@ KV_AI float ldw1(kv_type t, const uint8_t *row, int64_t k) {
     return v;
 }
 
-KV_AI void fd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J) {
-    const uint8_t *rows[4];
-    const float *xs[2];
-    __m256 acc[4][2];
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++) rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
-#pragma GCC unroll 2
-    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * a->K;
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 8 <= a->K; k += 8) {
-        __m256 wv[4];
-#pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = ldw(t, rows[rr], k);
-#pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) {
-            __m256 xv = _mm256_loadu_ps(xs[jj] + k);
-#pragma GCC unroll 4
-            for (int rr = 0; rr < R; rr++) acc[rr][jj] = _mm256_fmadd_ps(wv[rr], xv, acc[rr][jj]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) {
-            float s = hsum256(acc[rr][jj]);
-            for (int64_t kk = k; kk < a->K; kk++) s += ldw1(t, rows[rr], kk) * xs[jj][kk];
-            a->y[(size_t)(j0 + jj) * a->M + r + rr] = s;
-        }
-}
-
-#define FD(t)                                                                                                          \
-    static void fd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J) {                                              \
-        if (J == 2)                                                                                                    \
-            fd_tile(a, t, r, 4, j0, 2);                                                                                \
-        else                                                                                                           \
-            fd_tile(a, t, r, 4, j0, 1);                                                                                \
-    }                                                                                                                  \
-    static void fd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J) {                                              \
-        if (J == 2)                                                                                                    \
-            fd_tile(a, t, r, 1, j0, 2);                                                                                \
-        else                                                                                                           \
-            fd_tile(a, t, r, 1, j0, 1);                                                                                \
-    }
-FD(KV_TYPE_F32)
-FD(KV_TYPE_F16)
-FD(KV_TYPE_BF16)
-
-typedef void (*fd_fn)(const kv_mm_args *a, int64_t r, int j0, int J);
-
-static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, fd_fn f4, fd_fn f1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        for (int j0 = 0; j0 < a->n; j0 += 2) f4(a, r, j0, KV_MIN(a->n - j0, 2));
-    for (; r < r1; r++)
-        for (int j0 = 0; j0 < a->n; j0 += 2) f1(a, r, j0, KV_MIN(a->n - j0, 2));
-}
-
 /* In-register transpose of an 8x8 float tile. */
 KV_AI void tr8(__m256 r[8]) {
     __m256 t[8], u[8];
@@ -475,6 +414,77 @@ static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
     }
 }
 
+/* ---- direct float tiles (small n) ---------------------------------------- */
+
+/* Decode-sized n: 8 weight rows transposed in registers, 8 k at a time, into
+ * fp_kernel's fma chain (per row lane and activation row: acc = fma(w[k],
+ * x[k], acc) for k = 0 .. K-1), so a row's result is the packed path's to
+ * the bit whatever the batch size (batch invariance). */
+KV_AI void fd8(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, int rows, int j0,
+               const int J) {
+    const int64_t K = a->K;
+    const float *xs[2];
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+#pragma GCC unroll 2
+    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * K;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 v[8];
+#pragma GCC unroll 8
+        for (int rr = 0; rr < 8; rr++) v[rr] = ldw(t, w + (size_t)rr * ws, k);
+        tr8(v);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) acc[jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[jj]);
+    }
+    if (k < K) {
+        const int nk = (int)(K - k);
+        __m256 v[8];
+        for (int rr = 0; rr < 8; rr++) {
+            float tmp[8] = {0};
+            for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, w + (size_t)rr * ws, k + kk);
+            v[rr] = _mm256_loadu_ps(tmp);
+        }
+        tr8(v);
+        for (int i = 0; i < nk; i++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) acc[jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[jj]);
+    }
+    if (rows == 8) {
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) _mm256_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, acc[jj]);
+    } else {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) _mm256_maskstore_ps(a->y + (size_t)(j0 + jj) * a->M + r0, m, acc[jj]);
+    }
+}
+
+#define FD_FN(t)                                                                                                       \
+    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows) {                      \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 2 <= a->n; j0 += 2) fd8(a, t, w, ws, r0, rows, j0, 2);                                            \
+        if (j0 < a->n) fd8(a, t, w, ws, r0, rows, j0, 1);                                                              \
+    }
+FD_FN(KV_TYPE_F32)
+FD_FN(KV_TYPE_F16)
+FD_FN(KV_TYPE_BF16)
+
+typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows);
+
+static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
+    const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
+    int64_t r = r0;
+    for (; r + 8 <= r1; r += 8) f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 8);
+    if (r < r1) { /* partial tile: copied, missing rows repeat the first (not stored) */
+        int rows = (int)(r1 - r);
+        uint8_t *tw = scratch;
+        for (int i = 0; i < 8; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        f(a, tw, rb, r, rows);
+    }
+}
+
 /* ---- entry --------------------------------------------------------------- */
 
 void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
@@ -492,19 +502,19 @@ void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch)
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_f32);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_F32, fd_1_KV_TYPE_F32);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F32);
         break;
     case KV_TYPE_F16:
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_f16);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_F16, fd_1_KV_TYPE_F16);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F16);
         break;
     case KV_TYPE_BF16:
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_bf16);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_BF16, fd_1_KV_TYPE_BF16);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_BF16);
         break;
     default:
         kv_mm_rows_ref(a, r0, r1, scratch);

@@ -39,6 +39,12 @@
 
 /* n at which the packed kernels take over from the direct ones. */
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
+#ifndef KV_PF_AHEAD
+#define KV_PF_AHEAD 1
+#endif
+#ifndef KV_PF_HINT
+#define KV_PF_HINT _MM_HINT_T1
+#endif
 #define KV_FKC 256 /* k-chunk of the packed float kernel (L1-sized slices) */
 
 /* ---- activation quantizer ------------------------------------------------ */
@@ -77,22 +83,6 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
 KV_AI size_t qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
 KV_AI size_t qblk_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
 
-/* The 32 quants of a block as unsigned bytes in element order. */
-KV_AI __m256i q_unsigned(kv_type t, const uint8_t *blk) {
-    if (t == KV_TYPE_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(blk + 2)), _mm256_set1_epi8((char)0x80));
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + qblk_qoff(t))));
-    v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0)); /* high half: upper nibbles */
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
-
-KV_AI float hsum256(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
 KV_AI __m512i bcast32(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -100,160 +90,6 @@ KV_AI __m512i bcast32(const int8_t *p) {
 }
 
 KV_AI __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
-
-/* fp16 fields at `off` in each of nb blocks of bs bytes -> floats; out holds
- * nbp = nb rounded up to 16 entries (tail zero). One gather per 16 blocks
- * (a 4-byte read at the field stays inside its block). NOTE: measured
- * against scalar u16 stores + a vector reload (stalls store forwarding) and
- * against 64-byte loads + word permutes (more instructions for q8_0's
- * 34-byte blocks): the gather is the fastest of the three here. */
-static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, int64_t nbp, float *out) {
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)bs));
-    for (int64_t b = 0; b < nbp; b += 16) {
-        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), tail_mask(nb - b), step,
-                                                (const void *)(row + (size_t)b * bs + off), 1);
-        _mm512_storeu_ps(out + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
-    }
-}
-
-/* q4_1: d (bytes 0-1) and m (bytes 2-3) of each block with one gather per
- * 16 blocks (gathers are the expensive part of a decode tile). */
-static void extract_dm(const uint8_t *row, size_t bs, int64_t nb, int64_t nbp, float *outd, float *outm) {
-    const __m512i step = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)bs));
-    for (int64_t b = 0; b < nbp; b += 16) {
-        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), tail_mask(nb - b), step,
-                                                (const void *)(row + (size_t)b * bs), 1);
-        _mm512_storeu_ps(outd + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
-        _mm512_storeu_ps(outm + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))));
-    }
-}
-
-/* ---- direct quantized tiles (small n) ------------------------------------ */
-
-/* Scratch of the direct path, in floats from its start (nbp = nb rounded up
- * to 16):
- *   dwf (4, nbp)     the row tile's weight scales
- *   mwf (4, nbp)     q4_1 minimums
- *   adt (4, nbp)     the activation chunk's scales (row-major copy)
- *   dst (4, nbp)     its d * sum (q4_1)
- *   scl (4, 4, nbp)  dw * da per (row, activation row, block) */
-typedef struct qd_scr {
-    float *dwf, *mwf, *adt, *dst, *scl;
-    int64_t nbp;
-} qd_scr;
-
-static qd_scr qd_layout(void *scratch, int64_t nb) {
-    qd_scr q;
-    q.nbp = (nb + 15) & ~(int64_t)15;
-    q.dwf = scratch;
-    q.mwf = q.dwf + 4 * q.nbp;
-    q.adt = q.mwf + 4 * q.nbp;
-    q.dst = q.adt + 4 * q.nbp;
-    q.scl = q.dst + 4 * q.nbp;
-    return q;
-}
-
-/* Rows r..r+R of the weights against activation rows j0..j0+J; q_direct has
- * filled adt and dst for this chunk. Per block and row: one vpdpbusd (its
- * accumulator starts at the block's zero-point correction), one convert,
- * one fma with the block's scale product broadcast from memory. */
-KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qd_scr *q) {
-    const int64_t nb = a->K / KV_QK, nbp = q->nbp;
-    const size_t bs = qblk_bytes(t), n = (size_t)a->n;
-    const uint8_t *rows[4];
-    float mterm[4][4];
-    for (int rr = 0; rr < R; rr++) {
-        rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
-        if (t == KV_TYPE_Q4_1)
-            extract_dm(rows[rr], bs, nb, nbp, q->dwf + rr * nbp, q->mwf + rr * nbp);
-        else
-            extract_f16(rows[rr], bs, 0, nb, nbp, q->dwf + rr * nbp);
-        for (int jj = 0; jj < J; jj++) {
-            __m512 macc = _mm512_setzero_ps();
-            for (int64_t b = 0; b < nbp; b += 16) {
-                _mm512_storeu_ps(q->scl + (rr * 4 + jj) * nbp + b,
-                                 _mm512_mul_ps(_mm512_loadu_ps(q->dwf + rr * nbp + b), _mm512_loadu_ps(q->adt + jj * nbp + b)));
-                if (t == KV_TYPE_Q4_1)
-                    macc = _mm512_fmadd_ps(_mm512_loadu_ps(q->mwf + rr * nbp + b), _mm512_loadu_ps(q->dst + jj * nbp + b), macc);
-            }
-            mterm[rr][jj] = t == KV_TYPE_Q4_1 ? _mm512_reduce_add_ps(macc) : 0.0f;
-        }
-    }
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
-    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    const int32_t *io = a->a.ioff + j0;
-    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
-        __m256i wv[4];
-#pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = q_unsigned(t, rows[rr] + (size_t)b * bs);
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) {
-            __m256i av = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
-            __m256i init = t == KV_TYPE_Q4_1 ? _mm256_setzero_si256() : _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj]));
-#pragma GCC unroll 4
-            for (int rr = 0; rr < R; rr++) {
-                __m256i s = _mm256_dpbusd_epi32(init, wv[rr], av);
-                acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(q->scl[(rr * 4 + jj) * nbp + b]), acc[rr][jj]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = hsum256(acc[rr][jj]) + mterm[rr][jj];
-}
-
-#define QD_J(R, t)                                                                                                     \
-    static void qd_##R##_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q) {                         \
-        switch (J) {                                                                                                   \
-        case 4: qd_tile(a, t, r, R, j0, 4, q); break;                                                                  \
-        case 3: qd_tile(a, t, r, R, j0, 3, q); break;                                                                  \
-        case 2: qd_tile(a, t, r, R, j0, 2, q); break;                                                                  \
-        default: qd_tile(a, t, r, R, j0, 1, q); break;                                                                 \
-        }                                                                                                              \
-    }
-QD_J(4, KV_TYPE_Q8_0)
-QD_J(1, KV_TYPE_Q8_0)
-QD_J(4, KV_TYPE_Q4_0)
-QD_J(1, KV_TYPE_Q4_0)
-QD_J(4, KV_TYPE_Q4_1)
-QD_J(1, KV_TYPE_Q4_1)
-
-typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qd_scr *q);
-
-static void q_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
-    const int64_t nb = a->K / KV_QK;
-    const size_t n = (size_t)a->n;
-    qd_scr q = qd_layout(scratch, nb);
-    for (int j0 = 0; j0 < a->n; j0 += 4) {
-        int J = KV_MIN(a->n - j0, 4);
-        /* this chunk's activation scales and corrections, once for all row tiles */
-        for (int jj = 0; jj < J; jj++) {
-            for (int64_t b = 0; b < q.nbp; b++) {
-                size_t o = (size_t)b * n + (size_t)(j0 + jj);
-                q.adt[jj * q.nbp + b] = b < nb ? a->a.d[o] : 0.0f;
-                q.dst[jj * q.nbp + b] = b < nb ? a->a.ds[o] : 0.0f;
-            }
-        }
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            /* the tile two ahead (rows are contiguous): first touches would
-             * otherwise wait on one cache miss after another */
-            if (r + 12 <= r1) {
-                const char *p = (const char *)a->w + (size_t)(r + 8) * a->nb1, *e = p + 4 * a->nb1;
-                for (; p < e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
-            }
-            f4(a, r, j0, J, &q);
-        }
-        for (; r < r1; r++) f1(a, r, j0, J, &q);
-    }
-}
 
 /* ---- packed quantized panels (batched n) -------------------------------- */
 
@@ -275,7 +111,7 @@ KV_AI void pf_init(pf_cursor *c, const kv_mm_args *a, int64_t next_r, int64_t st
 KV_AI void pf_step(pf_cursor *c) {
     const char *stop = c->p + c->step;
     if (stop > c->end) stop = c->end;
-    for (; c->p < stop; c->p += 64) _mm_prefetch(c->p, _MM_HINT_T1);
+    for (; c->p < stop; c->p += 64) _mm_prefetch(c->p, KV_PF_HINT);
 }
 
 /* Rows i and i+8 of a panel as one zmm of unsigned quants: 256-bit half 0
@@ -428,7 +264,147 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
     }
 }
 
-/* ---- direct float tiles (small n) ---------------------------------------- */
+/* ---- direct quantized tiles (small n) ------------------------------------ */
+
+/* Decode reads every weight byte once for one or two activation rows, so
+ * nothing is repacked: a tile of 16 weight rows is read in place, block by
+ * block, and each block's 16 row dots are formed with 256/512-bit vpdpbusd
+ * and reduced exactly (integer adds) to one lane per row. From there the
+ * float arithmetic is qp_kernel's, lane for lane: per block
+ *   acc = fma(float(isum + ioff), dw * da, acc)  [q4_1: acc = fma(mw, ds, acc)]
+ * so a row's output does not depend on whether this kernel or the packed
+ * one ran, i.e. on how many rows were in the batch (batch invariance). */
+
+/* q8_0: a[i] holds one block of two rows in its 256-bit halves: rows (i, i+4)
+ * for i < 4, (i+4, i+8) for i >= 4. Each row's 8 dword partial sums are
+ * added up by an unpack/add tree whose last step leaves row r in lane r. */
+KV_AI __m512i q8_reduce(const __m512i s[8]) {
+    __m512i b[4], c[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        b[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2 * k], s[2 * k + 1]), _mm512_unpackhi_epi32(s[2 * k], s[2 * k + 1]));
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+        c[m] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * m], b[2 * m + 1]), _mm512_unpackhi_epi64(b[2 * m], b[2 * m + 1]));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* q4: s[i] holds rows (i, i+4, i+8, i+12) in its 128-bit lanes, 4 dword
+ * partial sums each; the tree leaves row r in lane r. */
+KV_AI __m512i q4_reduce(const __m512i s[4]) {
+    __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+/* 16 rows (row i at w + i * ws) against activation rows j0..j0+J (J <= 2),
+ * stored to y rows r0.. under mask. */
+KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, int j0,
+                const int J, pf_cursor *pc) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t bs = qblk_bytes(t), qo = qblk_qoff(t), n = (size_t)a->n;
+    const __m512i vofs = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)ws));
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
+    const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
+    const int32_t *io = a->a.ioff + j0;
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
+        const uint8_t *p = w + (size_t)b * bs;
+        pf_step(pc);
+        __m512i g = _mm512_i32gather_epi32(vofs, (const void *)p, 1);
+        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+        __m512i isum[2];
+        if (t == KV_TYPE_Q8_0) {
+            __m512i v[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const int lo = i < 4 ? i : i + 4;
+                __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)lo * ws + qo));
+                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)(lo + 4) * ws + qo));
+                v[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1),
+                                        _mm512_set1_epi8((char)0x80));
+            }
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) {
+                __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK)));
+                __m512i s[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) s[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[i], av);
+                isum[jj] = _mm512_add_epi32(q8_reduce(s), _mm512_set1_epi32(io[jj]));
+            }
+        } else {
+            __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)i * ws + qo)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 4) * ws + qo)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 8) * ws + qo)), 2);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 12) * ws + qo)), 3);
+                lo[i] = _mm512_and_si512(v, nib);
+                hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) {
+                __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(aq + jj * KV_QK)));
+                __m512i ahi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(aq + jj * KV_QK + 16)));
+                __m512i s[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    s[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], alo), hi[i], ahi);
+                isum[jj] = q4_reduce(s);
+                if (t == KV_TYPE_Q4_0) isum[jj] = _mm512_add_epi32(isum[jj], _mm512_set1_epi32(io[jj]));
+            }
+        }
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) {
+            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[jj]), _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj])), acc[jj]);
+            if (t == KV_TYPE_Q4_1)
+                acc[jj] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))),
+                                          _mm512_set1_ps(ads[jj]), acc[jj]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
+}
+
+#define QD_FN(t)                                                                                                       \
+    static void qd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc) { \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 2 <= a->n; j0 += 2) qd16(a, t, w, ws, r0, mask, j0, 2, pc);                                       \
+        if (j0 < a->n) qd16(a, t, w, ws, r0, mask, j0, 1, pc);                                                         \
+    }
+QD_FN(KV_TYPE_Q8_0)
+QD_FN(KV_TYPE_Q4_0)
+QD_FN(KV_TYPE_Q4_1)
+
+typedef void (*qd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc);
+
+static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t rb = (size_t)nb * qblk_bytes(t); /* bytes of a row's blocks */
+    int64_t r = r0;
+    for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
+        /* the next tile streams in (to L2) while this one is computed */
+        pf_cursor pc;
+        pf_init(&pc, a, r + KV_PF_AHEAD * KV_MM_PANEL, nb);
+        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pc);
+    }
+    if (r < r1) {
+        /* a partial tile: its rows copied to scratch, missing rows repeat
+         * the first (their lanes are masked off when y is stored) */
+        int rows = (int)(r1 - r);
+        uint8_t *tw = scratch;
+        for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        pf_cursor pc;
+        pf_init(&pc, a, a->M, nb); /* nothing left to prefetch */
+        f(a, tw, rb, r, tail_mask(rows), &pc);
+    }
+}
+
+/* ---- float weights -------------------------------------------------------- */
 
 KV_AI __m512 ldw(kv_type t, const uint8_t *row, int64_t k) {
     if (t == KV_TYPE_F32) return _mm512_loadu_ps((const float *)(const void *)row + k);
@@ -442,75 +418,6 @@ KV_AI __m512 ldw_mask(kv_type t, const uint8_t *row, int64_t k, __mmask16 m) {
     __m256i h = _mm256_maskz_loadu_epi16(m, (const void *)(row + 2 * k));
     if (t == KV_TYPE_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-KV_AI void fd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J) {
-    const uint8_t *rows[4];
-    const float *xs[4];
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++) rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
-#pragma GCC unroll 4
-    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * a->K;
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= a->K; k += 16) {
-        __m512 wv[4];
-#pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = ldw(t, rows[rr], k);
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) {
-            __m512 xv = _mm512_loadu_ps(xs[jj] + k);
-#pragma GCC unroll 4
-            for (int rr = 0; rr < R; rr++) acc[rr][jj] = _mm512_fmadd_ps(wv[rr], xv, acc[rr][jj]);
-        }
-    }
-    if (k < a->K) {
-        __mmask16 m = tail_mask(a->K - k);
-        __m512 wv[4];
-#pragma GCC unroll 4
-        for (int rr = 0; rr < R; rr++) wv[rr] = ldw_mask(t, rows[rr], k, m);
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, xs[jj] + k);
-#pragma GCC unroll 4
-            for (int rr = 0; rr < R; rr++) acc[rr][jj] = _mm512_fmadd_ps(wv[rr], xv, acc[rr][jj]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int rr = 0; rr < R; rr++)
-#pragma GCC unroll 4
-        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = _mm512_reduce_add_ps(acc[rr][jj]);
-}
-
-#define FD_J(R, t)                                                                                                     \
-    static void fd_##R##_##t(const kv_mm_args *a, int64_t r, int j0, int J) {                                          \
-        switch (J) {                                                                                                   \
-        case 4: fd_tile(a, t, r, R, j0, 4); break;                                                                     \
-        case 3: fd_tile(a, t, r, R, j0, 3); break;                                                                     \
-        case 2: fd_tile(a, t, r, R, j0, 2); break;                                                                     \
-        default: fd_tile(a, t, r, R, j0, 1); break;                                                                    \
-        }                                                                                                              \
-    }
-FD_J(4, KV_TYPE_F32)
-FD_J(1, KV_TYPE_F32)
-FD_J(4, KV_TYPE_F16)
-FD_J(1, KV_TYPE_F16)
-FD_J(4, KV_TYPE_BF16)
-FD_J(1, KV_TYPE_BF16)
-
-typedef void (*fd_fn)(const kv_mm_args *a, int64_t r, int j0, int J);
-
-static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, fd_fn f4, fd_fn f1) {
-    for (int j0 = 0; j0 < a->n; j0 += 4) {
-        int J = KV_MIN(a->n - j0, 4);
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) f4(a, r, j0, J);
-        for (; r < r1; r++) f1(a, r, j0, J);
-    }
 }
 
 /* ---- packed float panels (batched n) ------------------------------------- */
@@ -651,6 +558,76 @@ static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
     }
 }
 
+/* ---- direct float tiles (small n) ---------------------------------------- */
+
+/* Decode-sized n: 16 weight rows are transposed in registers, 16 k at a
+ * time, instead of being packed to scratch, then fed to the same fma chain
+ * as fp_kernel: per row (one lane) and activation row,
+ *   acc = fma(w[k], x[k], acc) for k = 0, 1, ..., K-1,
+ * so the result is the packed path's to the bit (batch invariance). */
+KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, int j0,
+                const int J, pf_cursor *pc) {
+    const int64_t K = a->K;
+    const float *xs[2];
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+#pragma GCC unroll 2
+    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * K;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        pf_step(pc);
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int rr = 0; rr < 16; rr++) v[rr] = ldw(t, w + (size_t)rr * ws, k);
+        tr16(v);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(v[i], _mm512_set1_ps(xs[jj][k + i]), acc[jj]);
+    }
+    if (k < K) {
+        __mmask16 m = tail_mask(K - k);
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int rr = 0; rr < 16; rr++) v[rr] = ldw_mask(t, w + (size_t)rr * ws, k, m);
+        tr16(v);
+        for (int i = 0; i < K - k; i++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(v[i], _mm512_set1_ps(xs[jj][k + i]), acc[jj]);
+    }
+#pragma GCC unroll 2
+    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
+}
+
+#define FD_FN(t)                                                                                                       \
+    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc) { \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pc);                                       \
+        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pc);                                                         \
+    }
+FD_FN(KV_TYPE_F32)
+FD_FN(KV_TYPE_F16)
+FD_FN(KV_TYPE_BF16)
+
+typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc);
+
+static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
+    const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
+    int64_t r = r0;
+    for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
+        pf_cursor pc;
+        pf_init(&pc, a, r + KV_MM_PANEL, (a->K + 15) / 16);
+        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pc);
+    }
+    if (r < r1) { /* partial tile: copied, missing rows repeat the first (masked off at the store) */
+        int rows = (int)(r1 - r);
+        uint8_t *tw = scratch;
+        for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        pf_cursor pc;
+        pf_init(&pc, a, a->M, 1);
+        f(a, tw, rb, r, tail_mask(rows), &pc);
+    }
+}
+
 /* ---- entry --------------------------------------------------------------- */
 
 void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
@@ -663,37 +640,37 @@ void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratc
         if (a->n >= KV_PACK_MIN_Q)
             q_packed(a, KV_TYPE_Q8_0, r0, r1, scratch, qp_KV_TYPE_Q8_0);
         else
-            q_direct(a, r0, r1, scratch, qd_4_KV_TYPE_Q8_0, qd_1_KV_TYPE_Q8_0);
+            q_direct(a, KV_TYPE_Q8_0, r0, r1, scratch, qd_KV_TYPE_Q8_0);
         break;
     case KV_TYPE_Q4_0:
         if (a->n >= KV_PACK_MIN_Q)
             q_packed(a, KV_TYPE_Q4_0, r0, r1, scratch, qp_KV_TYPE_Q4_0);
         else
-            q_direct(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_0, qd_1_KV_TYPE_Q4_0);
+            q_direct(a, KV_TYPE_Q4_0, r0, r1, scratch, qd_KV_TYPE_Q4_0);
         break;
     case KV_TYPE_Q4_1:
         if (a->n >= KV_PACK_MIN_Q)
             q_packed(a, KV_TYPE_Q4_1, r0, r1, scratch, qp_KV_TYPE_Q4_1);
         else
-            q_direct(a, r0, r1, scratch, qd_4_KV_TYPE_Q4_1, qd_1_KV_TYPE_Q4_1);
+            q_direct(a, KV_TYPE_Q4_1, r0, r1, scratch, qd_KV_TYPE_Q4_1);
         break;
     case KV_TYPE_F32:
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_f32);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_F32, fd_1_KV_TYPE_F32);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F32);
         break;
     case KV_TYPE_F16:
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_f16);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_F16, fd_1_KV_TYPE_F16);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F16);
         break;
     case KV_TYPE_BF16:
         if (a->xp)
             f_packed(a, r0, r1, scratch, pack_bf16);
         else
-            f_direct(a, r0, r1, fd_4_KV_TYPE_BF16, fd_1_KV_TYPE_BF16);
+            f_direct(a, r0, r1, scratch, fd_KV_TYPE_BF16);
         break;
     default:
         kv_mm_rows_ref(a, r0, r1, scratch);

@@ -1,8 +1,11 @@
 /* threadpool.c - worker threads that wait for a generation counter to move.
- * A dispatch publishes (fn, ctx), bumps the counter and wakes sleepers; idle
- * workers spin on the counter for a short while (so back-to-back kernels of a
- * decode step cost a few microseconds each) and then sleep on a futex (Linux)
- * or a condition variable (elsewhere), so an idle engine burns no CPU. */
+ * A dispatch publishes (fn, ctx) and n shares, bumps the counter and wakes
+ * sleepers; every thread, the caller included, then claims shares until none
+ * is left, so a worker the OS has not scheduled yet (other processes on a
+ * busy machine) delays nothing: the caller runs its share instead. Idle
+ * workers spin on the counter for a short while (so back-to-back kernels of
+ * a decode step cost a few microseconds each) and then sleep on a futex
+ * (Linux) or a condition variable (elsewhere), so an idle engine burns no CPU. */
 #include "threadpool.h"
 
 #include <limits.h>
@@ -29,7 +32,7 @@
 
 typedef struct kv_worker {
     kv_threadpool *pool;
-    int ith;       /* 1 .. n-1 */
+    int ith;       /* 1 .. n-1 (names the thread; shares are claimed, not assigned) */
     pthread_t tid;
 } kv_worker;
 
@@ -41,17 +44,31 @@ struct kv_threadpool {
     kv_task_fn fn;      /* the current task; written before gen moves */
     void *ctx;
 #ifndef __linux__
-    pthread_mutex_t mu; /* guards sleeping on gen / pending */
+    pthread_mutex_t mu; /* guards sleeping on gen / done */
     pthread_cond_t cv;
 #endif
     /* Written by the caller, read by every worker: own cache line. */
     _Alignas(64) atomic_uint gen; /* dispatch generation (futex word) */
     atomic_int n_sleeping;        /* workers parked on gen */
     atomic_int stop;              /* set once, by kv_threadpool_free */
+    /* Claimed by every thread: (generation << 32) | next unclaimed share. */
+    _Alignas(64) atomic_ullong claim;
     /* Written by the workers, read by the caller: own cache line. */
-    _Alignas(64) atomic_uint pending; /* workers still running this generation (futex word) */
-    atomic_int caller_sleeping;       /* caller parked on pending */
+    _Alignas(64) atomic_uint done; /* shares finished this generation (futex word) */
+    atomic_int caller_sleeping;    /* caller parked on done */
+    unsigned seq;                  /* the caller's generation counter */
 };
+
+/* Claims the next share of generation g: its index, or -1 when every share
+ * of g is taken (or g is over). A successful claim keeps g running until the
+ * share is reported done, so fn and ctx stay valid while it runs. */
+static int claim_share(kv_threadpool *p, unsigned g) {
+    unsigned long long c = atomic_load(&p->claim);
+    for (;;) {
+        if ((unsigned)(c >> 32) != g || (c & 0xFFFFFFFFu) >= (unsigned)p->n) return -1;
+        if (atomic_compare_exchange_weak(&p->claim, &c, c + 1)) return (int)(c & 0xFFFFFFFFu);
+    }
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -132,9 +149,12 @@ static void *worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        p->fn(p->ctx, w->ith, p->n);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping))
-            unpark_all(p, &p->pending);
+        int s;
+        while ((s = claim_share(p, g)) >= 0) {
+            p->fn(p->ctx, s, p->n);
+            if (atomic_fetch_add(&p->done, 1) + 1 == (unsigned)p->n && atomic_load(&p->caller_sleeping))
+                unpark_all(p, &p->done);
+        }
     }
     return NULL;
 }
@@ -165,7 +185,8 @@ kv_threadpool *kv_threadpool_new(int n_threads) {
     atomic_init(&p->gen, 0);
     atomic_init(&p->n_sleeping, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->done, 0);
     atomic_init(&p->caller_sleeping, 0);
 #ifndef __linux__
     pthread_mutex_init(&p->mu, NULL);
@@ -205,18 +226,28 @@ void kv_threadpool_run(kv_threadpool *p, kv_task_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
+    unsigned g = ++p->seq;
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, (unsigned)(p->n - 1), memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx/pending */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* share 0 is the caller's; seq_cst publishes fn, ctx and done with it */
+    atomic_store(&p->claim, (unsigned long long)g << 32 | 1u);
+    atomic_store(&p->gen, g);
     if (atomic_load(&p->n_sleeping) > 0) unpark_all(p, &p->gen);
     fn(ctx, 0, p->n);
+    unsigned mine = 1;
+    int s;
+    while ((s = claim_share(p, g)) >= 0) {
+        fn(ctx, s, p->n);
+        mine++;
+    }
+    if (atomic_fetch_add(&p->done, mine) + mine == (unsigned)p->n) return;
 
-    /* Wait for the workers: spin first (they usually finish together with
-     * us), then sleep on pending. */
+    /* Wait for the shares workers claimed: spin first (they usually finish
+     * together with us), then sleep on done. */
     uint64_t t0 = 0;
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == (unsigned)p->n) return;
         if (p->spin) {
             cpu_relax();
         } else {
@@ -232,6 +263,6 @@ void kv_threadpool_run(kv_threadpool *p, kv_task_fn fn, void *ctx) {
     }
     atomic_store(&p->caller_sleeping, 1);
     unsigned v;
-    while ((v = atomic_load(&p->pending)) != 0) park(p, &p->pending, v);
+    while ((v = atomic_load(&p->done)) != (unsigned)p->n) park(p, &p->done, v);
     atomic_store(&p->caller_sleeping, 0);
 }

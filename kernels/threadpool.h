@@ -1,7 +1,8 @@
 /* threadpool.h - a fixed pool of worker threads for data-parallel kernels.
  * One dispatch runs fn(ctx, i, n) for every i in [0, n) and returns when all
- * are done; the caller's thread runs i = 0. Dispatch latency is a few
- * microseconds because idle workers spin briefly before they sleep. */
+ * are done; the caller's thread runs i = 0 and any share no worker took.
+ * Dispatch latency is a few microseconds because idle workers spin briefly
+ * before they sleep. */
 #ifndef KV_THREADPOOL_H
 #define KV_THREADPOOL_H
 
@@ -18,10 +19,13 @@ kv_threadpool *kv_threadpool_new(int n_threads);
 void kv_threadpool_free(kv_threadpool *p);
 /* Number of threads a run uses, the caller included (>= 1). */
 int kv_threadpool_size(const kv_threadpool *p);
-/* Runs fn(ctx, i, n) for each i in [0, n) (i = 0 on the calling thread) and
- * returns when every call has returned; writes made by any fn are visible
- * to the caller afterwards. One caller at a time per pool; fn must not call
- * kv_threadpool_run on the same pool. p == NULL runs fn(ctx, 0, 1). */
+/* Runs fn(ctx, i, n) once for each i in [0, n) and returns when every call
+ * has returned; writes made by any fn are visible to the caller afterwards.
+ * i = 0 runs on the calling thread; every other i runs on whichever thread
+ * claims it first, the caller included (it takes the shares of workers the
+ * OS has not scheduled yet), so one thread may run several i in turn and fn
+ * must never wait for another share. One caller at a time per pool; fn must
+ * not call kv_threadpool_run on the same pool. p == NULL runs fn(ctx, 0, 1). */
 void kv_threadpool_run(kv_threadpool *p, kv_task_fn fn, void *ctx);
 
 #endif

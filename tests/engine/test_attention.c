@@ -2,10 +2,13 @@
  * e4m3/e5m2: names, sizes, exhaustive fp8 rounding, row error bounds) and
  * the CPU paged attention against a plain contiguous scalar reference on
  * fresh random data: several sequences of different lengths in shuffled
- * physical blocks, prefill chunks mixed with decode tokens, GQA ratios 1, 3,
- * 4, head_dim 8..128, block sizes 1/16/32, every dtype, every ISA, 1 and 2
- * threads, driven through the backend table. Also prints the decode
- * attention time of the 110M shape. */
+ * physical blocks, prefill chunks mixed with decode tokens (interleaved, or
+ * each chunk contiguous as the scheduler lays them out, which the kernel
+ * runs as multi-token work items), GQA ratios 1, 3, 4, 8, head_dim 8..128,
+ * block sizes 1/16/32, every dtype, every ISA, 1 and 2 threads, driven
+ * through the backend table; every token also alone (bit-identical), and 1
+ * vs 2 threads bit-identical. Also prints the decode and prefill attention
+ * times of the 110M shape. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,6 +164,7 @@ typedef struct attn_case {
     kv_cache_dtype dtype;
     int bs, hd, n_heads, n_kv, threads;
     kv_cpu_isa isa;
+    int grouped; /* 1: each sequence's tokens contiguous in the batch (long chunks); 0: interleaved */
 } attn_case;
 
 /* The oracle: plain softmax attention over contiguous per-sequence K/V, in
@@ -218,8 +222,10 @@ static double dtype_bound(kv_cache_dtype d) {
 
 enum { NSEQ = 4 };
 
-/* Runs one configuration; returns 0 when skipped (ISA missing), 1 when run. */
-static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) {
+/* Runs one configuration; returns 0 when skipped (ISA missing), 1 when run.
+ * out_copy (may be NULL) receives a malloc'd copy of the batch's output and
+ * *out_n its float count. */
+static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, float **out_copy, size_t *out_n) {
     if (!kv_cpu_isa_supported(tc->isa)) return 0;
     kv_err err = {0};
     kv_backend *b = kv_backend_create("cpu", tc->threads, &err);
@@ -233,7 +239,9 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
      * chunk of its last `chunk` positions, seq 1 a 2-token chunk
      * (speculative verify), the others one decode token each */
     int len[NSEQ] = {1 + rnd(70), 2 + rnd(40), 1, 20 + rnd(120)};
-    int c0 = 1 + rnd(24); /* (KV_MIN evaluates its arguments twice) */
+    /* grouped batches take longer chunks: more tokens than one work item
+     * holds (16), and more rows than it holds (64) with GQA */
+    int c0 = 1 + rnd(tc->grouped ? 48 : 24); /* (KV_MIN evaluates its arguments twice) */
     int chunk[NSEQ] = {KV_MIN(len[0], c0), 2, 1, 1};
     int max_len = 0, n_tokens = 0, n_blocks = 0;
     for (int s = 0; s < NSEQ; s++) {
@@ -302,14 +310,25 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
         kv_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = sq, .slot = slot, .n_seqs = NSEQ, .tables = ctab};
         if (n) b->ops->kv_store(b, &pg, layer, &hb, kb, vb);
     }
-    /* the batch: tokens of different sequences interleaved, each sequence's
-     * own positions increasing */
-    int next_pos[NSEQ];
+    /* the batch: tokens of different sequences interleaved (or, grouped,
+     * each sequence's tokens together in a random sequence order), each
+     * sequence's own positions increasing */
+    int next_pos[NSEQ], order[NSEQ] = {0, 1, 2, 3};
     for (int s = 0; s < NSEQ; s++) next_pos[s] = len[s] - chunk[s];
-    for (int i = 0; i < n_tokens; i++) {
+    for (int i = NSEQ - 1; i > 0; i--) {
+        int k = rnd(i + 1), t = order[i];
+        order[i] = order[k];
+        order[k] = t;
+    }
+    for (int i = 0, o = 0; i < n_tokens; i++) {
         int s;
-        do s = rnd(NSEQ);
-        while (next_pos[s] == len[s]);
+        if (tc->grouped) {
+            while (next_pos[order[o]] == len[order[o]]) o++;
+            s = order[o];
+        } else {
+            do s = rnd(NSEQ);
+            while (next_pos[s] == len[s]);
+        }
         int p = next_pos[s]++;
         pos[i] = p;
         sq[i] = s;
@@ -347,8 +366,7 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
     for (int s = 0; s < NSEQ; s++)
         for (int p = 0; p < len[s]; p++)
             for (int g = 0; g < nkv; g++) {
-                size_t off = (size_t)layer * pg.layer_bytes +
-                             ((size_t)tables[s][p / bs] * bs + p % bs) * pg.slot_bytes + (size_t)g * pg.row_bytes;
+                size_t off = kv_pages_row_offset(&pg, layer, (int64_t)tables[s][p / bs] * bs + p % bs, g);
                 size_t o = (((size_t)s * max_len + p) * nkv + g) * hd;
                 kv_dtype_decode_row(tc->dtype, pg.k + off, kd + o, hd);
                 kv_dtype_decode_row(tc->dtype, pg.v + off, vd + o, hd);
@@ -357,6 +375,11 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype) 
     *err_kernel = rel_l2(out, ref, qn);
     ref_attention(q, kc, vc, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, ref);
     *err_dtype = rel_l2(out, ref, qn);
+    if (out_copy) {
+        *out_copy = malloc(sizeof(float) * qn);
+        if (*out_copy) memcpy(*out_copy, out, sizeof(float) * qn);
+        *out_n = qn;
+    }
 
     free(q);
     free(out);
@@ -382,38 +405,43 @@ static double worst_kernel[KV_CACHE_DTYPE_COUNT], worst_dtype[KV_CACHE_DTYPE_COU
 
 static void check_case(const attn_case *tc) {
     double ek = 0, ed = 0;
-    if (!run_case(tc, &ek, &ed)) return;
+    if (!run_case(tc, &ek, &ed, NULL, NULL)) return;
     worst_kernel[tc->dtype] = fmax(worst_kernel[tc->dtype], ek);
     worst_dtype[tc->dtype] = fmax(worst_dtype[tc->dtype], ed);
     /* float accumulation + the polynomial exp against a double oracle */
     CHECKF(ek < 1e-6 && ed < dtype_bound(tc->dtype),
-           "%s %s bs %d hd %d heads %d/%d threads %d: kernel err %.3g, vs f32 %.3g", kv_cpu_isa_name(tc->isa),
-           kv_cache_dtype_name(tc->dtype), tc->bs, tc->hd, tc->n_heads, tc->n_kv, tc->threads, ek, ed);
+           "%s %s bs %d hd %d heads %d/%d threads %d%s: kernel err %.3g, vs f32 %.3g", kv_cpu_isa_name(tc->isa),
+           kv_cache_dtype_name(tc->dtype), tc->bs, tc->hd, tc->n_heads, tc->n_kv, tc->threads,
+           tc->grouped ? " grouped" : "", ek, ed);
 }
 
 /* Every GQA ratio x head_dim x block size, f32 and f16, best ISA, 1 and 2
- * threads. */
+ * threads, interleaved and grouped batches. */
 static void test_attention_shapes(void) {
-    static const int gqa[] = {1, 3, 4}, hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
+    static const int gqa[] = {1, 3, 4, 8}, hds[] = {8, 64, 128}, bss[] = {1, 16, 32};
     kv_cpu_isa best = kv_cpu_isa_best();
     for (int d = KV_CACHE_F32; d <= KV_CACHE_F16; d++)
-        for (size_t g = 0; g < 3; g++)
+        for (size_t g = 0; g < 4; g++)
             for (size_t h = 0; h < 3; h++)
                 for (size_t s = 0; s < 3; s++) {
-                    attn_case tc = {(kv_cache_dtype)d, bss[s], hds[h], 2 * gqa[g], 2, 1 + (int)((g + h + s) & 1), best};
+                    attn_case tc = {(kv_cache_dtype)d, bss[s], hds[h], 2 * gqa[g], 2, 1 + (int)((g + h + s) & 1), best,
+                                    (int)((g + s) & 1)};
                     check_case(&tc);
                 }
 }
 
 /* Every dtype on every ISA, including odd head sizes (SIMD tails) and a
- * group of 8 query heads (two passes of the 4-head kernels). */
+ * group of 8 query heads (two passes of the 4-head kernels), interleaved
+ * and grouped batches. */
 static void test_attention_dtypes_isas(void) {
     static const attn_case shapes[] = {
-        {0, 16, 64, 12, 12, 2, 0}, /* the 110M shape (MHA) */
-        {0, 16, 64, 9, 3, 1, 0},   /* SmolLM2: GQA 3 */
-        {0, 32, 128, 8, 2, 2, 0},  /* GQA 4 */
-        {0, 1, 20, 8, 1, 2, 0},    /* GQA 8, head_dim with a tail */
-        {0, 16, 40, 4, 4, 1, 0},
+        {0, 16, 64, 12, 12, 2, 0, 1}, /* the 110M shape (MHA), chunks as the scheduler makes them */
+        {0, 16, 64, 12, 12, 2, 0, 0},
+        {0, 16, 64, 9, 3, 1, 0, 1},   /* SmolLM2: GQA 3 */
+        {0, 32, 128, 8, 2, 2, 0, 0},  /* GQA 4 */
+        {0, 1, 20, 8, 1, 2, 0, 1},    /* GQA 8, head_dim with a tail */
+        {0, 16, 40, 4, 4, 1, 0, 0},
+        {0, 16, 36, 6, 2, 2, 0, 1},
     };
     for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
         for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++)
@@ -429,20 +457,112 @@ static void test_attention_dtypes_isas(void) {
                dtype_bound((kv_cache_dtype)d));
 }
 
-/* A single token with a long context next to short ones (the thread split
- * balances by context length) and 1 vs 2 threads giving the same numbers
- * as the scalar kernels within float rounding. */
+/* The same batch on 1 and 2 threads gives the same bits (the items, and
+ * so each thread's share, depend on the thread count; a row's arithmetic
+ * does not). */
 static void test_attention_threads_agree(void) {
-    for (int rep = 0; rep < 4; rep++) {
+    for (int rep = 0; rep < 8; rep++) {
         uint64_t seed = rng_state;
         double e1, e2, d1, d2;
-        attn_case tc = {KV_CACHE_F16, 16, 64, 8, 2, 1, kv_cpu_isa_best()};
-        run_case(&tc, &e1, &d1);
+        float *o1 = NULL, *o2 = NULL;
+        size_t n1 = 0, n2 = 0;
+        attn_case tc = {rep & 2 ? KV_CACHE_INT8 : KV_CACHE_F16, 16, 64, rep & 4 ? 12 : 8, rep & 4 ? 12 : 2, 1,
+                        kv_cpu_isa_best(), rep & 1};
+        run_case(&tc, &e1, &d1, &o1, &n1);
         rng_state = seed;
         tc.threads = 2;
-        run_case(&tc, &e2, &d2);
-        CHECKF(e1 == e2, "1 thread %.3g, 2 threads %.3g", e1, e2); /* same item order per item: bitwise */
+        run_case(&tc, &e2, &d2, &o2, &n2);
+        REQUIRE(o1 && o2);
+        CHECKF(n1 == n2 && !memcmp(o1, o2, sizeof(float) * n1), "rep %d: 1 and 2 threads differ", rep);
+        free(o1);
+        free(o2);
     }
+}
+
+/* More work items than one dispatch takes (1024): 1500 decode tokens of
+ * as many sequences, then the same with every sequence's tokens one chunk,
+ * against the reference. */
+static void test_attention_many_tokens(void) {
+    enum { NS = 1500, NKV = 2, NH = 4, HD = 16, BS = 4, MAXLEN = 9 };
+    kv_backend *b = kv_backend_create("cpu", 2, NULL);
+    REQUIRE(b);
+    kv_pages pg = {.dtype = KV_CACHE_F32, .n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS,
+                   .n_blocks = NS * ((MAXLEN + BS - 1) / BS)};
+    pg.row_bytes = kv_cache_row_bytes(pg.dtype, HD);
+    pg.slot_bytes = pg.row_bytes * NKV;
+    pg.layer_bytes = pg.slot_bytes * BS * (size_t)pg.n_blocks;
+    pg.k = b->ops->alloc(b, pg.layer_bytes);
+    pg.v = b->ops->alloc(b, pg.layer_bytes);
+    const int nbs = (MAXLEN + BS - 1) / BS;
+    int32_t *tab = malloc(sizeof(int32_t) * (size_t)pg.n_blocks);
+    const int32_t **tabs = malloc(sizeof(int32_t *) * NS);
+    for (int i = 0; i < pg.n_blocks; i++) tab[i] = pg.n_blocks - 1 - i;
+    for (int s = 0; s < NS; s++) tabs[s] = tab + (size_t)s * nbs;
+    const size_t kvn = (size_t)NS * MAXLEN * NKV * HD;
+    float *kc = malloc(sizeof(float) * kvn), *vc = malloc(sizeof(float) * kvn);
+    for (size_t i = 0; i < kvn; i++) {
+        kc[i] = frand();
+        vc[i] = frand();
+    }
+    int32_t *pos = malloc(sizeof(int32_t) * NS * MAXLEN), *sq = malloc(sizeof(int32_t) * NS * MAXLEN),
+            *slot = malloc(sizeof(int32_t) * NS * MAXLEN);
+    int len[NS];
+    int n = 0;
+    for (int s = 0; s < NS; s++) {
+        len[s] = 1 + rnd(MAXLEN);
+        for (int p = 0; p < len[s]; p++, n++) {
+            pos[n] = p;
+            sq[n] = s;
+            slot[n] = tabs[s][p / BS] * BS + p % BS;
+        }
+    }
+    /* (kc, vc) are laid out (seq, pos, head, dim); the store wants (token, head, dim) */
+    float *kb = malloc(sizeof(float) * (size_t)n * NKV * HD), *vb = malloc(sizeof(float) * (size_t)n * NKV * HD);
+    for (int i = 0; i < n; i++) {
+        memcpy(kb + (size_t)i * NKV * HD, kc + ((size_t)sq[i] * MAXLEN + pos[i]) * NKV * HD, sizeof(float) * NKV * HD);
+        memcpy(vb + (size_t)i * NKV * HD, vc + ((size_t)sq[i] * MAXLEN + pos[i]) * NKV * HD, sizeof(float) * NKV * HD);
+    }
+    kv_attn_batch all = {n, pos, sq, slot, NS, tabs};
+    b->ops->kv_store(b, &pg, 0, &all, kb, vb);
+    float *q = malloc(sizeof(float) * (size_t)n * NH * HD), *out = malloc(sizeof(float) * (size_t)n * NH * HD),
+          *ref = malloc(sizeof(float) * (size_t)n * NH * HD);
+    for (int i = 0; i < n * NH * HD; i++) q[i] = frand();
+    /* every sequence's last token, one per sequence */
+    int32_t *dpos = malloc(sizeof(int32_t) * NS), *dsq = malloc(sizeof(int32_t) * NS),
+            *dslot = malloc(sizeof(int32_t) * NS);
+    for (int s = 0; s < NS; s++) {
+        dpos[s] = len[s] - 1;
+        dsq[s] = s;
+        dslot[s] = tabs[s][dpos[s] / BS] * BS + dpos[s] % BS;
+    }
+    kv_attn_batch dec = {NS, dpos, dsq, dslot, NS, tabs};
+    b->ops->attention(b, &pg, 0, &dec, q, out, NH, 0.25f);
+    ref_attention(q, kc, vc, MAXLEN, dpos, dsq, NS, NH, NKV, HD, 0.25f, ref);
+    double e = rel_l2(out, ref, (size_t)NS * NH * HD);
+    CHECKF(e < 1e-6, "decode of %d sequences: err %.3g", NS, e);
+    /* every token of every sequence: chunks */
+    b->ops->attention(b, &pg, 0, &all, q, out, NH, 0.25f);
+    ref_attention(q, kc, vc, MAXLEN, pos, sq, n, NH, NKV, HD, 0.25f, ref);
+    e = rel_l2(out, ref, (size_t)n * NH * HD);
+    CHECKF(e < 1e-6, "%d tokens in chunks: err %.3g", n, e);
+    free(q);
+    free(out);
+    free(ref);
+    free(dpos);
+    free(dsq);
+    free(dslot);
+    free(kb);
+    free(vb);
+    free(pos);
+    free(sq);
+    free(slot);
+    free(kc);
+    free(vc);
+    free(tab);
+    free(tabs);
+    b->ops->free(b, pg.k);
+    b->ops->free(b, pg.v);
+    kv_backend_free(b);
 }
 
 static void test_batch_check(void) {
@@ -506,7 +626,7 @@ static void test_store_rows(void) {
             for (int i = 0; i < NT; i++) {
                 if (slot[i] < 0 || slot[i] >= NB * BS) continue;
                 for (int g = 0; g < NKV; g++) {
-                    size_t off = pg.layer_bytes + (size_t)slot[i] * pg.slot_bytes + (size_t)g * pg.row_bytes;
+                    size_t off = kv_pages_row_offset(&pg, 1, slot[i], g);
                     kv_dtype_encode_row(pg.dtype, k + ((size_t)i * NKV + g) * HD, want_k + off, HD);
                     kv_dtype_encode_row(pg.dtype, v + ((size_t)i * NKV + g) * HD, want_v + off, HD);
                 }
@@ -635,4 +755,4 @@ static void test_attention_decode_timing(void) {
 
 TEST_MAIN(T(test_dtype_names_sizes), T(test_fp8_conversions), T(test_row_formats), T(test_batch_check),
           T(test_store_rows), T(test_copy_block), T(test_attention_shapes), T(test_attention_dtypes_isas),
-          T(test_attention_threads_agree), T(test_attention_decode_timing))
+          T(test_attention_threads_agree), T(test_attention_many_tokens), T(test_attention_decode_timing))

@@ -487,6 +487,72 @@ static void test_matmul_quant_ext(void) {
     kv_backend_free(b);
 }
 
+/* Batch invariance: a row's output bits must not depend on how many rows
+ * share the call, where the row sits in the batch, the thread count, or
+ * which kernel family (decode tiles or packed panels) the batch size picks.
+ * Every row is computed alone first (n = 1, one thread); then batches of
+ * other sizes, built from the same rows in rotated order, must reproduce
+ * those bits exactly, for every weight type and ISA. */
+static void test_matmul_batch_invariance(void) {
+    kv_backend *bs[2] = {cpu(1), cpu(2)};
+    REQUIRE(bs[0] && bs[1]);
+    const kv_type types[] = {KV_TYPE_F32,  KV_TYPE_F16,  KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0,
+                             KV_TYPE_Q4_1, KV_TYPE_Q5_0, KV_TYPE_Q5_1, KV_TYPE_Q4_K, KV_TYPE_Q6_K};
+    const int ns[] = {1, 2, 3, 4, 5, 7, 12, 13, 16, 17, 31, 32, 33, 64};
+    enum { NX = 64 };
+    /* M: 18 full 16-row tiles and a partial one; M * K is above the size at
+     * which the matmul starts using threads even for n = 1. Float K: a
+     * tail past the last 16-wide step and past the packed k-chunk (256). */
+    const int64_t M = 300;
+    for (size_t ti = 0; ti < KV_ARRAY_LEN(types); ti++) {
+        kv_type t = types[ti];
+        int64_t K = (is_q(t) || kv_type_get((int)t)->blck_size > 1) ? 256 : 300;
+        float *wf = malloc((size_t)(M * K) * sizeof(float));
+        float *x = malloc((size_t)NX * K * sizeof(float)), *xb = malloc((size_t)NX * K * sizeof(float));
+        float *alone = malloc((size_t)NX * M * sizeof(float)), *y = malloc((size_t)NX * M * sizeof(float));
+        int idx[NX];
+        kv_tensor w;
+        uint8_t *data = make_weight(t, M, K, 0, &w, wf);
+        REQUIRE(data && wf && x && xb && alone && y);
+        fill_rand(x, (size_t)NX * K, 2.0f);
+        for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+            if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
+            for (int i = 0; i < NX; i++) kv_cpu_matmul_isa(bs[0], (kv_cpu_isa)isa, &w, x + (size_t)i * K, alone + (size_t)i * M, 1);
+            int bad = 0;
+            for (size_t ni = 0; ni < KV_ARRAY_LEN(ns) && !bad; ni++) {
+                int n = ns[ni];
+                for (int i = 0; i < n; i++) { /* rows rotated: each lands at a new position */
+                    idx[i] = (int)((i * 7 + (int)ni * 5) % NX);
+                    memcpy(xb + (size_t)i * K, x + (size_t)idx[i] * K, (size_t)K * sizeof(float));
+                }
+                for (int th = 0; th < 2 && !bad; th++) {
+                    for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
+                    kv_cpu_matmul_isa(bs[th], (kv_cpu_isa)isa, &w, xb, y, n);
+                    for (int i = 0; i < n && !bad; i++)
+                        for (int64_t r = 0; r < M; r++) {
+                            const float *got = y + (size_t)i * M + r, *want = alone + (size_t)idx[i] * M + r;
+                            if (memcmp(got, want, sizeof(float)) != 0) {
+                                CHECKF(0, "%s isa=%s threads=%d n=%d: batch row %d (x row %d) output %lld: %.9g, alone %.9g",
+                                       kv_type_name(t), kv_cpu_isa_name((kv_cpu_isa)isa), th + 1, n, i, idx[i],
+                                       (long long)r, *got, *want);
+                                bad = 1;
+                                break;
+                            }
+                        }
+                }
+            }
+        }
+        free(data);
+        free(wf);
+        free(x);
+        free(xb);
+        free(alone);
+        free(y);
+    }
+    kv_backend_free(bs[0]);
+    kv_backend_free(bs[1]);
+}
+
 /* Activations of very different magnitude per block, and NaN propagation. */
 static void test_matmul_activation_edge(void) {
     kv_backend *b = cpu(1);
@@ -843,7 +909,7 @@ int main(int argc, char **argv) {
         T(test_quantize_codes),    T(test_quantize_roundtrip_bounds), T(test_matmul_f32),
         T(test_matmul_f16),        T(test_matmul_bf16),           T(test_matmul_q8_0),
         T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_large),
-        T(test_matmul_quant_ext),  T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
+        T(test_matmul_quant_ext),  T(test_matmul_batch_invariance), T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
         T(test_rope),              T(test_silu_mul_add),          T(test_get_rows),
         T(test_threadpool),        T(test_threadpool_latency),    T(test_backend_registry),
         T(test_backend_memory),    T(test_membw),

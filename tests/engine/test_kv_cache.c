@@ -96,8 +96,7 @@ static int verify_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph) {
         for (int l = 0; l < pg->n_layers; l++)
             for (int g = 0; g < pg->n_kv_heads; g++)
                 for (int isv = 0; isv < 2; isv++) {
-                    const uint8_t *row = (isv ? pg->v : pg->k) + (size_t)l * pg->layer_bytes +
-                                         (size_t)slot * pg->slot_bytes + (size_t)g * pg->row_bytes;
+                    const uint8_t *row = (isv ? pg->v : pg->k) + kv_pages_row_offset(pg, l, slot, g);
                     for (int e = 0; e < pg->head_dim; e++) {
                         float f;
                         memcpy(&f, row + 4 * e, 4);
@@ -469,13 +468,17 @@ static void fill_block_rows(kv_cache *c, int blk, float base) {
         }
 }
 
+/* 1 when blocks a and b hold the same rows for their first n_tokens slots,
+ * every layer and kv head, K and V. */
 static int same_block_rows(kv_cache *c, int a, int b, int n_tokens) {
     kv_pages *pg = kv_cache_pages(c);
-    size_t bb = (size_t)pg->block_size * pg->slot_bytes, n = (size_t)n_tokens * pg->slot_bytes;
-    for (int l = 0; l < pg->n_layers; l++) {
-        uint8_t *base_k = pg->k + l * pg->layer_bytes, *base_v = pg->v + l * pg->layer_bytes;
-        if (memcmp(base_k + a * bb, base_k + b * bb, n) || memcmp(base_v + a * bb, base_v + b * bb, n)) return 0;
-    }
+    const int64_t bs = pg->block_size;
+    const size_t n = (size_t)n_tokens * pg->row_bytes; /* a head's rows of a block are contiguous */
+    for (int l = 0; l < pg->n_layers; l++)
+        for (int g = 0; g < pg->n_kv_heads; g++) {
+            size_t oa = kv_pages_row_offset(pg, l, a * bs, g), ob = kv_pages_row_offset(pg, l, b * bs, g);
+            if (memcmp(pg->k + oa, pg->k + ob, n) || memcmp(pg->v + oa, pg->v + ob, n)) return 0;
+        }
     return 1;
 }
 
