@@ -171,6 +171,7 @@ typedef struct kv_step_record {
     int n_prefill_tokens;  /* prompt tokens computed */
     int n_decode_tokens;   /* ordinary decode tokens */
     int n_spec_tokens;     /* draft tokens verified */
+    int n_pad_tokens;      /* static batching: padding rows for finished batch members */
     int n_admitted, n_preempted, n_swapped_out, n_swapped_in, n_evicted, n_finished, n_cow;
     int n_blocks_used;     /* after the step */
     int n_waiting;         /* queue length after the step */

@@ -36,6 +36,7 @@ struct kv_sched {
     uint64_t batch_seq;  /* last batch id handed out */
     uint64_t cur_batch;  /* the batch now running, 0 = none */
     int batch_live;      /* unfinished members of cur_batch */
+    int batch_size;      /* members admitted into cur_batch */
 
     /* the step record */
     uint64_t step;
@@ -613,10 +614,14 @@ static void schedule_waiting(kv_sched *s) {
         s->cnt.admitted++;
         s->rec.n_admitted++;
         if (static_mode) {
-            if (starting_batch && s->batch_live == 0) s->cur_batch = ++s->batch_seq;
+            if (starting_batch && s->batch_live == 0) {
+                s->cur_batch = ++s->batch_seq;
+                s->batch_size = 0;
+            }
             if (r->batch != s->cur_batch) {
                 r->batch = s->cur_batch;
                 s->batch_live++;
+                s->batch_size++;
             }
         }
         if (first)
@@ -639,7 +644,8 @@ static int build_batch(kv_sched *s) {
     kv_sched_out *o = &s->out;
     o->n_reqs = 0;
     o->n_tokens = o->n_logits = 0;
-    o->n_prefill_tokens = o->n_decode_tokens = o->n_spec_tokens = 0;
+    o->n_prefill_tokens = o->n_decode_tokens = o->n_spec_tokens = o->n_pad_tokens = 0;
+    int pad_src = -1; /* a decode row that padding rows can repeat */
     for (int i = 0; i < s->n_sched; i++) {
         kv_sreq *r = s->sched[i];
         int si = o->n_reqs++;
@@ -674,9 +680,27 @@ static int build_batch(kv_sched *s) {
                        r->n_computed + n_plain - 1, r->n_tokens, r->n_logits ? ", then samples" : "");
         } else {
             o->n_decode_tokens += n_plain;
+            if (pad_src < 0 && n_plain == 1 && r->n_sched_draft == 0) pad_src = r->sched_row;
         }
         /* the engine records a KV_DEC_SPEC decision once it knows what was accepted */
         o->n_spec_tokens += r->n_sched_draft;
+    }
+    /* NOTE: static batching as frameworks without iteration-level
+     * scheduling run it: a finished member's slot stays in the batch and is
+     * computed (padding) until the whole batch is done. Each padding row
+     * repeats a live decode row (same token, position and slot, so the K/V
+     * it stores are the very bytes that row stores, and no logits are read):
+     * the cost is real, the results are untouched. */
+    if (s->p.policy == KV_POLICY_STATIC && s->cur_batch && s->batch_live > 0 && pad_src >= 0) {
+        int n_pad = s->batch_size - s->batch_live;
+        while (n_pad-- > 0 && o->n_tokens < s->p.max_batched_tokens) {
+            int row = o->n_tokens++;
+            o->tokens[row] = o->tokens[pad_src];
+            o->pos[row] = o->pos[pad_src];
+            o->seq[row] = o->seq[pad_src];
+            o->slot[row] = o->slot[pad_src];
+            o->n_pad_tokens++;
+        }
     }
     return 0;
 }
@@ -780,6 +804,7 @@ void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **dec
     s->rec.n_seqs = s->out.n_reqs;
     s->rec.n_prefill_tokens = s->out.n_prefill_tokens;
     s->rec.n_decode_tokens = s->out.n_decode_tokens;
+    s->rec.n_pad_tokens = s->out.n_pad_tokens;
     s->rec.n_spec_tokens = s->out.n_spec_tokens;
     s->rec.n_blocks_used = st.n_used;
     s->rec.n_waiting = s->n_waiting + s->n_swapped;

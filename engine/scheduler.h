@@ -133,6 +133,7 @@ typedef struct kv_sched_out {
     int n_logits;
     int32_t *logit_rows;    /* (n_logits) batch rows whose logits are needed */
     int n_prefill_tokens, n_decode_tokens, n_spec_tokens;
+    int n_pad_tokens;       /* static policy: rows computed for finished batch members */
 } kv_sched_out;
 
 /* Decides the step: grows running requests (preempting when blocks run

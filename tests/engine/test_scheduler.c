@@ -151,8 +151,19 @@ static int sim_step(sim *m) {
             }
         }
     }
+    /* static batching's padding rows come last and repeat a decode row of
+     * the batch exactly (so they store the same K/V bytes) */
+    int n_real = o->n_tokens - o->n_pad_tokens;
+    CHECK(o->n_pad_tokens == 0 || sp->policy == KV_POLICY_STATIC);
+    for (int t = n_real; t < o->n_tokens; t++) {
+        int same = 0;
+        for (int u = 0; u < n_real && !same; u++)
+            same = o->tokens[u] == o->tokens[t] && o->pos[u] == o->pos[t] && o->seq[u] == o->seq[t] &&
+                   o->slot[u] == o->slot[t];
+        CHECK(same);
+    }
     /* the forward: write every scheduled token into its slot */
-    for (int t = 0; t < o->n_tokens; t++) {
+    for (int t = 0; t < n_real; t++) {
         CHECK(o->seq[t] >= 0 && o->seq[t] < o->n_reqs);
         const kv_sreq *r = o->reqs[o->seq[t]];
         CHECK(o->tables[o->seq[t]] == r->seq.blocks);
