@@ -23,7 +23,9 @@ struct kv_cache {
     kv_cache_params p;
     kv_backend *b;            /* borrowed */
     kv_pages pages;           /* k, v from b->ops->alloc */
-    size_t blk_bytes;         /* bytes of one block in one layer of K (or V) */
+    size_t blk_bytes;         /* bytes of one block in one layer of K (or V): one contiguous range
+                               * whatever the row order inside (backend.h), so copy-on-write and
+                               * swap move whole blocks */
 
     /* per physical block, (n_blocks) each */
     int32_t *ref;             /* references from sequence tables */

@@ -1,7 +1,7 @@
 /* cpu_attention.c - the CPU backend's paged KV ops: store K/V rows into
  * their slots (encoding to the cache dtype), copy blocks, and attention over
  * block tables with an online (flash-attention style) softmax. A work item
- * is a run of consecutive tokens of one sequence (a prefill chunk, or one
+ * is a run of tokens of one sequence (part of a prefill chunk, or one
  * decode token) and a range of query heads; it reads each K/V tile of a kv
  * head once for all of its rows (tokens x the query heads of the GQA group).
  * Threads take items from a shared counter. Scalar reference kernels plus
@@ -53,6 +53,8 @@ typedef struct attn_kernels {
     float (*expsum)(float *s, int n, float m);
     /* max of s[0..n), n >= 1 */
     float (*maxf)(const float *s, int n);
+    /* a[i] *= f for i < n (the rescale of an accumulator row) */
+    void (*scalev)(float *a, int n, float f);
     unsigned direct; /* bit d set: dtype d is read in place; others are decoded to f32 first */
 } attn_kernels;
 
@@ -113,7 +115,11 @@ static float maxf_scalar(const float *s, int n) {
     return mx;
 }
 
-static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, maxf_scalar,
+static void scalev_scalar(float *a, int n, float f) {
+    for (int i = 0; i < n; i++) a[i] *= f;
+}
+
+static const attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, maxf_scalar, scalev_scalar,
                                       DT_BIT(KV_CACHE_F32) | DT_BIT(KV_CACHE_F16)};
 
 /* The scalar path's decoder: the reference row decoder, tile rows into dst(nt, hd). */
@@ -234,8 +240,6 @@ INL T_AVX2 void scores_avx2_nh(const float *const *q, int hd, const uint8_t *row
                 UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm256_fmadd_ps(qv, x[k], a[h][k]);
             }
         }
-        __m128 vs = _mm_set1_ps(scale);
-        if (DT_FOLDS(DT)) vs = _mm_mul_ps(vs, _mm_loadu_ps(sk));
         UNROLL for (int h = 0; h < NH; h++) {
             float out[4];
             _mm_storeu_ps(out, hsum4x8(a[h][0], a[h][1], a[h][2], a[h][3]));
@@ -246,7 +250,6 @@ INL T_AVX2 void scores_avx2_nh(const float *const *q, int hd, const uint8_t *row
                 s[h * ss + t + k] = (out[k] + tail) * (DT_FOLDS(DT) ? scale * sk[k] : scale);
             }
         }
-        (void)vs;
     }
 }
 
@@ -365,7 +368,14 @@ static T_AVX2 float maxf_avx2(const float *s, int n) {
     return mx;
 }
 
-static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2, maxf_avx2, DT_ALL};
+static T_AVX2 void scalev_avx2(float *a, int n, float f) {
+    const __m256 vf = _mm256_set1_ps(f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), vf));
+    for (; i < n; i++) a[i] *= f;
+}
+
+static const attn_kernels k_avx2 = {scores_avx2, accum_avx2, expsum_avx2, maxf_avx2, scalev_avx2, DT_ALL};
 
 /* ---- AVX-512 (F + BW + VL) ---- */
 #define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
@@ -527,7 +537,15 @@ static T_512 float maxf_512(const float *s, int n) {
     return _mm512_reduce_max_ps(mx);
 }
 
-static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512, maxf_512, DT_ALL};
+static T_512 void scalev_512(float *a, int n, float f) {
+    const __m512 vf = _mm512_set1_ps(f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(a + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + i), vf));
+    }
+}
+
+static const attn_kernels k_avx512 = {scores_512, accum_512, expsum_512, maxf_512, scalev_512, DT_ALL};
 #endif /* ATTN_X86 */
 
 /* What the CPU supports, asked once: CPUID traps to the hypervisor in a
@@ -561,8 +579,8 @@ static const attn_kernels *kernels_for(kv_cpu_isa isa) {
 
 /* ---- attention ---- */
 
-/* One work item: batch tokens [tok, tok + ntok), all of one sequence at
- * consecutive positions, and query heads [h0, h1); at most ATTN_ROWS rows. */
+/* One work item: batch tokens [tok, tok + ntok), all of one sequence with
+ * non-decreasing positions, and query heads [h0, h1); at most ATTN_ROWS rows. */
 typedef struct attn_item {
     int32_t tok, ntok;
     int32_t h0, h1;
@@ -580,7 +598,7 @@ typedef struct attn_job {
     int tile;         /* context tokens per softmax step: min(ATTN_TILE, ATTN_QBUF / head_dim) */
     const attn_item *items; /* (n_items) */
     int n_items;
-    atomic_int next;  /* the next item not yet taken */
+    _Alignas(64) atomic_int next; /* the next item not yet taken (own cache line: every thread bumps it) */
 } attn_job;
 
 /* The nt rows of kv head g at block position t0 of block `phys`, readable
@@ -698,7 +716,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
                         if (l[r] > 0.0f) {
                             const float corr = expf(m[r] - mx);
                             l[r] *= corr;
-                            for (int c = 0; c < hd; c++) ar[r][c] *= corr;
+                            j->kern->scalev(ar[r], hd, corr);
                         }
                         m[r] = mx;
                     }
@@ -711,8 +729,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
         }
     }
     for (int r = 0; r < nr; r++) {
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int c = 0; c < hd; c++) ar[r][c] *= inv;
+        j->kern->scalev(ar[r], hd, l[r] > 0.0f ? 1.0f / l[r] : 0.0f);
     }
 }
 
@@ -728,11 +745,13 @@ static void attn_task(void *ctx, int ith, int nth) {
     }
 }
 
-/* Tokens from i on that one item may take: the run of the same sequence at
- * consecutive positions, at most tmax. */
+/* Tokens from i on that one item may take, at most tmax: the following
+ * tokens of the same sequence (one block table) whose positions do not
+ * decrease, so the item's rows of a kv head have non-decreasing contexts. */
 static int run_length(const kv_attn_batch *ab, int i, int tmax) {
     int n = 1;
-    while (n < tmax && i + n < ab->n_tokens && ab->seq[i + n] == ab->seq[i] && ab->pos[i + n] == ab->pos[i] + n) n++;
+    while (n < tmax && i + n < ab->n_tokens && ab->seq[i + n] == ab->seq[i] && ab->pos[i + n] >= ab->pos[i + n - 1])
+        n++;
     return n;
 }
 
@@ -787,8 +806,11 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
     };
     int64_t total = 0; /* context length x heads */
     for (int i = 0; i < ab->n_tokens; i++) total += ((int64_t)ab->pos[i] + 1) * n_heads;
-    /* A small job is not worth waking the pool for. */
-    if (total < 4096) pool = NULL;
+    /* A small job is not worth waking the pool for: little arithmetic and
+     * little K/V to stream (a single decode token of a 100M model streams
+     * hundreds of KiB per layer, which two threads read faster). */
+    const int64_t kv_bytes = total / (n_heads / kv->n_kv_heads) * 2 * (int64_t)kv->row_bytes;
+    if (total < 4096 && kv_bytes < 65536) pool = NULL;
     const int nth = kv_threadpool_size(pool);
     attn_plan pl = {.G = n_heads / kv->n_kv_heads};
     pl.tmax = KV_MAX(1, KV_MIN(ATTN_RUN, ATTN_ROWS / pl.G));

@@ -16,7 +16,8 @@
  * The fp8 formats are OCP's: e4m3 has bias 7, no infinities and one NaN
  * pattern per sign (max 448); e5m2 is IEEE-like with bias 15 (max 57344).
  * Encoding saturates to the largest finite value and rounds to nearest even.
- * Rows of all zeros get scale 0 and decode to zeros. */
+ * Rows of all zeros get scale 0 and decode to zeros. Where a row sits in
+ * the paged cache is kv_pages_row_offset() in backend.h. */
 #ifndef KV_KV_DTYPE_H
 #define KV_KV_DTYPE_H
 

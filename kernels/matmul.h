@@ -38,8 +38,10 @@ typedef struct kv_q8a {
 
 /* Activation rows per group of the packed float layout. */
 #define KV_MM_XGROUP 16
-/* n at and above which the float kernels use packed panels (and the driver
- * packs x); below it they read weights and x directly. */
+/* n at and above which the SIMD kernels use packed panels (and, for float
+ * weights, the driver packs x); below it they read weights and x directly.
+ * Speed only: both kernel families compute each output with the same fp32
+ * operations in the same order, so results do not depend on n. */
 #define KV_MM_PACK_MIN_N 3
 
 /* One matmul y(n, M) = x(n, K) . W^T, as the kernels see it. */
@@ -64,7 +66,10 @@ int kv_mm_zero_point(kv_type t);
 size_t kv_mm_scratch_bytes(int64_t K);
 
 /* Computes y[j][r] for every j < n and r0 <= r < r1. scratch: per-thread,
- * kv_mm_scratch_bytes(K) bytes, 64-byte aligned. */
+ * kv_mm_scratch_bytes(K) bytes, 64-byte aligned. Contract of every ISA's
+ * implementation: y[j][r] depends only on weight row r and activation row
+ * j (their values, not n, j's position, r0/r1 or the thread), bit for bit
+ * (batch invariance: tests/engine/test_kernels.c checks it). */
 typedef void (*kv_mm_rows_fn)(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 
 /* Quantizes one activation row of K floats (K % 32 == 0) into q8a arrays:

@@ -6,10 +6,14 @@
  *    weights read straight from the mapping and reused from L1 for every
  *    activation pair; int8 products with vpmaddubsw (u8 x s8) + vpmaddwd.
  *    q8_0 uses |w| x sign(a, w) so the 16-bit pair sums cannot saturate;
- *    the q4 nibbles are unsigned already (zero point via kv_q8a.ioff).
- *  - float weights: direct 4 x 2 tiles for small n; for n >= 3 a panel of 16
- *    rows is repacked (k-major, f32) and a 16-row x 6-activation register tile
- *    runs over it. */
+ *    the q4 nibbles are unsigned already (zero point via kv_q8a.ioff). One
+ *    kernel for every n, so each output's arithmetic is the same whatever
+ *    the batch (batch invariance).
+ *  - float weights: for n >= 3 a panel of 16 rows is repacked (k-major, f32)
+ *    and a 16-row x 6-activation register tile runs over it; for small n the
+ *    rows are transposed in registers instead. Both run the same fma chain
+ *    per output (acc = fma(w[k], x[k], acc), k = 0 .. K-1, one row per
+ *    lane), so they agree to the bit (batch invariance). */
 #include "matmul.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -261,16 +265,19 @@ KV_AI float ldw1(kv_type t, const uint8_t *row, int64_t k) {
 /* In-register transpose of an 8x8 float tile. */
 KV_AI void tr8(__m256 r[8]) {
     __m256 t[8], u[8];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) {
         u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
         u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
         u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
         u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
     }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
         r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
@@ -416,72 +423,96 @@ static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
 
 /* ---- direct float tiles (small n) ---------------------------------------- */
 
-/* Decode-sized n: 8 weight rows transposed in registers, 8 k at a time, into
- * fp_kernel's fma chain (per row lane and activation row: acc = fma(w[k],
- * x[k], acc) for k = 0 .. K-1), so a row's result is the packed path's to
- * the bit whatever the batch size (batch invariance). */
-KV_AI void fd8(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, int rows, int j0,
-               const int J) {
+/* Decode-sized n: weight rows transposed in registers, 8 rows x 8 k at a
+ * time, into fp_kernel's fma chain (per row lane and activation row:
+ * acc = fma(w[k], x[k], acc) for k = 0 .. K-1), so a row's result is the
+ * packed path's to the bit whatever the batch size (batch invariance). The
+ * chain is serial, so T groups of 8 rows (T = 2: a 16-row tile) run side by
+ * side. Rows past `rows` are never stored. */
+KV_AI void fd8(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, int rows, int j0, const int J,
+               const int T) {
     const int64_t K = a->K;
     const float *xs[2];
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[2][2];
 #pragma GCC unroll 2
     for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * K;
+#pragma GCC unroll 2
+    for (int ti = 0; ti < T; ti++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) acc[ti][jj] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 v[8];
-#pragma GCC unroll 8
-        for (int rr = 0; rr < 8; rr++) v[rr] = ldw(t, w + (size_t)rr * ws, k);
-        tr8(v);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
 #pragma GCC unroll 2
-            for (int jj = 0; jj < J; jj++) acc[jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[jj]);
+        for (int ti = 0; ti < T; ti++) {
+            __m256 v[8];
+#pragma GCC unroll 8
+            for (int rr = 0; rr < 8; rr++) v[rr] = ldw(t, w + (size_t)(8 * ti + rr) * ws, k);
+            tr8(v);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+#pragma GCC unroll 2
+                for (int jj = 0; jj < J; jj++)
+                    acc[ti][jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[ti][jj]);
+        }
     }
     if (k < K) {
         const int nk = (int)(K - k);
-        __m256 v[8];
-        for (int rr = 0; rr < 8; rr++) {
-            float tmp[8] = {0};
-            for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, w + (size_t)rr * ws, k + kk);
-            v[rr] = _mm256_loadu_ps(tmp);
+        for (int ti = 0; ti < T; ti++) {
+            __m256 v[8];
+            for (int rr = 0; rr < 8; rr++) {
+                float tmp[8] = {0};
+                for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, w + (size_t)(8 * ti + rr) * ws, k + kk);
+                v[rr] = _mm256_loadu_ps(tmp);
+            }
+            tr8(v);
+            for (int i = 0; i < nk; i++)
+#pragma GCC unroll 2
+                for (int jj = 0; jj < J; jj++)
+                    acc[ti][jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[ti][jj]);
         }
-        tr8(v);
-        for (int i = 0; i < nk; i++)
-#pragma GCC unroll 2
-            for (int jj = 0; jj < J; jj++) acc[jj] = _mm256_fmadd_ps(v[i], _mm256_set1_ps(xs[jj][k + i]), acc[jj]);
     }
-    if (rows == 8) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 #pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) _mm256_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, acc[jj]);
-    } else {
-        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int ti = 0; ti < T; ti++) {
+        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8 * ti), idx);
 #pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) _mm256_maskstore_ps(a->y + (size_t)(j0 + jj) * a->M + r0, m, acc[jj]);
+        for (int jj = 0; jj < J; jj++) {
+            float *yp = a->y + (size_t)(j0 + jj) * a->M + r0 + 8 * ti;
+            if (rows - 8 * ti >= 8)
+                _mm256_storeu_ps(yp, acc[ti][jj]);
+            else if (rows - 8 * ti > 0)
+                _mm256_maskstore_ps(yp, m, acc[ti][jj]);
+        }
     }
 }
 
+/* One 16-row tile (T = 2) or 8-row group (T = 1) against every activation row. */
 #define FD_FN(t)                                                                                                       \
-    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows) {                      \
+    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows, int T) {              \
         int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) fd8(a, t, w, ws, r0, rows, j0, 2);                                            \
-        if (j0 < a->n) fd8(a, t, w, ws, r0, rows, j0, 1);                                                              \
+        if (T == 2) {                                                                                                  \
+            for (; j0 + 2 <= a->n; j0 += 2) fd8(a, t, w, ws, r0, rows, j0, 2, 2);                                     \
+            if (j0 < a->n) fd8(a, t, w, ws, r0, rows, j0, 1, 2);                                                       \
+        } else {                                                                                                       \
+            for (; j0 + 2 <= a->n; j0 += 2) fd8(a, t, w, ws, r0, rows, j0, 2, 1);                                     \
+            if (j0 < a->n) fd8(a, t, w, ws, r0, rows, j0, 1, 1);                                                       \
+        }                                                                                                              \
     }
 FD_FN(KV_TYPE_F32)
 FD_FN(KV_TYPE_F16)
 FD_FN(KV_TYPE_BF16)
 
-typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows);
+typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows, int T);
 
 static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
     const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
     int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 8);
+    for (; r + 16 <= r1; r += 16) f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 16, 2);
     if (r < r1) { /* partial tile: copied, missing rows repeat the first (not stored) */
-        int rows = (int)(r1 - r);
+        int rows = (int)(r1 - r), T = rows > 8 ? 2 : 1;
         uint8_t *tw = scratch;
-        for (int i = 0; i < 8; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
-        f(a, tw, rb, r, rows);
+        for (int i = 0; i < 8 * T; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        f(a, tw, rb, r, rows, T);
     }
 }
 

@@ -2,11 +2,19 @@
  * for that target with function attributes so the same binary still runs on
  * older x86-64 (the driver calls them only when the CPU has the features).
  *
- * Two shapes of kernel:
- *  - direct (n < KV_MM_PACK_MIN_N, decode): tiles of 4 weight rows x up to 4
- *    activation rows read the weights straight from the file mapping; one
- *    256-bit vpdpbusd per 32-element block and row, scales pre-multiplied
- *    per tile. Memory-bound by design.
+ * Two shapes of kernel, one arithmetic. Every output y[j][r] is the same
+ * chain of fp32 operations whichever kernel runs, so a row's result does not
+ * depend on the batch it came in (batch invariance):
+ *   quantized: per 32-element block b in order,
+ *     acc = fma(float(isum_b + ioff_b), dw_b * da_b, acc)
+ *     q4_1 then: acc = fma(mw_b, ds_b, acc)
+ *   (isum_b is the exact integer dot; the order of integer adds is free);
+ *   float: acc = fma(w[k], x[k], acc) for k = 0, 1, ..., K-1.
+ *  - direct (n < KV_MM_PACK_MIN_N, decode): tiles of 16 weight rows, one row
+ *    per lane, read straight from the file mapping while a later tile is
+ *    prefetched. Quantized: per block, the 16 rows' dots come from 256/512-
+ *    bit vpdpbusd plus an integer reduction tree; float: 16x16 in-register
+ *    transposes. Memory-bound by design.
  *  - packed (batched n): a panel of 16 weight rows is repacked once per call
  *    into per-thread scratch (quantized: one zmm holds the same 4 elements of
  *    all 16 rows; float: k-major f32) while the next panel is prefetched.
@@ -39,12 +47,10 @@
 
 /* n at which the packed kernels take over from the direct ones. */
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
-#ifndef KV_PF_AHEAD
+/* Direct tiles prefetch the tile this many tiles ahead, into L2. NOTE: one
+ * ahead into L2 measured best among 1, 2 and 4 ahead and L1 / L2 targets. */
 #define KV_PF_AHEAD 1
-#endif
-#ifndef KV_PF_HINT
 #define KV_PF_HINT _MM_HINT_T1
-#endif
 #define KV_FKC 256 /* k-chunk of the packed float kernel (L1-sized slices) */
 
 /* ---- activation quantizer ------------------------------------------------ */
@@ -112,6 +118,30 @@ KV_AI void pf_step(pf_cursor *c) {
     const char *stop = c->p + c->step;
     if (stop > c->end) stop = c->end;
     for (; c->p < stop; c->p += 64) _mm_prefetch(c->p, KV_PF_HINT);
+}
+
+/* The prefetch plan of a direct tile: the rows of a later tile, a slice
+ * per step of this one (no cursor in memory: the decode loops are short). */
+typedef struct pf_plan {
+    const char *base; /* the later tile's first byte; NULL: nothing to fetch */
+    size_t step;      /* bytes per step */
+    int lines;        /* cache lines per step */
+} pf_plan;
+
+KV_AI pf_plan pf_plan_for(const kv_mm_args *a, int64_t next_r, int64_t steps) {
+    pf_plan p = {NULL, 0, 0};
+    int64_t rows = KV_MIN(a->M - next_r, (int64_t)KV_MM_PANEL);
+    if (rows <= 0 || steps <= 0) return p;
+    p.base = (const char *)a->w + (size_t)next_r * a->nb1;
+    p.step = ((size_t)rows * a->nb1 + (size_t)steps - 1) / (size_t)steps;
+    p.lines = (int)((p.step + 63) / 64);
+    return p;
+}
+
+KV_AI void pf_slice(const pf_plan *p, int64_t s) {
+    if (!p->base) return;
+    const char *q = p->base + (size_t)s * p->step;
+    for (int i = 0; i < p->lines; i++) _mm_prefetch(q + 64 * i, KV_PF_HINT);
 }
 
 /* Rows i and i+8 of a panel as one zmm of unsigned quants: 256-bit half 0
@@ -275,9 +305,9 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
  * so a row's output does not depend on whether this kernel or the packed
  * one ran, i.e. on how many rows were in the batch (batch invariance). */
 
-/* q8_0: a[i] holds one block of two rows in its 256-bit halves: rows (i, i+4)
- * for i < 4, (i+4, i+8) for i >= 4. Each row's 8 dword partial sums are
- * added up by an unpack/add tree whose last step leaves row r in lane r. */
+/* q8_0: s[i] holds one block of two rows in its 256-bit halves, 8 dword
+ * partial sums each: rows (i, i+4) for i < 4, (i+4, i+8) for i >= 4. An
+ * unpack/add tree adds them up and its last step leaves row r in lane r. */
 KV_AI __m512i q8_reduce(const __m512i s[8]) {
     __m512i b[4], c[2];
 #pragma GCC unroll 4
@@ -298,34 +328,124 @@ KV_AI __m512i q4_reduce(const __m512i s[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
 }
 
+/* Word permutes that gather fields of 16 rows: level 1 merges two rows'
+ * 64-byte loads, each later level two outputs of the one before, until
+ * every field item (block k, field f) holds its 16 rows in row order.
+ * F: fields per block (1: d; 2: d and m), s: words per block. Returns the
+ * index vector of level lv (1-4), output half h (levels 3-4 with F = 2). */
+static __m512i qs_index(int lv, int h, int F, int s) {
+    uint16_t ix[32];
+    for (int j = 0; j < 32; j++) {
+        int v = 0;
+        if (lv == 1) { /* (item, row of 2): item k*F+f at word k*s+f */
+            int item = j / 2, src = j % 2;
+            if (item < 4 * F) v = (item / F) * s + item % F + 32 * src;
+        } else if (lv == 2) { /* (item, row of 4) */
+            int item = j / 4, rr = j % 4;
+            if (item < 4 * F) v = item * 2 + rr % 2 + 32 * (rr / 2);
+        } else if (lv == 3) { /* (item, row of 8); F = 2 splits items 0-3 | 4-7 */
+            int item = j / 8 + 4 * h, rr = j % 8;
+            v = item * 4 + rr % 4 + 32 * (rr / 4);
+        } else { /* (item, row of 16), two items per output */
+            int item = j / 16 + 2 * h, rr = j % 16;
+            v = item * 8 + rr % 8 + 32 * (rr / 8);
+        }
+        ix[j] = (uint16_t)v;
+    }
+    return _mm512_loadu_si512((const void *)ix);
+}
+
+/* The index vectors of qd_scales' permute tree, built once per call. */
+typedef struct qs_perm {
+    __m512i i1, i2, i30, i31, i40, i41;
+} qs_perm;
+
+static qs_perm qs_perm_for(kv_type t) {
+    const int F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)qblk_bytes(t) / 2;
+    qs_perm p = {qs_index(1, 0, F, s), qs_index(2, 0, F, s), qs_index(3, 0, F, s),
+                 qs_index(3, 1, F, s), qs_index(4, 0, F, s), qs_index(4, 1, F, s)};
+    return p;
+}
+
+/* The fp16 scale words of a 16-row tile, block-major: sc[b * SW + i] = d of
+ * block b, row i; q4_1 adds m at sc[b * SW + 16 + i] (SW = 16, q4_1 32).
+ * q4: one 64-byte load per row covers 4 blocks' headers, and 16 word
+ * permutes (q4_1: 20) regroup them, 4 blocks at a time. NOTE: a 16-lane
+ * gather per block cost about 30% of the decode tile on Zen 4, scalar
+ * loads and stores (2 memory operations per row and block) about 25%.
+ * q8_0 (34-byte blocks: only 2 headers per 64 bytes) keeps the scalar
+ * copy; its tiles are memory-bound either way. */
+KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const qs_perm *ix, uint16_t *sc) {
+    const size_t bs = qblk_bytes(t);
+    if (t == KV_TYPE_Q8_0) {
+        const uint8_t *q0 = w, *q4 = w + 4 * ws, *q8 = w + 8 * ws, *q12 = w + 12 * ws;
+        for (int64_t b = 0; b < nb; b++, sc += 16, q0 += bs, q4 += bs, q8 += bs, q12 += bs) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                sc[i] = kv_mm_rd16(q0 + i * ws);
+                sc[4 + i] = kv_mm_rd16(q4 + i * ws);
+                sc[8 + i] = kv_mm_rd16(q8 + i * ws);
+                sc[12 + i] = kv_mm_rd16(q12 + i * ws);
+            }
+        }
+        return;
+    }
+    const int F = t == KV_TYPE_Q4_1 ? 2 : 1;
+    const __m512i i1 = ix->i1, i2 = ix->i2, i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
+    for (int64_t b = 0; b < nb; b += 4) {
+        /* the last group may hold fewer than 4 blocks: load only its bytes */
+        __mmask64 m = nb - b >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << ((size_t)(nb - b) * bs)) - 1);
+        __m512i p[8], q[4];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            p[i] = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i) * ws + (size_t)b * bs), i1,
+                                             _mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i + 1) * ws + (size_t)b * bs));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) q[i] = _mm512_permutex2var_epi16(p[2 * i], i2, p[2 * i + 1]);
+        uint16_t *o = sc + (size_t)b * (size_t)(16 * F);
+        if (F == 1) {
+            __m512i r0 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r1 = _mm512_permutex2var_epi16(q[2], i30, q[3]);
+            _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi16(r0, i40, r1));
+            _mm512_storeu_si512((void *)(o + 32), _mm512_permutex2var_epi16(r0, i41, r1));
+        } else {
+            __m512i r00 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r01 = _mm512_permutex2var_epi16(q[0], i31, q[1]);
+            __m512i r10 = _mm512_permutex2var_epi16(q[2], i30, q[3]), r11 = _mm512_permutex2var_epi16(q[2], i31, q[3]);
+            _mm512_storeu_si512((void *)o, _mm512_permutex2var_epi16(r00, i40, r10));
+            _mm512_storeu_si512((void *)(o + 32), _mm512_permutex2var_epi16(r00, i41, r10));
+            _mm512_storeu_si512((void *)(o + 64), _mm512_permutex2var_epi16(r01, i40, r11));
+            _mm512_storeu_si512((void *)(o + 96), _mm512_permutex2var_epi16(r01, i41, r11));
+        }
+    }
+}
+
 /* 16 rows (row i at w + i * ws) against activation rows j0..j0+J (J <= 2),
- * stored to y rows r0.. under mask. */
-KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, int j0,
-                const int J, pf_cursor *pc) {
+ * stored to y rows r0.. under mask; sc: the tile's scales (qd_scales). */
+KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, const uint16_t *sc, int64_t r0,
+                __mmask16 mask, int j0, const int J, const pf_plan *pf) {
     const int64_t nb = a->K / KV_QK;
-    const size_t bs = qblk_bytes(t), qo = qblk_qoff(t), n = (size_t)a->n;
-    const __m512i vofs = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)ws));
+    const size_t bs = qblk_bytes(t), n = (size_t)a->n;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
     const int32_t *io = a->a.ioff + j0;
-    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
-        const uint8_t *p = w + (size_t)b * bs;
-        pf_step(pc);
-        __m512i g = _mm512_i32gather_epi32(vofs, (const void *)p, 1);
-        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    /* rows 0, 4, 8 and 12 of the tile at the current block's quants */
+    const uint8_t *q0 = w + qblk_qoff(t), *q4 = q0 + 4 * ws, *q8 = q0 + 8 * ws, *q12 = q0 + 12 * ws;
+    const int sw = t == KV_TYPE_Q4_1 ? 32 : 16; /* scale words per block */
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n, sc += sw) {
+        pf_slice(pf, b);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)sc));
         __m512i isum[2];
         if (t == KV_TYPE_Q8_0) {
             __m512i v[8];
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                const int lo = i < 4 ? i : i + 4;
-                __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)lo * ws + qo));
-                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)(lo + 4) * ws + qo));
-                v[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1),
-                                        _mm512_set1_epi8((char)0x80));
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256i l = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + i * ws));
+                __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(q4 + i * ws));
+                v[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1), _mm512_set1_epi8((char)0x80));
+                l = _mm256_loadu_si256((const __m256i *)(const void *)(q8 + i * ws));
+                h = _mm256_loadu_si256((const __m256i *)(const void *)(q12 + i * ws));
+                v[4 + i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1), _mm512_set1_epi8((char)0x80));
             }
 #pragma GCC unroll 2
             for (int jj = 0; jj < J; jj++) {
@@ -339,10 +459,10 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
             __m512i lo[4], hi[4];
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
-                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)i * ws + qo)));
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 4) * ws + qo)), 1);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 8) * ws + qo)), 2);
-                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(p + (size_t)(i + 12) * ws + qo)), 3);
+                __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(q0 + i * ws)));
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(q4 + i * ws)), 1);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(q8 + i * ws)), 2);
+                v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(q12 + i * ws)), 3);
                 lo[i] = _mm512_and_si512(v, nib);
                 hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
             }
@@ -358,11 +478,15 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
                 if (t == KV_TYPE_Q4_0) isum[jj] = _mm512_add_epi32(isum[jj], _mm512_set1_epi32(io[jj]));
             }
         }
+        q0 += bs;
+        q4 += bs;
+        q8 += bs;
+        q12 += bs;
 #pragma GCC unroll 2
         for (int jj = 0; jj < J; jj++) {
             acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[jj]), _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj])), acc[jj]);
             if (t == KV_TYPE_Q4_1)
-                acc[jj] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))),
+                acc[jj] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(sc + 16))),
                                           _mm512_set1_ps(ads[jj]), acc[jj]);
         }
     }
@@ -371,36 +495,39 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
 }
 
 #define QD_FN(t)                                                                                                       \
-    static void qd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc) { \
+    static void qd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs_perm *ix, uint16_t *sc,            \
+                       int64_t r0, __mmask16 mask, const pf_plan *pf) {                                                \
+        qd_scales(t, w, ws, a->K / KV_QK, ix, sc);                                                                     \
         int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) qd16(a, t, w, ws, r0, mask, j0, 2, pc);                                       \
-        if (j0 < a->n) qd16(a, t, w, ws, r0, mask, j0, 1, pc);                                                         \
+        for (; j0 + 2 <= a->n; j0 += 2) qd16(a, t, w, ws, sc, r0, mask, j0, 2, pf);                                   \
+        if (j0 < a->n) qd16(a, t, w, ws, sc, r0, mask, j0, 1, pf);                                                     \
     }
 QD_FN(KV_TYPE_Q8_0)
 QD_FN(KV_TYPE_Q4_0)
 QD_FN(KV_TYPE_Q4_1)
 
-typedef void (*qd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc);
+typedef void (*qd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs_perm *ix, uint16_t *sc, int64_t r0,
+                      __mmask16 mask, const pf_plan *pf);
 
 static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f) {
     const int64_t nb = a->K / KV_QK;
     const size_t rb = (size_t)nb * qblk_bytes(t); /* bytes of a row's blocks */
+    uint8_t *tw = scratch;                                                    /* (16, rb) a partial tile */
+    uint16_t *sc = (uint16_t *)(void *)(tw + (((size_t)KV_MM_PANEL * rb + 63) & ~(size_t)63)); /* (nb + 3, 32) */
+    const qs_perm ix = qs_perm_for(t);
     int64_t r = r0;
     for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
-        /* the next tile streams in (to L2) while this one is computed */
-        pf_cursor pc;
-        pf_init(&pc, a, r + KV_PF_AHEAD * KV_MM_PANEL, nb);
-        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pc);
+        /* a later tile streams in (to L2) while this one is computed */
+        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD * KV_MM_PANEL, nb);
+        f(a, a->w + (size_t)r * a->nb1, a->nb1, &ix, sc, r, 0xFFFF, &pf);
     }
     if (r < r1) {
         /* a partial tile: its rows copied to scratch, missing rows repeat
          * the first (their lanes are masked off when y is stored) */
         int rows = (int)(r1 - r);
-        uint8_t *tw = scratch;
         for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
-        pf_cursor pc;
-        pf_init(&pc, a, a->M, nb); /* nothing left to prefetch */
-        f(a, tw, rb, r, tail_mask(rows), &pc);
+        pf_plan pf = pf_plan_for(a, a->M, nb); /* nothing left to prefetch */
+        f(a, tw, rb, &ix, sc, r, tail_mask(rows), &pf);
     }
 }
 
@@ -566,7 +693,7 @@ static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
  *   acc = fma(w[k], x[k], acc) for k = 0, 1, ..., K-1,
  * so the result is the packed path's to the bit (batch invariance). */
 KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, int j0,
-                const int J, pf_cursor *pc) {
+                const int J, const pf_plan *pf) {
     const int64_t K = a->K;
     const float *xs[2];
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -574,7 +701,7 @@ KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
     for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * K;
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
-        pf_step(pc);
+        pf_slice(pf, k / 16);
         __m512 v[16];
 #pragma GCC unroll 16
         for (int rr = 0; rr < 16; rr++) v[rr] = ldw(t, w + (size_t)rr * ws, k);
@@ -599,32 +726,32 @@ KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
 }
 
 #define FD_FN(t)                                                                                                       \
-    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc) { \
+    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,                 \
+                       const pf_plan *pf) {                                                                            \
         int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pc);                                       \
-        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pc);                                                         \
+        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pf);                                       \
+        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pf);                                                         \
     }
 FD_FN(KV_TYPE_F32)
 FD_FN(KV_TYPE_F16)
 FD_FN(KV_TYPE_BF16)
 
-typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, pf_cursor *pc);
+typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,
+                      const pf_plan *pf);
 
 static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
     const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
     int64_t r = r0;
     for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
-        pf_cursor pc;
-        pf_init(&pc, a, r + KV_MM_PANEL, (a->K + 15) / 16);
-        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pc);
+        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD * KV_MM_PANEL, a->K / 16);
+        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pf);
     }
     if (r < r1) { /* partial tile: copied, missing rows repeat the first (masked off at the store) */
         int rows = (int)(r1 - r);
         uint8_t *tw = scratch;
         for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
-        pf_cursor pc;
-        pf_init(&pc, a, a->M, 1);
-        f(a, tw, rb, r, tail_mask(rows), &pc);
+        pf_plan pf = pf_plan_for(a, a->M, 1); /* nothing left to prefetch */
+        f(a, tw, rb, r, tail_mask(rows), &pf);
     }
 }
 

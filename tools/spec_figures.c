@@ -180,7 +180,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
     opts o = {.methods = "off,ngram,self,draft_model", .requests = 8, .out = 48, .threads = 2, .reps = 2, .kmin = 1,
               .kmax = 6, .layers = 8, .adaptive = 0, .min_acc = 0.4f, .concurrency = 1};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (!strcmp(a, "--make-draft")) {
@@ -204,7 +204,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--temp")) o.temp = (float)atof(v);
         else if (!strcmp(a, "--concurrency")) o.concurrency = atoi(v);
         else return usage();
-        i++;
     }
     if (!o.model || !o.prompts || o.requests < 1 || o.out < 2 || o.reps < 1 || o.kmin < 1 || o.kmax < o.kmin ||
         o.concurrency < 1)

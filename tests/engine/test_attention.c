@@ -19,6 +19,7 @@
 #include "../../kernels/cpu.h"
 #include "../../kernels/cpu_attention.h"
 #include "../../kernels/kv_dtype.h"
+#include "../../kernels/membw.h"
 #include "../../kernels/types.h"
 
 static uint64_t rng_state = 0x5eed;
@@ -681,10 +682,13 @@ static void test_copy_block(void) {
 }
 
 /* Decode attention of the 110M shape: 32 sequences x 512 context, 12 heads
- * of 64, block 16, every dtype, the best ISA. Printed, not asserted. */
+ * of 64, block 16, in shuffled blocks as a busy cache hands them out, every
+ * dtype, the best ISA; then a 128-token prefill chunk. Printed next to the
+ * memory bandwidth (decode streams K/V from DRAM), not asserted. */
 static void test_attention_decode_timing(void) {
     const int ns = 32, ctx = 512, nh = 12, hd = 64, bs = 16;
     const int isa = kv_cpu_isa_best();
+    printf("    memory read bandwidth now: %.1f GB/s (1 thread)\n", kv_membw_measure_gbs(NULL, 0, 3));
     for (int threads = 1; threads <= 2; threads++)
         for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++) {
             kv_backend *b = kv_backend_create("cpu", threads, NULL);
@@ -705,6 +709,11 @@ static void test_attention_decode_timing(void) {
             int32_t *tab = malloc(sizeof(int32_t) * (size_t)pg.n_blocks);
             const int32_t **tabs = malloc(sizeof(int32_t *) * ns);
             for (int i = 0; i < pg.n_blocks; i++) tab[i] = i;
+            for (int i = pg.n_blocks - 1; i > 0; i--) {
+                int k = rnd(i + 1), t = tab[i];
+                tab[i] = tab[k];
+                tab[k] = t;
+            }
             for (int s = 0; s < ns; s++) tabs[s] = tab + s * (ctx / bs);
             for (int i = 0; i < ctx * nh * hd; i++) kv[i] = frand();
             for (int s = 0; s < ns; s++) {
@@ -735,10 +744,30 @@ static void test_attention_decode_timing(void) {
                 ms = fmin(ms, (kv_now_s() - t0) * 1e3);
             }
             double gbs = (double)pg.layer_bytes * 2 / (ms * 1e-3) / 1e9;
-            printf("    decode attention 32 x 512, 12 x 64, %-9s %-6s %d thread%s: %7.3f ms/layer (%5.1f GB/s of K/V)\n",
-                   kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads,
-                   threads > 1 ? "s" : " ", ms, gbs);
-            CHECK(isfinite(out[0]));
+            /* a 128-token prefill chunk of one sequence (positions 0..127),
+             * its K/V in the cache already */
+            enum { PC = 128 };
+            for (int p = 0; p < PC; p++) {
+                pos[p] = p;
+                sq[p] = 0;
+                slot[p] = tabs[0][p / bs] * bs + p % bs;
+            }
+            kv_attn_batch pb = {PC, pos, sq, slot, ns, tabs};
+            float *pq = malloc(sizeof(float) * PC * nh * hd), *pout = malloc(sizeof(float) * PC * nh * hd);
+            for (int i = 0; i < PC * nh * hd; i++) pq[i] = frand();
+            double pms = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = kv_now_s();
+                b->ops->attention(b, &pg, 0, &pb, pq, pout, nh, 0.125f);
+                pms = fmin(pms, (kv_now_s() - t0) * 1e3);
+            }
+            printf("    32 x 512 decode, %-9s %-6s %d thread%s: %6.3f ms/layer (%5.1f GB/s of K/V); "
+                   "128-token prefill %6.3f ms/layer\n",
+                   kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads, threads > 1 ? "s" : " ",
+                   ms, gbs, pms);
+            CHECK(isfinite(out[0]) && isfinite(pout[0]));
+            free(pq);
+            free(pout);
             free(q);
             free(out);
             free(kv);

@@ -362,16 +362,33 @@ static void check_matmul_type(kv_type t) {
             fill_rand(x, (size_t)n * K, 2.0f);
             REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
             /* the reference against the dequantized weights in double: only
-             * the activation quantization separates them */
+             * the activation quantization separates them, by at most half a
+             * step (amax / 254) per element of each 32-element block. NOTE:
+             * a bound per output, not a normalised error: with K = 32 and 5
+             * outputs a normalised error of random data is too noisy. */
+            int over = 0;
+            double e0 = 0;
             for (int j = 0; j < n; j++)
                 for (int64_t r = 0; r < M; r++) {
-                    double s = 0;
-                    for (int64_t k = 0; k < K; k++) s += (double)wf[r * K + k] * x[j * K + k];
+                    double s = 0, bound = 0, mag = 0;
+                    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+                        double amax = 0, wabs = 0;
+                        for (int64_t k = k0; k < k0 + 32 && k < K; k++) {
+                            double xv = x[j * K + k], wv = wf[r * K + k];
+                            s += wv * xv;
+                            mag += fabs(wv * xv);
+                            wabs += fabs(wv);
+                            if (fabs(xv) > amax) amax = fabs(xv);
+                        }
+                        bound += wabs * amax / 254.0;
+                    }
                     exact[j * M + r] = (float)s;
+                    double err = fabs((double)ref[j * M + r] - s);
+                    if (is_q(t) ? err > bound * 1.01 + 1e-5 * mag : err > 1e-5 * mag + 1e-30) over++;
+                    if (err > e0) e0 = err;
                 }
-            double e0 = nerr(ref, exact, (size_t)n * M);
-            CHECKF(e0 < (is_q(t) ? 2e-2 : 1e-6), "%s ref vs exact K=%lld M=%lld n=%d: %.3g", kv_type_name(t),
-                   (long long)K, (long long)M, n, e0);
+            CHECKF(over == 0, "%s ref vs exact K=%lld M=%lld n=%d: %d outputs off by more than the bound (max %.3g)",
+                   kv_type_name(t), (long long)K, (long long)M, n, over, e0);
             for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
                 if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
                 kv_backend *bs[3] = {b1, b2, b3};
@@ -757,7 +774,9 @@ static void test_get_rows(void) {
 typedef struct count_ctx {
     atomic_int hits[16];
     int nth_seen[16];
-    int payload[16]; /* plain writes the caller must see after run */
+    int payload[16];   /* plain writes the caller must see after run */
+    pthread_t caller;  /* the thread calling run */
+    atomic_int off0;   /* index 0 ran on another thread */
 } count_ctx;
 
 static void count_task(void *ctx, int ith, int nth) {
@@ -765,6 +784,7 @@ static void count_task(void *ctx, int ith, int nth) {
     atomic_fetch_add(&c->hits[ith], 1);
     c->nth_seen[ith] = nth;
     c->payload[ith] += ith + 1;
+    if (ith == 0 && !pthread_equal(pthread_self(), c->caller)) atomic_fetch_add(&c->off0, 1);
 }
 
 static void test_threadpool(void) {
@@ -774,6 +794,7 @@ static void test_threadpool(void) {
         CHECK(kv_threadpool_size(p) == n);
         count_ctx c;
         memset(&c, 0, sizeof c);
+        c.caller = pthread_self();
         const int runs = n <= 2 ? 5000 : 600;
         int vis_bad = 0;
         for (int r = 0; r < runs; r++) {
@@ -782,6 +803,7 @@ static void test_threadpool(void) {
             if (r % 500 == 250) usleep(2000); /* let workers fall asleep, then wake them */
         }
         CHECK(vis_bad == 0);
+        CHECK(atomic_load(&c.off0) == 0);
         for (int i = 0; i < 16; i++) {
             CHECKF(atomic_load(&c.hits[i]) == (i < n ? runs : 0), "n=%d index %d ran %d times", n, i,
                    atomic_load(&c.hits[i]));
@@ -796,8 +818,9 @@ static void test_threadpool(void) {
     kv_threadpool_free(p);
     count_ctx c;
     memset(&c, 0, sizeof c);
+    c.caller = pthread_self();
     kv_threadpool_run(NULL, count_task, &c);
-    CHECK(atomic_load(&c.hits[0]) == 1 && c.nth_seen[0] == 1);
+    CHECK(atomic_load(&c.hits[0]) == 1 && c.nth_seen[0] == 1 && atomic_load(&c.off0) == 0);
 }
 
 static void noop_task(void *ctx, int ith, int nth) {
