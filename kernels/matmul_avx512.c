@@ -47,9 +47,13 @@
 
 /* n at which the packed kernels take over from the direct ones. */
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
-/* Direct tiles prefetch the tile this many tiles ahead, into L2. NOTE: one
- * ahead into L2 measured best among 1, 2 and 4 ahead and L1 / L2 targets. */
-#define KV_PF_AHEAD 1
+/* Direct tiles prefetch the tile this many tiles ahead (quantized, float),
+ * into L2. NOTE: measured single-thread on cold weights (Zen 4): quantized
+ * tiles (4-13 KB) gain 10-30% from 2 ahead over 1, 4 or 8 gain nothing
+ * more; float tiles (16 rows x K floats) run at streaming speed with 1
+ * ahead and lose a little with 2; prefetching into L1 instead loses 40%. */
+#define KV_PF_AHEAD_Q 2
+#define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
 #define KV_FKC 256 /* k-chunk of the packed float kernel (L1-sized slices) */
 
@@ -331,18 +335,19 @@ KV_AI __m512i q4_reduce(const __m512i s[4]) {
 /* Word permutes that gather fields of 16 rows: level 1 merges two rows'
  * 64-byte loads, each later level two outputs of the one before, until
  * every field item (block k, field f) holds its 16 rows in row order.
- * F: fields per block (1: d; 2: d and m), s: words per block. Returns the
- * index vector of level lv (1-4), output half h (levels 3-4 with F = 2). */
-static __m512i qs_index(int lv, int h, int F, int s) {
+ * G: blocks per load, F: fields per block (1: d; 2: d and m), s: words per
+ * block. Returns the index vector of level lv (1-4), output half h (levels
+ * 3-4 with G * F = 8 items). */
+static __m512i qs_index(int lv, int h, int G, int F, int s) {
     uint16_t ix[32];
     for (int j = 0; j < 32; j++) {
         int v = 0;
         if (lv == 1) { /* (item, row of 2): item k*F+f at word k*s+f */
             int item = j / 2, src = j % 2;
-            if (item < 4 * F) v = (item / F) * s + item % F + 32 * src;
+            if (item < G * F) v = (item / F) * s + item % F + 32 * src;
         } else if (lv == 2) { /* (item, row of 4) */
             int item = j / 4, rr = j % 4;
-            if (item < 4 * F) v = item * 2 + rr % 2 + 32 * (rr / 2);
+            if (item < G * F) v = item * 2 + rr % 2 + 32 * (rr / 2);
         } else if (lv == 3) { /* (item, row of 8); F = 2 splits items 0-3 | 4-7 */
             int item = j / 8 + 4 * h, rr = j % 8;
             v = item * 4 + rr % 4 + 32 * (rr / 4);
@@ -361,37 +366,38 @@ typedef struct qs_perm {
 } qs_perm;
 
 static qs_perm qs_perm_for(kv_type t) {
-    const int F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)qblk_bytes(t) / 2;
-    qs_perm p = {qs_index(1, 0, F, s), qs_index(2, 0, F, s), qs_index(3, 0, F, s),
-                 qs_index(3, 1, F, s), qs_index(4, 0, F, s), qs_index(4, 1, F, s)};
+    const int G = t == KV_TYPE_Q8_0 ? 2 : 4, F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)qblk_bytes(t) / 2;
+    qs_perm p = {qs_index(1, 0, G, F, s), qs_index(2, 0, G, F, s), qs_index(3, 0, G, F, s),
+                 qs_index(3, 1, G, F, s), qs_index(4, 0, G, F, s), qs_index(4, 1, G, F, s)};
     return p;
 }
 
 /* The fp16 scale words of a 16-row tile, block-major: sc[b * SW + i] = d of
  * block b, row i; q4_1 adds m at sc[b * SW + 16 + i] (SW = 16, q4_1 32).
- * q4: one 64-byte load per row covers 4 blocks' headers, and 16 word
- * permutes (q4_1: 20) regroup them, 4 blocks at a time. NOTE: a 16-lane
- * gather per block cost about 30% of the decode tile on Zen 4, scalar
- * loads and stores (2 memory operations per row and block) about 25%.
- * q8_0 (34-byte blocks: only 2 headers per 64 bytes) keeps the scalar
- * copy; its tiles are memory-bound either way. */
+ * One 64-byte load per row covers the headers of 4 blocks (q4) or 2 (q8_0,
+ * 34-byte blocks), and a tree of word permutes regroups them: 16 per 4
+ * blocks (q4_1: 20), 15 per 2 blocks (q8_0). NOTE: a 16-lane gather per
+ * block cost about 30% of the decode tile on Zen 4, scalar loads and stores
+ * (2 memory operations per row and block) about 25%. */
 KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const qs_perm *ix, uint16_t *sc) {
     const size_t bs = qblk_bytes(t);
-    if (t == KV_TYPE_Q8_0) {
-        const uint8_t *q0 = w, *q4 = w + 4 * ws, *q8 = w + 8 * ws, *q12 = w + 12 * ws;
-        for (int64_t b = 0; b < nb; b++, sc += 16, q0 += bs, q4 += bs, q8 += bs, q12 += bs) {
+    const __m512i i1 = ix->i1, i2 = ix->i2, i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
+    if (t == KV_TYPE_Q8_0) { /* 2 blocks' headers per 64-byte load; 15 permutes */
+        for (int64_t b = 0; b < nb; b += 2) {
+            __mmask64 m = nb - b >= 2 ? ~(__mmask64)0 : (((__mmask64)1 << bs) - 1);
+            __m512i p[8], q[4];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                p[i] = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i) * ws + (size_t)b * bs), i1,
+                                                 _mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i + 1) * ws + (size_t)b * bs));
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                sc[i] = kv_mm_rd16(q0 + i * ws);
-                sc[4 + i] = kv_mm_rd16(q4 + i * ws);
-                sc[8 + i] = kv_mm_rd16(q8 + i * ws);
-                sc[12 + i] = kv_mm_rd16(q12 + i * ws);
-            }
+            for (int i = 0; i < 4; i++) q[i] = _mm512_permutex2var_epi16(p[2 * i], i2, p[2 * i + 1]);
+            __m512i r0 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r1 = _mm512_permutex2var_epi16(q[2], i30, q[3]);
+            _mm512_storeu_si512((void *)(sc + (size_t)b * 16), _mm512_permutex2var_epi16(r0, i40, r1));
         }
         return;
     }
     const int F = t == KV_TYPE_Q4_1 ? 2 : 1;
-    const __m512i i1 = ix->i1, i2 = ix->i2, i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
     for (int64_t b = 0; b < nb; b += 4) {
         /* the last group may hold fewer than 4 blocks: load only its bytes */
         __mmask64 m = nb - b >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << ((size_t)(nb - b) * bs)) - 1);
@@ -518,7 +524,7 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
     int64_t r = r0;
     for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
         /* a later tile streams in (to L2) while this one is computed */
-        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD * KV_MM_PANEL, nb);
+        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD_Q * KV_MM_PANEL, nb);
         f(a, a->w + (size_t)r * a->nb1, a->nb1, &ix, sc, r, 0xFFFF, &pf);
     }
     if (r < r1) {
@@ -743,7 +749,7 @@ static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
     const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
     int64_t r = r0;
     for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
-        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD * KV_MM_PANEL, a->K / 16);
+        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD_F * KV_MM_PANEL, a->K / 16);
         f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pf);
     }
     if (r < r1) { /* partial tile: copied, missing rows repeat the first (masked off at the store) */
