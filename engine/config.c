@@ -68,12 +68,15 @@ static const kv_config_key keys[] = {
 
     K_INT("kv.block_size", kv.block_size, 1, 1024, "tokens per KV block"),
     K_SIZE("kv.memory", kv.memory, 0, TIB, "KV cache budget (bytes, or 256MiB, 1GiB, ...); 0 = use kv.blocks"),
-    K_INT("kv.blocks", kv.blocks, 0, 16777216, "KV blocks; 0 = derive from kv.memory"),
+    K_INT("kv.blocks", kv.blocks, 0, 16777216, "KV blocks; 0 = derive from memory.budget or kv.memory"),
     K_ENUM("kv.dtype", kv.dtype, dtype_names, "KV element format (int8/fp8 keep per-row scales)"),
     K_BOOL("kv.prefix_sharing", kv.prefix_sharing, "share identical prompt prefixes between requests"),
     K_ENUM("kv.layout", kv.layout, layout_names,
            "paged: blocks on demand; contiguous: reserve max_seq_len per request"),
     K_SIZE("kv.swap_memory", kv.swap_memory, 0, TIB, "host swap pool for preempted requests; 0 = none"),
+
+    K_SIZE("memory.budget", memory.budget, 0, TIB,
+           "total for weights + activations + KV cache; the KV cache gets the rest (overrides kv.memory); 0 = off"),
 
     K_ENUM("scheduler.policy", scheduler.policy, policy_names,
            "continuous: admit at every step; static: run each batch to completion"),
@@ -740,8 +743,9 @@ int kv_config_validate(const kv_config *c, kv_err *err) {
     for (size_t i = 0; i < KV_ARRAY_LEN(keys); i++)
         if (kv_config_key_check(&keys[i], c, err)) return KV_ERR_INVAL;
     /* Consistency between keys. Each message starts with the key to change. */
-    if (c->kv.memory == 0 && c->kv.blocks == 0)
-        return kv_err_set(err, KV_ERR_INVAL, "kv.memory: kv.memory and kv.blocks are both 0; set one of them");
+    if (c->kv.memory == 0 && c->kv.blocks == 0 && c->memory.budget == 0)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "kv.memory: kv.memory, kv.blocks and memory.budget are all 0; set one of them");
     if (c->scheduler.preemption == KV_PREEMPT_SWAP && c->kv.swap_memory == 0)
         return kv_err_set(err, KV_ERR_INVAL,
                           "kv.swap_memory: scheduler.preemption is swap but kv.swap_memory is 0");

@@ -68,6 +68,10 @@ typedef struct kv_config {
         uint64_t swap_memory;    /* host swap pool bytes (0 = none) */
     } kv;
     struct {
+        uint64_t budget;         /* weights + activations + KV in bytes; the KV cache gets what the
+                                    rest leaves (overrides kv.memory; 0 = off) */
+    } memory;
+    struct {
         kv_policy policy;
         int max_seqs;
         int max_batched_tokens;

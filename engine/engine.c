@@ -445,10 +445,36 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     cp->block_size = cfg->kv.block_size;
     cp->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
     e->block_bytes = kv_cache_block_bytes(cp);
-    cp->n_blocks = cfg->kv.blocks > 0 ? cfg->kv.blocks : kv_cache_blocks_for_bytes(cp, cfg->kv.memory);
+
+    /* The forward pass's buffers come first: a memory.budget gives the KV
+     * cache what the weights and these activations leave. */
+    e->spec_k = cfg->spec.method != KV_SPEC_OFF ? cfg->spec.k : 0;
+    int T = cfg->scheduler.max_batched_tokens;
+    int64_t ml = (int64_t)cfg->scheduler.max_seqs * (1 + e->spec_k);
+    e->max_logits = (int)KV_MIN(ml, (int64_t)T);
+    e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
+    if (!e->fwd) goto fail;
+    uint64_t kv_memory = cfg->kv.memory;
+    const char *kv_key = "kv.memory";
+    if (cfg->kv.blocks == 0 && cfg->memory.budget > 0) {
+        /* NOTE: a draft model's weights and cache (spec.method draft_model)
+         * come on top of the budget: they are sized after the cache. */
+        uint64_t act = kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
+        uint64_t fixed = e->model->weight_bytes + act;
+        if (fixed >= cfg->memory.budget) {
+            kv_err_set(err, KV_ERR_INVAL,
+                       "memory.budget: %.1f MiB leaves nothing for the KV cache (weights %.1f MiB + activations %.1f MiB)",
+                       (double)cfg->memory.budget / 1048576.0, (double)e->model->weight_bytes / 1048576.0,
+                       (double)act / 1048576.0);
+            goto fail;
+        }
+        kv_memory = cfg->memory.budget - fixed;
+        kv_key = "memory.budget";
+    }
+    cp->n_blocks = cfg->kv.blocks > 0 ? cfg->kv.blocks : kv_cache_blocks_for_bytes(cp, kv_memory);
     if (cp->n_blocks <= 0) {
-        kv_err_set(err, KV_ERR_INVAL, "kv.memory: %llu bytes hold no KV block of %llu bytes (%d tokens)",
-                   (unsigned long long)cfg->kv.memory, (unsigned long long)e->block_bytes, cp->block_size);
+        kv_err_set(err, KV_ERR_INVAL, "%s: %llu bytes for the KV cache hold no block of %llu bytes (%d tokens)", kv_key,
+                   (unsigned long long)kv_memory, (unsigned long long)e->block_bytes, cp->block_size);
         goto fail;
     }
     cp->n_swap_blocks = cfg->kv.swap_memory ? kv_cache_blocks_for_bytes(cp, cfg->kv.swap_memory) : 0;
@@ -465,8 +491,6 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     e->ctx = e->sp.max_seq_len;
     e->sched = kv_sched_new(&e->sp, e->cache, err);
     if (!e->sched) goto fail;
-    e->spec_k = cfg->spec.method != KV_SPEC_OFF ? cfg->spec.k : 0;
-    int T = cfg->scheduler.max_batched_tokens;
     if (cfg->spec.method != KV_SPEC_OFF) {
         e->spec = kv_spec_new(cfg, e->model, e->be, e->cache, cfg->scheduler.max_seqs, T, err);
         if (!e->spec) goto fail;
@@ -477,10 +501,6 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
             goto fail;
         }
     }
-    int64_t ml = (int64_t)cfg->scheduler.max_seqs * (1 + e->spec_k);
-    e->max_logits = (int)KV_MIN(ml, (int64_t)T);
-    e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
-    if (!e->fwd) goto fail;
     e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof(float));
     e->sampler = kv_sampler_new(e->n_vocab);
     e->metrics = kv_metrics_new(cfg->sla.ttft_ms, cfg->sla.tpot_ms);
@@ -1318,6 +1338,7 @@ static int build_snapshot(kv_engine *e, kv_snapshot *s) {
     m->other = kv_metrics_bytes(e->metrics) + (uint64_t)e->cap_live * sizeof(ereq *) +
                (uint64_t)e->n_live * sizeof(ereq) + (uint64_t)e->cap_ids * sizeof(id_rec) +
                (uint64_t)e->cache_params.n_blocks * 64 + kv_spec_kv_bytes(e->spec);
+    m->budget = e->cfg.kv.blocks == 0 ? e->cfg.memory.budget : 0;
     if (e->be->ops->mem_info) e->be->ops->mem_info(e->be, &m->backend);
 
     /* requests: waiting, running, preempted, swapped, then finished */

@@ -227,6 +227,7 @@ typedef struct kv_mem_breakdown {
     uint64_t kv_swap_used, kv_swap_total;
     uint64_t activations;  /* forward scratch */
     uint64_t other;        /* tokenizer, tables, metrics */
+    uint64_t budget;       /* memory.budget the KV cache was sized from; 0 = none */
     kv_backend_mem backend;/* device memory when the backend can tell */
 } kv_mem_breakdown;
 

@@ -239,7 +239,7 @@ int kv_eval_run(const kv_eval_params *p, const char *text, size_t len, kv_eval_r
     if (n_w + n_kv <= 0) return kv_err_set(err, KV_ERR_INVAL, "eval: no weight type and no KV dtype to evaluate");
 
     double t_start = kv_now_s();
-    int rc = 0, n_rows = 0, max_rows = n_w + n_kv + 2;
+    int rc = 0, n_rows = 0, max_rows = p->grid ? (n_w + 1) * n_kv + 1 : n_w + n_kv + 2;
     kv_eval_report rep;
     memset(&rep, 0, sizeof rep);
     run_state s;
@@ -322,10 +322,19 @@ int kv_eval_run(const kv_eval_params *p, const char *text, size_t len, kv_eval_r
     else if (is_gguf)
         for (int i = 0; i < n_w; i++) wnames[n_wl++] = def_weights[i];
     if (!p->weights) wnames[n_wl++] = s.vars[0].name;
-    for (int i = 0; i < n_wl + n_kv; i++) {
+    const int n_cfg = p->grid ? n_wl * n_kv : n_wl + n_kv;
+    for (int i = 0; i < n_cfg; i++) {
         int v;
         kv_cache_dtype d;
-        if (i < n_wl) {
+        if (p->grid) {
+            kv_quant_target t;
+            if (kv_quant_target_from_name(wnames[i / n_kv], &t, err)) {
+                rc = KV_ERR_INVAL;
+                goto fail;
+            }
+            v = get_variant(&s, p, t.name, err);
+            d = kvs[i % n_kv];
+        } else if (i < n_wl) {
             kv_quant_target t;
             if (kv_quant_target_from_name(wnames[i], &t, err)) {
                 rc = KV_ERR_INVAL;

@@ -82,6 +82,8 @@ typedef struct kv_eval_params {
     /* KV dtypes run with the file's own weights; NULL: f16, int8, fp8_e4m3. */
     const kv_cache_dtype *kv;
     int n_kv;
+    int grid;                   /* 1: every weight type with every KV dtype instead of the two
+                                   lists above (weights with f16, KV dtypes with the file's weights) */
     const char *tmp_dir;        /* for the re-encoded variants; NULL: $TMPDIR or /tmp */
     /* Progress lines ("quantizing q8_0", "window 2/5"); may be NULL. */
     void (*log)(void *ctx, const char *msg);

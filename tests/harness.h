@@ -65,6 +65,16 @@ static inline const char *harness_shared_path(const char *rel) {
     return buf;
 }
 
+/* Copies "<shared>/<rel>" into dst (cap bytes, truncated, NUL-terminated):
+ * a model path into a kv_config. */
+static inline void harness_shared_copy(char *dst, size_t cap, const char *rel) {
+    const char *path = harness_shared_path(rel);
+    size_t n = strlen(path);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, path, n);
+    dst[n] = 0;
+}
+
 static inline int harness_run(const harness_case *cases, int n, int argc, char **argv) {
     int passed = 0, failed = 0;
     const char *filter = argc > 1 ? argv[1] : NULL;

@@ -514,6 +514,13 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
     fprintf(f, "KV cache       %d blocks x %d tokens, %llu B/token (%s, %s); utilisation %.1f%%\n",
             r->kv_blocks_total, r->kv_block_size, (unsigned long long)r->kv_bytes_per_token,
             kv_cache_dtype_name(c->kv.dtype), enum_name("kv.layout", c->kv.layout), 100.0 * m->kv_utilization);
+    {
+        const kv_mem_breakdown *mb = &r->mem;
+        fprintf(f, "memory         weights %.1f MiB, KV %.1f MiB, activations %.1f MiB", mb->weights / 1048576.0,
+                (mb->kv_used + mb->kv_cached + mb->kv_free) / 1048576.0, mb->activations / 1048576.0);
+        if (mb->budget) fprintf(f, " (memory.budget %.1f MiB)", mb->budget / 1048576.0);
+        fputc('\n', f);
+    }
     fprintf(f, "prefix cache   hit rate %.1f%%, %llu tokens reused; prefill computed %llu tokens\n",
             100.0 * m->prefix_hit_rate, (unsigned long long)m->prefix_hit_tokens,
             (unsigned long long)m->prefill_tokens_computed);
@@ -850,6 +857,7 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     json_uint(w, "kv_free", r->mem.kv_free);
     json_uint(w, "activations", r->mem.activations);
     json_uint(w, "other", r->mem.other);
+    json_uint(w, "budget", r->mem.budget);
     kv_json_write_end_object(w);
     json_uint(w, "steps", r->steps);
     json_num(w, "elapsed_s", m->elapsed_s);

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "                     %s\n"
             "  --kv LIST          KV dtypes (default f16,int8,fp8_e4m3; 'none' for no KV rows):\n"
             "                     f32, f16, int8, int8_asym, fp8_e4m3, fp8_e5m2\n"
+            "  --grid             every weight type with every KV dtype (one row each)\n"
             "  --ctx N            tokens per window (default: min(model context, 512))\n"
             "  --bos | --no-bos   start every window with BOS (default: the tokenizer's add_bos)\n"
             "  -t THREADS         (default: the profile's, else all cores)\n"
@@ -171,7 +172,7 @@ static int write_json(FILE *f, const kv_eval_report *rep, const char *model_path
 int cmd_eval(int argc, char **argv) {
     const char *profile = NULL, *model_path = NULL, *tok_path = NULL, *text_path = NULL, *json_path = NULL;
     const char *weights_arg = NULL, *kv_arg = NULL, *backend = NULL, *tmp_dir = NULL;
-    int ctx = 0, threads = -1, bos = -1, quiet = 0;
+    int ctx = 0, threads = -1, bos = -1, quiet = 0, grid = 0;
     int rc = 2;
     char *text = NULL, *wbuf = NULL, *kbuf = NULL;
     kv_eval_report rep = {0};
@@ -199,6 +200,7 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--json")) bad = cli_str(argc, argv, &i, &json_path);
         else if (!strcmp(a, "--bos")) bos = 1;
         else if (!strcmp(a, "--no-bos")) bos = 0;
+        else if (!strcmp(a, "--grid")) grid = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtop eval: unknown option '%s'\n", a);
@@ -298,6 +300,7 @@ int cmd_eval(int argc, char **argv) {
         .backend = backend,
         .n_threads = threads,
         .ctx = ctx,
+        .grid = grid,
         .bos = bos,
         .weights = n_w >= 0 ? (const char *const *)wl : NULL,
         .n_weights = n_w,

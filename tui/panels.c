@@ -578,6 +578,12 @@ void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     } else if (s) {
         snprintf(extra, sizeof extra, "%s", s->backend);
     }
+    if (s && s->mem.budget) {
+        char b[16];
+        kv_format_bytes(b, sizeof b, s->mem.budget);
+        size_t l = strlen(extra);
+        snprintf(extra + l, sizeof extra - l, "%sbudget %s", l ? ", " : "", b);
+    }
     frame(w, v, "Mem", extra);
     int ih, iw;
     inner(w, &ih, &iw);

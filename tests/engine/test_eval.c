@@ -247,6 +247,33 @@ static void test_driver_stories(void) {
             if (rep.rows[i].kv == KV_CACHE_F32) CHECK(rep.rows[i].mean_kl == 0 && rep.rows[i].top1 == 1);
         kv_eval_report_free(&rep);
     }
+
+    /* --grid: every weight type with every KV dtype, each pair once; the
+     * f32/f32 pair is a fresh run equal to the reference. */
+    p.weights = (const char *[]){"f32", "q8_0"};
+    p.n_weights = 2;
+    p.kv = (kv_cache_dtype[]){KV_CACHE_F32, KV_CACHE_INT8, KV_CACHE_FP8_E4M3};
+    p.n_kv = 3;
+    p.ctx = 64;
+    p.grid = 1;
+    rc = kv_eval_run(&p, story, strlen(story), &rep, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    CHECK(dir_is_empty(tmp));
+    if (rc == 0) {
+        CHECKF(rep.n_rows == 7, "%d rows", rep.n_rows);
+        int seen[2][3] = {{0}};
+        for (int i = 1; i < rep.n_rows; i++) {
+            const kv_eval_row *r = &rep.rows[i];
+            int wi = !strcmp(r->weights, "q8_0");
+            int ki = r->kv == KV_CACHE_F32 ? 0 : r->kv == KV_CACHE_INT8 ? 1 : 2;
+            seen[wi][ki]++;
+            if (!wi && !ki) CHECK(r->mean_kl == 0 && r->ppl == rep.rows[0].ppl);
+            else CHECKF(r->mean_kl > 0, "%s/%d KL %g", r->weights, (int)r->kv, r->mean_kl);
+        }
+        for (int w = 0; w < 2; w++)
+            for (int k = 0; k < 3; k++) CHECKF(seen[w][k] == 1, "pair %d/%d seen %d times", w, k, seen[w][k]);
+        kv_eval_report_free(&rep);
+    }
     rmdir(tmp);
 }
 

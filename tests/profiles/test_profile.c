@@ -203,7 +203,7 @@ static void test_load_errors(void) {
                 "workload.output_len.sigma: must be in [0, 4]");
     EXPECT_FAIL("workload:\n  output_len: x\n", KV_ERR_INVAL, "2:15: ", "expected an integer token count");
     /* Validation across keys points at the key it names. */
-    EXPECT_FAIL("kv:\n  memory: 0\n", KV_ERR_INVAL, "2:11: ", "kv.memory: kv.memory and kv.blocks are both 0");
+    EXPECT_FAIL("kv:\n  memory: 0\n", KV_ERR_INVAL, "2:11: ", "kv.memory: kv.memory, kv.blocks and memory.budget are all 0");
     EXPECT_FAIL("spec:\n  method: draft_model\n", KV_ERR_INVAL, NULL, "spec.draft_model: required");
     EXPECT_FAIL("scheduler:\n  max_seq_len: 256\nworkload:\n  output_len: 200\n", KV_ERR_INVAL, "4:15: ",
                 "exceeds scheduler.max_seq_len (256)");
