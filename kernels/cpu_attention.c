@@ -855,12 +855,108 @@ static T_AVX2 void f16_encode_avx2(const float *src, uint8_t *dst, int n) {
         memcpy(dst + 2 * (size_t)i, &h, 2);
     }
 }
+
+/* The reference's fp8 rounding (kv_dtype.c fp8_encode) on 8 lanes, in the
+ * same integer steps: NaN, infinity and f32 zero/subnormal first, then the
+ * normal or subnormal code with round-half-even on the dropped bits and the
+ * clamp to the largest finite code. */
+static T_AVX2 __m256i fp8_encode8(__m256 f, int mbits, int bias, int max_code, int nan_code) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 24), _mm256_set1_epi32(0x80));
+    const __m256i ax = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+    const __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(ax, 23), _mm256_set1_epi32(127 - bias));
+    const __m256i m = _mm256_and_si256(ax, _mm256_set1_epi32(0x7fffff));
+    const __m256i normal = _mm256_cmpgt_epi32(e, zero); /* e >= 1 */
+    /* normal: shift 23 - mbits, the exponent above the kept bits; subnormal:
+     * the implicit bit joins and the shift grows by 1 - e */
+    const __m256i mm = _mm256_blendv_epi8(_mm256_or_si256(m, _mm256_set1_epi32(0x800000)), m, normal);
+    const __m256i sh = _mm256_blendv_epi8(_mm256_sub_epi32(_mm256_set1_epi32(24 - mbits), e),
+                                          _mm256_set1_epi32(23 - mbits), normal);
+    const __m256i too_small = _mm256_cmpgt_epi32(sh, _mm256_set1_epi32(24)); /* shift >= 25 */
+    const __m256i shc = _mm256_min_epi32(sh, _mm256_set1_epi32(24));       /* keeps the shifts below defined */
+    __m256i code = _mm256_srlv_epi32(mm, shc);
+    code = _mm256_or_si256(code, _mm256_and_si256(normal, _mm256_slli_epi32(e, mbits)));
+    const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shc, one));
+    const __m256i rem = _mm256_and_si256(mm, _mm256_sub_epi32(_mm256_sllv_epi32(one, shc), one));
+    const __m256i up = _mm256_or_si256(_mm256_cmpgt_epi32(rem, half),
+                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem, half),
+                                                        _mm256_cmpeq_epi32(_mm256_and_si256(code, one), one)));
+    code = _mm256_sub_epi32(code, up); /* up is -1 where rounding up */
+    code = _mm256_min_epi32(code, _mm256_set1_epi32(max_code));
+    code = _mm256_andnot_si256(too_small, code);
+    /* f32 zero or subnormal (biased exponent 0): the sign alone */
+    code = _mm256_andnot_si256(_mm256_cmpeq_epi32(_mm256_srli_epi32(ax, 23), zero), code);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000);
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(max_code), _mm256_cmpeq_epi32(ax, inf));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(nan_code), _mm256_cmpgt_epi32(ax, inf));
+    return _mm256_or_si256(sign, code);
+}
+
+/* absmax of a row as the reference computes it (NaN ignored). */
+static T_AVX2 float absmax_avx2(const float *src, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), mx);
+    float lanes[8], amax = 0.0f;
+    _mm256_storeu_ps(lanes, mx);
+    for (int k = 0; k < 8; k++) amax = fmaxf(amax, lanes[k]);
+    for (; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+    return amax;
+}
+
+static T_AVX2 void fp8_encode_avx2(const float *src, uint8_t *dst, int n, int e4) {
+    const int mbits = e4 ? 3 : 2, bias = e4 ? 7 : 15, max_code = e4 ? 0x7e : 0x7b, nan_code = e4 ? 0x7f : 0x7e;
+    const float scale = absmax_avx2(src, n) / (e4 ? KV_FP8_E4M3_MAX : KV_FP8_E5M2_MAX);
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const __m256 vi = _mm256_set1_ps(inv);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i c = fp8_encode8(_mm256_mul_ps(_mm256_loadu_ps(src + i), vi), mbits, bias, max_code, nan_code);
+        __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+        _mm_storel_epi64((__m128i *)(dst + i), _mm_packus_epi16(w16, w16));
+    }
+    for (; i < n; i++) dst[i] = e4 ? kv_fp8_e4m3_from_fp32(src[i] * inv) : kv_fp8_e5m2_from_fp32(src[i] * inv);
+    memcpy(dst + n, &scale, 4);
+}
+/* Symmetric int8 with the reference's exact arithmetic (kv_dtype_encode_row):
+ * the same absmax (NaN ignored: max_ps returns its second operand when one
+ * is NaN), the same scale and inverse, the same product rounded to nearest
+ * even, the same clamp (a NaN product clamps to -127 as fmaxf does); the
+ * reference's rintf/fminf/fmaxf are libm calls at -O2 and made the int8
+ * cache's writes cost ~8% of a 32-request decode step. */
+static T_AVX2 void int8_encode_avx2(const float *src, uint8_t *dst, int n) {
+    const float scale = absmax_avx2(src, n) / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const __m256 vi = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(src + i), vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+        __m256i w = _mm256_cvtps_epi32(q);
+        __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storel_epi64((__m128i *)(dst + i), _mm_packs_epi16(w16, w16));
+    }
+    for (; i < n; i++) {
+        float q = fminf(fmaxf(rintf(src[i] * inv), -127.0f), 127.0f);
+        dst[i] = (uint8_t)(int8_t)q;
+    }
+    memcpy(dst + n, &scale, 4);
+}
+
 #endif
 
 static void encode_row(kv_cpu_isa isa, kv_cache_dtype d, const float *src, uint8_t *dst, int hd) {
 #ifdef ATTN_X86
     if (d == KV_CACHE_F16 && isa >= KV_CPU_ISA_AVX2) {
         f16_encode_avx2(src, dst, hd);
+        return;
+    }
+    if (d == KV_CACHE_INT8 && isa >= KV_CPU_ISA_AVX2) {
+        int8_encode_avx2(src, dst, hd);
+        return;
+    }
+    if ((d == KV_CACHE_FP8_E4M3 || d == KV_CACHE_FP8_E5M2) && isa >= KV_CPU_ISA_AVX2) {
+        fp8_encode_avx2(src, dst, hd, d == KV_CACHE_FP8_E4M3);
         return;
     }
 #endif

@@ -592,12 +592,38 @@ static void test_batch_check(void) {
 /* kv_store writes exactly the reference row encoding into each token's
  * slot (and nothing else), on every ISA, split over 2 threads. */
 static void test_store_rows(void) {
-    enum { NT = 300, NKV = 4, HD = 64, BS = 16, NB = 24 };
+    /* HD = 68: whole SIMD vectors and a tail. */
+    enum { NT = 300, NKV = 4, HD = 68, BS = 16, NB = 24 };
     float *k = malloc(sizeof(float) * NT * NKV * HD), *v = malloc(sizeof(float) * NT * NKV * HD);
     int32_t pos[NT], seq[NT], slot[NT];
     for (int i = 0; i < NT * NKV * HD; i++) {
         k[i] = frand() * 3.0f;
         v[i] = frand();
+    }
+    /* Rows the encoders must treat exactly as the reference: all zeros, a
+     * NaN, an infinity (in the vector part and in the tail), a huge value
+     * next to tiny ones, and products landing exactly on .5. */
+    memset(k, 0, sizeof(float) * HD);
+    k[1 * HD + 5] = NAN;
+    k[2 * HD + 66] = NAN;
+    k[3 * HD + 9] = INFINITY;
+    v[4 * HD + 67] = -INFINITY;
+    for (int i = 0; i < HD; i++) k[5 * HD + i] = 1e-30f * (float)i;
+    k[5 * HD + 3] = 1e30f;
+    for (int i = 0; i < HD; i++) v[6 * HD + i] = (float)(i % 9) - 4.0f + 0.5f; /* absmax 4.5: x * 127/4.5 */
+    v[6 * HD + 0] = 127.0f, v[6 * HD + 1] = 0.5f, v[6 * HD + 2] = -2.5f;       /* absmax 127: x * 1 */
+    /* fp8 ties: a row whose absmax is the format's largest value is scaled
+     * by exactly 1, so midpoints between neighbouring codes (normal and
+     * subnormal) reach the rounding as they are. */
+    for (int f = 0; f < 2; f++) {
+        float *row = k + (size_t)(10 + f) * HD;
+        row[0] = f ? KV_FP8_E5M2_MAX : KV_FP8_E4M3_MAX;
+        for (int i = 1; i < HD; i++) {
+            int c = rnd(f ? 0x7b : 0x7e);
+            float a = f ? kv_fp8_e5m2_to_fp32((uint8_t)c) : kv_fp8_e4m3_to_fp32((uint8_t)c);
+            float b = f ? kv_fp8_e5m2_to_fp32((uint8_t)(c + 1)) : kv_fp8_e4m3_to_fp32((uint8_t)(c + 1));
+            row[i] = (i & 1 ? -0.5f : 0.5f) * (a + b);
+        }
     }
     /* distinct slots in a shuffled order; slot -1 and one past the pool are skipped */
     for (int i = 0; i < NT; i++) slot[i] = i + 40;
