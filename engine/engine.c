@@ -1,15 +1,19 @@
 /* engine.c - the engine behind engine.h: request intake (validation,
  * tokenization, rejection with reasons), the step loop (schedule, one
  * batched forward, sampling, streaming detokenization, stop strings, events,
- * records), the background thread with pause/step controls, and plain-data
- * snapshots for front ends.
+ * records), the background thread with pause/step controls, plain-data
+ * snapshots for front ends, and a hook that gets one after every step.
  *
- * Locks (always taken in this order: state_mu, then pub_mu, then mu):
+ * Locks (always taken in this order: state_mu, then pub_mu or hook_mu,
+ * then mu):
  *   state_mu  held for a whole step; guards the scheduler, cache, metrics,
  *             the live request table and the step/decision rings.
  *   pub_mu    the published snapshot copy that readers use mid-step.
  *   mu        the intake queue, cancellations, the event ring, the per-id
- *             table (active / finished text) and the thread controls. */
+ *             table (active / finished text) and the thread controls.
+ *   hook_mu   the step hook and its snapshot: taken with state_mu held
+ *             after a step and kept while state_mu is released and the
+ *             hook runs, so removing the hook waits for a call in flight. */
 #include "engine.h"
 
 #include <errno.h>
@@ -133,6 +137,12 @@ struct kv_engine {
     /* ---- published snapshot (pub_mu) ---- */
     kv_snapshot *pub, *pub_back;
     double last_reader_ms;  /* last kv_engine_snapshot call: publish while readers are around */
+
+    /* ---- step hook (hook_mu; taken after state_mu, held across the call) ---- */
+    pthread_mutex_t hook_mu;
+    kv_step_hook hook;      /* NULL: none */
+    void *hook_user;
+    kv_snapshot *hook_snap; /* built after each step for the hook; allocated when the hook is set */
 
     pthread_t thread;
 };
@@ -399,8 +409,8 @@ static int engine_init_sync(kv_engine *e) {
     if (pthread_condattr_init(&ca)) return -1;
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int rc = pthread_mutex_init(&e->state_mu, NULL) || pthread_mutex_init(&e->pub_mu, NULL) ||
-             pthread_mutex_init(&e->mu, NULL) || pthread_cond_init(&e->ev_cond, &ca) ||
-             pthread_cond_init(&e->ctl_cond, &ca);
+             pthread_mutex_init(&e->mu, NULL) || pthread_mutex_init(&e->hook_mu, NULL) ||
+             pthread_cond_init(&e->ev_cond, &ca) || pthread_cond_init(&e->ctl_cond, &ca);
     pthread_condattr_destroy(&ca);
     return rc ? -1 : 0;
 }
@@ -550,6 +560,7 @@ void kv_engine_free(kv_engine *e) {
     free(e->sreqs);
     kv_snapshot_free(e->pub);
     kv_snapshot_free(e->pub_back);
+    kv_snapshot_free(e->hook_snap);
     kv_metrics_free(e->metrics);
     kv_sampler_free(e->sampler);
     free(e->logits);
@@ -565,6 +576,7 @@ void kv_engine_free(kv_engine *e) {
     pthread_mutex_destroy(&e->state_mu);
     pthread_mutex_destroy(&e->pub_mu);
     pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->hook_mu);
     pthread_cond_destroy(&e->ev_cond);
     pthread_cond_destroy(&e->ctl_cond);
     free(e);
@@ -1069,6 +1081,25 @@ static int step_locked(kv_engine *e) {
     return did ? 1 : 0;
 }
 
+/* The step hook, in two halves around the release of state_mu so the hook
+ * runs while front ends can take snapshots. hook_prepare (state_mu held,
+ * after a step): when the step counter moved and a hook is set, builds its
+ * snapshot and returns 1 with hook_mu held; hook_call then calls the hook
+ * and releases hook_mu. NOTE: a step whose snapshot cannot be built (out of
+ * memory) is not reported; its records reach the hook with the next one. */
+static int hook_prepare(kv_engine *e, uint64_t step_before) {
+    if (e->step == step_before) return 0;
+    pthread_mutex_lock(&e->hook_mu);
+    if (e->hook && build_snapshot(e, e->hook_snap) == 0) return 1;
+    pthread_mutex_unlock(&e->hook_mu);
+    return 0;
+}
+
+static void hook_call(kv_engine *e) {
+    e->hook(e->hook_user, e->hook_snap);
+    pthread_mutex_unlock(&e->hook_mu);
+}
+
 int kv_engine_step(kv_engine *e) {
     if (!e) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->mu);
@@ -1076,9 +1107,12 @@ int kv_engine_step(kv_engine *e) {
     pthread_mutex_unlock(&e->mu);
     if (started) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->state_mu);
+    uint64_t before = e->step;
     int rc = step_locked(e);
     flush_events(e);
+    int hooked = hook_prepare(e, before);
     pthread_mutex_unlock(&e->state_mu);
+    if (hooked) hook_call(e);
     return rc;
 }
 
@@ -1117,10 +1151,13 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
 
         pthread_mutex_lock(&e->state_mu);
+        uint64_t before = e->step;
         int rc = step_locked(e);
         publish(e);
         flush_events(e);
+        int hooked = hook_prepare(e, before);
         pthread_mutex_unlock(&e->state_mu);
+        if (hooked) hook_call(e);
 
         pthread_mutex_lock(&e->mu);
         int delay = e->step_delay_ms;
@@ -1566,6 +1603,28 @@ int kv_engine_check(kv_engine *e, char *msg, size_t cap) {
     }
     pthread_mutex_unlock(&e->state_mu);
     return rc;
+}
+
+int kv_engine_set_step_hook(kv_engine *e, kv_step_hook fn, void *user) {
+    if (!e) return KV_ERR_INVAL;
+    /* Allocated before the lock, so a failure changes nothing. */
+    kv_snapshot *fresh = NULL;
+    if (fn) {
+        pthread_mutex_lock(&e->hook_mu);
+        int have = e->hook_snap != NULL;
+        pthread_mutex_unlock(&e->hook_mu);
+        if (!have && !(fresh = kv_snapshot_new())) return KV_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&e->hook_mu);
+    kv_snapshot *old = NULL;
+    if (fn && !e->hook_snap) e->hook_snap = fresh, fresh = NULL;
+    if (!fn) old = e->hook_snap, e->hook_snap = NULL;
+    e->hook = fn;
+    e->hook_user = fn ? user : NULL;
+    pthread_mutex_unlock(&e->hook_mu);
+    kv_snapshot_free(fresh); /* set twice at once: the other call's snapshot serves */
+    kv_snapshot_free(old);
+    return 0;
 }
 
 int kv_engine_trace_enable(kv_engine *e, int on) {

@@ -300,4 +300,29 @@ int kv_engine_check(kv_engine *e, char *msg, size_t cap);
  * enabled the engine keeps every step record and decision. */
 int kv_engine_trace_enable(kv_engine *e, int on);
 
+/* ---- step hook: a snapshot after every step ---- */
+
+/* Called after every step that did work (the step counter moved), on the
+ * thread that ran it: the background thread, or the caller of
+ * kv_engine_step(). s is a snapshot of the state right after that step
+ * (s->step is its number), borrowed: valid only during the call. The engine
+ * holds no state lock during the call, so other threads may take snapshots
+ * and submit meanwhile, but the next step waits for the hook to return:
+ * keep it short. The hook must not call back into this engine (a call
+ * would deadlock or race with the step loop); record what it needs from s
+ * and return. */
+typedef void (*kv_step_hook)(void *user, const kv_snapshot *s);
+
+/* Installs fn (NULL removes the hook); user is passed back to it. Replaces
+ * any hook set before. On return no call of an earlier hook is in flight,
+ * so after kv_engine_set_step_hook(e, NULL, NULL) returns, user's data may
+ * be freed. Must not be called from inside the hook. The snapshot is
+ * allocated here (and grown by the steps as needed); while a hook is set
+ * each step also builds it, which with kv_engine_trace_enable() on (rings
+ * unbounded) grows with the run. Returns 0, KV_ERR_INVAL for a NULL engine,
+ * or KV_ERR_NOMEM (nothing changed). NOTE: a step whose snapshot cannot be
+ * built for lack of memory is not reported; the next one carries its step
+ * record and decisions in its rings. */
+int kv_engine_set_step_hook(kv_engine *e, kv_step_hook fn, void *user);
+
 #endif

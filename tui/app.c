@@ -105,7 +105,9 @@ typedef struct app {
     int slow_idx;
     int pending_steps;
     load_state load;
-    kv_trace_writer *rec;
+    kv_trace_writer *rec;        /* recording: frames added by the engine thread (rec_hook) */
+    int rec_hooked;              /* bool: rec_hook is installed on eng */
+    atomic_int rec_err;          /* set by rec_hook: the writer's error code, 0 none */
     char last_trace[1024];
     /* replay */
     kv_trace *replay;
@@ -577,6 +579,50 @@ static void after_snapshot(app *a, const kv_snapshot *s) {
     }
 }
 
+/* ---- trace recording: a frame per engine step ---- */
+
+/* The engine's step hook (engine thread): adds the step's snapshot to the
+ * trace. After an error it adds nothing more; the UI thread sees rec_err
+ * at its next frame and ends the recording. */
+static void rec_hook(void *user, const kv_snapshot *s) {
+    app *a = user;
+    if (atomic_load(&a->rec_err)) return;
+    int rc = kv_trace_writer_add(a->rec, s);
+    if (rc < 0) atomic_store(&a->rec_err, rc);
+}
+
+/* Installs rec_hook on the engine (before it starts, for a new one).
+ * 0 or the engine's error code. */
+static int rec_attach(app *a) {
+    if (!a->rec || !a->eng || a->rec_hooked) return 0;
+    int rc = kv_engine_set_step_hook(a->eng, rec_hook, a);
+    a->rec_hooked = rc == 0;
+    return rc;
+}
+
+/* Removes the hook: on return no frame is being added. */
+static void rec_detach(app *a) {
+    if (a->rec_hooked && a->eng) kv_engine_set_step_hook(a->eng, NULL, NULL);
+    a->rec_hooked = 0;
+}
+
+/* Ends the recording: the hook first, so the writer is ours alone. */
+static void record_stop(app *a) {
+    rec_detach(a);
+    int frames = kv_trace_writer_frames(a->rec);
+    int failed = atomic_load(&a->rec_err);
+    snprintf(a->last_trace, sizeof a->last_trace, "%s", kv_trace_writer_path(a->rec));
+    int rc = kv_trace_writer_close(a->rec);
+    a->rec = NULL;
+    a->v.recording = 0;
+    atomic_store(&a->rec_err, 0);
+    if (failed)
+        status(a, 1, "trace %s: %s after %d steps, recording stopped", a->last_trace,
+               failed == KV_ERR_IO ? "write error" : kv_err_str(failed), frames);
+    else if (rc) status(a, 1, "trace %s: write error", a->last_trace);
+    else status(a, 0, "trace saved: %s (%d steps; kvtop replay FILE, /export FILE.json)", a->last_trace, frames);
+}
+
 /* ---- engine lifecycle ---- */
 
 static void *loader_main(void *p) {
@@ -631,12 +677,18 @@ static void engine_check_loaded(app *a) {
     a->v.show_token_source = a->cfg.ui.show_token_source;
     kv_engine_set_step_delay(a->eng, slow_steps[a->slow_idx] ? slow_steps[a->slow_idx] : a->cfg.ui.step_delay_ms);
     if (a->paused) kv_engine_pause(a->eng);
+    /* A recording started before the engine was up sees its first step. */
+    if (rec_attach(a)) {
+        atomic_store(&a->rec_err, KV_ERR_NOMEM);
+        record_stop(a);
+    }
     sigset_t old;
     block_signals(&old);
     int rc = kv_engine_start(a->eng);
     restore_signals(&old);
     if (rc) {
         status(a, 1, "cannot start the engine thread");
+        rec_detach(a);
         kv_engine_free(a->eng);
         a->eng = NULL;
         a->v.phase = KV_PHASE_FAILED;
@@ -658,6 +710,7 @@ static void engine_close(app *a) {
         a->loaded = NULL;
     }
     if (a->eng) {
+        rec_detach(a); /* the recording goes on with the next engine */
         kv_engine_free(a->eng);
         a->eng = NULL;
     }
@@ -715,13 +768,7 @@ static void set_slow(app *a, int ms) {
 
 static void record_toggle(app *a, const char *path) {
     if (a->rec) {
-        int frames = kv_trace_writer_frames(a->rec);
-        snprintf(a->last_trace, sizeof a->last_trace, "%s", kv_trace_writer_path(a->rec));
-        int rc = kv_trace_writer_close(a->rec);
-        a->rec = NULL;
-        a->v.recording = 0;
-        if (rc) status(a, 1, "trace %s: write error", a->last_trace);
-        else status(a, 0, "trace saved: %s (%d frames; kvtop replay FILE, /export FILE.json)", a->last_trace, frames);
+        record_stop(a);
         if (!path) return;
     }
     char auto_path[1200];
@@ -743,6 +790,16 @@ static void record_toggle(app *a, const char *path) {
     free(yaml);
     if (!a->rec) {
         status(a, 1, "%s", err.msg);
+        return;
+    }
+    atomic_store(&a->rec_err, 0);
+    /* NOTE: the trace starts with the next step; an idle engine adds
+     * nothing, so its frame count is the number of steps recorded. */
+    int rc = rec_attach(a);
+    if (rc) {
+        kv_trace_writer_close(a->rec);
+        a->rec = NULL;
+        status(a, 1, "cannot record: %s", kv_err_str(rc));
         return;
     }
     a->v.recording = 1;
@@ -1267,13 +1324,9 @@ static void frame(app *a) {
         if (kv_engine_snapshot(a->eng, a->snap) == 0) {
             a->have_snap = 1;
             after_snapshot(a, a->snap);
-            if (a->rec && kv_trace_writer_add(a->rec, a->snap) < 0) {
-                status(a, 1, "trace: write error, recording stopped");
-                kv_trace_writer_close(a->rec);
-                a->rec = NULL;
-                a->v.recording = 0;
-            }
         }
+        /* The engine thread records (rec_hook); an error there ends it here. */
+        if (a->rec && atomic_load(&a->rec_err)) record_stop(a);
         /* Released after the snapshot that still lists them. */
         for (int i = 0; i < a->n_forget; i++) kv_engine_forget(a->eng, a->forget[i]);
         a->n_forget = 0;
@@ -1290,7 +1343,9 @@ static void frame(app *a) {
 }
 
 static void app_free(app *a) {
+    rec_detach(a); /* before the writer goes: the engine thread may be in rec_hook */
     if (a->rec) kv_trace_writer_close(a->rec);
+    a->rec = NULL;
     engine_close(a);
     free(a->load.ids);
     free_windows(a);
@@ -1451,6 +1506,8 @@ int cmd_tui(int argc, char **argv) {
 
 /* ---- kvtop replay ---- */
 
+/* Shows frame replay_i: the only kv_trace_frame call, so a->shown stays
+ * valid until the next one. */
 static void replay_show(app *a) {
     const kv_snapshot *s = kv_trace_frame(a->replay, a->replay_i);
     a->shown = s;
@@ -1517,7 +1574,7 @@ int cmd_replay(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: kvtop replay FILE [--export OUT.json] [--frames N]\n"
                    "  steps through a trace recorded with F7, /record or `kvtop --record FILE`:\n"
-                   "  Left/Right one frame, PgUp/PgDn ten, Home/End, z zoom, q quit.\n"
+                   "  one frame per engine step: Left/Right one step, PgUp/PgDn ten, Home/End, z zoom, q quit.\n"
                    "  --export writes Chrome trace-event JSON (Perfetto, chrome://tracing) and exits.\n");
             return 0;
         } else if (!strcmp(argv[i], "--export") && i + 1 < argc) {
@@ -1544,12 +1601,12 @@ int cmd_replay(int argc, char **argv) {
     if (export_path) {
         int rc = kv_trace_export_chrome(t, export_path, &err);
         if (rc) fprintf(stderr, "kvtop replay: %s\n", err.msg);
-        else printf("%s: %d frames -> %s\n", path, kv_trace_n_frames(t), export_path);
+        else printf("%s: %d steps -> %s\n", path, kv_trace_n_frames(t), export_path);
         kv_trace_free(t);
         return rc ? 1 : 0;
     }
     if (kv_trace_n_frames(t) == 0) {
-        fprintf(stderr, "kvtop replay: %s has no frames\n", path);
+        fprintf(stderr, "kvtop replay: %s has no steps (recording ends before the engine stepped)\n", path);
         kv_trace_free(t);
         return 1;
     }
@@ -1569,7 +1626,7 @@ int cmd_replay(int argc, char **argv) {
         return 1;
     }
     replay_show(a);
-    status(a, 0, "%s: %d frames. Left/Right step through them.", path, a->v.replay_frames);
+    status(a, 0, "%s: %d steps. Left/Right step through them.", path, a->v.replay_frames);
     loop(a, replay_key, replay_frame);
     endwin();
     kv_trace_free(a->replay);

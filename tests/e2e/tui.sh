@@ -3,7 +3,10 @@
 # stories260K: replies in two tabs, the panels, pause and single-step with
 # two owners in the block map, resize to 80x24 / too small / back, the help
 # overlay, quitting with q and Ctrl-C restoring the terminal, --frames,
-# autosave, and a recorded trace replayed and exported as Chrome JSON.
+# autosave, and a recorded trace replayed and exported as Chrome JSON: one
+# frame per engine step (the replay's N is the steps the engine made while
+# recording, counted by the step counter with the engine idle or paused at
+# both ends), each step exported once.
 # Prints "N passed, N failed".
 set -u
 K=${KVTOP_BIN:-./kvtop}
@@ -45,9 +48,11 @@ tm new-session -d -s $s -x 120 -y 40 \
   "env XDG_STATE_HOME=$tmp/state $K profiles/default.yaml --set model.path=$M --set sampling.temperature=0 --set kv.blocks=600 --set kv.memory=0; echo EXITED rc=\$?; sleep 60"
 if wait_for 'step [0-9]+' 10; then ok "starts and loads stories260K"; else bad "starts and loads stories260K" "$(cap)"; fi
 
-# Record a trace of everything that follows.
+# Record a trace of everything that follows. The engine is idle: its step
+# counter stands still until the first prompt.
 tm send-keys -t $s F7
 wait_for 'REC' 3 && ok "F7 starts recording" || bad "F7 starts recording" "$(cap)"
+rec0=$(step_no)
 
 tm send-keys -t $s "Once upon a time" Enter
 if wait_for 'little girl named' 8; then ok "reply streams into tab 1"; else bad "reply streams into tab 1" "$(cap)"; fi
@@ -165,9 +170,23 @@ if wait_for '^│> first line' 3 && cap | grep -q '^│  second line'; then ok "
 tm send-keys -t $s C-a C-k
 sleep 0.3
 
-# Stop recording (the status line names the file), then quit with q from the panels.
+# Stop recording (the status line names the file and the steps recorded)
+# with the engine paused, so the step counter is the last step recorded;
+# then quit with q from the panels.
+tm send-keys -t $s F2
+wait_for 'PAUSED' 3 || bad "F2 pauses before the recording stops" "$(cap)"
+sleep 0.5
+rec1=$(step_no)
+sleep 0.3
+[[ -n $rec1 && $rec1 == "$(step_no)" ]] || bad "paused: step counter stands still ($rec1)" "$(cap)"
 tm send-keys -t $s F7
 wait_for 'trace saved' 3 && ok "F7 stops recording" || bad "F7 stops recording" "$(cap)"
+nrec=$(cap | grep -o 'kvtrace ([0-9]* steps' | grep -o '[0-9]*' | tail -n 1)
+if [[ -n $rec0 && -n $rec1 && -n $nrec && $nrec -gt 100 && $nrec == $((rec1 - rec0)) ]]; then
+  ok "every engine step recorded ($nrec = steps $rec0..$rec1)"
+else
+  bad "every engine step recorded ($nrec steps, counter $rec0 -> $rec1)" "$(cap)"
+fi
 tm send-keys -t $s Tab
 sleep 0.2
 tm send-keys -t $s q
@@ -185,29 +204,51 @@ saved=$(cat "$tmp"/state/kvtop/*.md 2>/dev/null)
 
 # The trace: export as Chrome JSON, and step through it in the viewer.
 tr=$(ls "$tmp"/state/kvtop/*.kvtrace 2>/dev/null | head -n 1)
+# Each step once: the first frame also carries the (at most 256) step
+# records the engine held when the recording began.
 if [[ -n $tr ]] && $K replay "$tr" --export "$tmp/t.json" >/dev/null 2>&1 &&
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["traceEvents"]; s=[x for x in e if x.get("cat")=="step"]; r=[x for x in e if x.get("cat")=="request"]; sys.exit(0 if len(s)>10 and r else 1)' "$tmp/t.json"; then
-  ok "trace exported as Chrome trace JSON"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["traceEvents"]; s=[x["name"] for x in e if x.get("cat")=="step"]; r=[x for x in e if x.get("cat")=="request"]; n=int(sys.argv[2]); r0=int(sys.argv[3]); sys.exit(0 if len(s)==len(set(s))==n+min(r0,256) and r else 1)' "$tmp/t.json" "${nrec:-0}" "${rec0:-0}"; then
+  ok "trace exported as Chrome trace JSON, each step once"
 else
   bad "trace export" "$(ls -la "$tmp"/state/kvtop/ 2>&1)"
 fi
 if [[ -n $tr ]]; then
   tm new-session -d -s $s-b -x 120 -y 40 "$K replay $tr; echo EXITED rc=\$?; sleep 30"
-  if wait_for 'REPLAY 1/' 5 $s-b; then
+  # Frame i is step rec0 + i: the first, the next, back, and the last.
+  if wait_for "REPLAY 1/$nrec .*step $((rec0 + 1))( |$)" 5 $s-b; then
     tm send-keys -t $s-b Right
-    if wait_for 'REPLAY 2/' 3 $s-b; then
+    if wait_for "REPLAY 2/$nrec .*step $((rec0 + 2))( |$)" 3 $s-b; then
       tm send-keys -t $s-b Left
       wait_for 'REPLAY 1/' 3 $s-b && ok "replay steps forward and back" || bad "replay steps back" "$(cap $s-b)"
     else
       bad "replay steps forward" "$(cap $s-b)"
     fi
+    tm send-keys -t $s-b End
+    wait_for "REPLAY $nrec/$nrec .*step $rec1( |$)" 3 $s-b && ok "replay ends at the last step recorded ($rec1)" ||
+      bad "replay ends at step $rec1" "$(cap $s-b)"
   else
-    bad "replay opens" "$(cap $s-b)"
+    bad "replay opens at step $((rec0 + 1)) of $nrec" "$(cap $s-b)"
   fi
   tm send-keys -t $s-b q
   wait_for 'EXITED rc=0' 3 $s-b && ok "replay quits with q" || bad "replay quits with q" "$(cap $s-b)"
   tm kill-session -t $s-b 2>/dev/null
 fi
+
+# A trace that cannot be written: the recording stops with the error on the
+# status line, and the app goes on.
+tm kill-session -t $s 2>/dev/null
+tm new-session -d -s $s -x 120 -y 40 \
+  "$K profiles/default.yaml --set model.path=$M --set kv.blocks=600 --set kv.memory=0 --record /dev/full; echo EXITED rc=\$?; sleep 30"
+wait_for 'step [0-9]+' 8 || true
+tm send-keys -t $s "Once upon a time" Enter
+if wait_for 'trace /dev/full: write error after [0-9]+ steps, recording stopped' 8 && ! cap | head -n 1 | grep -q 'REC'; then
+  ok "a write error stops the recording"
+else
+  bad "a write error stops the recording" "$(cap)"
+fi
+wait_for 'little girl named' 8 && ok "the reply goes on without the trace" || bad "reply after a write error" "$(cap)"
+tm send-keys -t $s C-c
+wait_for 'EXITED rc=0' 5 || bad "quit after a write error" "$(cap)"
 
 # --frames N exits by itself; Ctrl-C quits; bad options fail before curses.
 tm kill-session -t $s 2>/dev/null

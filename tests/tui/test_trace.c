@@ -1,7 +1,10 @@
-/* test_trace.c - trace files: frames written and read back field for field,
- * an unchanged step not written twice, truncated and foreign files
- * rejected, and the Chrome trace-event export parsed back as JSON with each
- * step, decision and request exactly once. */
+/* test_trace.c - trace files (format 2): frames written and read back field
+ * for field, an unchanged step not written twice, a long run of random
+ * changes (requests coming and going, blocks, queues, step records and
+ * decisions, an engine restart) rebuilt exactly in any order, truncated,
+ * corrupt and version 1 files rejected, and the Chrome trace-event export
+ * parsed back as JSON with each step, decision and request exactly once. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +12,10 @@
 #include "../harness.h"
 #include "../../engine/json.h"
 #include "../../tui/trace.h"
+
+/* The format's constants, as trace.h describes them. */
+#define FRAME_MAGIC 0x4d415246u
+#define HEAD_WORDS ((sizeof(kv_snapshot) + 7) / 8)
 
 /* A small snapshot at step `step` with two requests and a 6-block map. */
 typedef struct fake {
@@ -73,6 +80,71 @@ static void make(fake *f, uint64_t step) {
 
 static char dir[] = "/tmp/kvtop-trace-XXXXXX";
 
+/* The whole file at path into a malloc'd buffer (NUL-terminated). */
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) buf[len] = 0;
+    *n = (size_t)len;
+    return buf;
+}
+
+static void spit(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(data, 1, n, f);
+    fclose(f);
+}
+
+/* Counts of the Chrome export's events by category. */
+typedef struct chrome_counts {
+    int steps, decisions, requests, counters, forward;
+    int dup_steps;  /* step events whose name came before */
+} chrome_counts;
+
+static int chrome_count(const char *path, chrome_counts *c) {
+    memset(c, 0, sizeof *c);
+    size_t n;
+    char *buf = slurp(path, &n);
+    if (!buf) return -1;
+    kv_err err;
+    kv_json *doc = kv_json_parse(buf, n, &err);
+    free(buf);
+    if (!doc) return -1;
+    const kv_json *ev = kv_json_get(doc, "traceEvents");
+    size_t n_ev = kv_json_len(ev);
+    uint64_t *seen = calloc(n_ev + 1, sizeof *seen);
+    int n_seen = 0;
+    for (size_t i = 0; i < n_ev; i++) {
+        const kv_json *e = kv_json_at(ev, i);
+        const char *cat = kv_json_str(kv_json_get(e, "cat"), NULL);
+        const char *name = kv_json_str(kv_json_get(e, "name"), NULL);
+        if (!cat || !name) continue;
+        if (!strcmp(cat, "step")) {
+            c->steps++;
+            uint64_t no = strtoull(name + 5, NULL, 10);
+            for (int k = 0; k < n_seen; k++) c->dup_steps += seen[k] == no;
+            if (seen) seen[n_seen++] = no;
+        }
+        c->forward += !strcmp(cat, "forward");
+        c->decisions += !strcmp(cat, "decision");
+        c->counters += !strcmp(cat, "counter");
+        c->requests += !strcmp(cat, "request") && !strncmp(name, "request #", 9);
+    }
+    free(seen);
+    kv_json_free(doc);
+    return 0;
+}
+
 static void test_roundtrip(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/a.kvtrace", dir);
@@ -99,103 +171,671 @@ static void test_roundtrip(void) {
     CHECK(s->n_table_entries == 3 && s->tables[2] == 4);
     CHECK(s->n_running == 1 && s->running[0] == 1 && s->n_waiting == 1 && s->waiting[0] == 2 && s->n_swapped == 0);
     CHECK(s->n_blocks == 6 && s->blocks[0].state == 1 && s->blocks[0].session == 0 && s->blocks[5].session == -1);
-    CHECK(s->n_steps == 2 && s->steps[1].step == 6 && s->n_decisions == 2);
-    CHECK(kv_trace_frame(t, 2) == NULL && kv_trace_frame(t, -1) == NULL);
+    /* the windows: the last two records up to step 6, stored once */
+    CHECK(s->n_steps == 2 && s->steps[0].step == 5 && s->steps[1].step == 6);
+    CHECK(s->n_decisions == 2 && s->decisions[0].step == 5 && s->decisions[1].step == 6);
+    CHECK(kv_trace_frame(t, 2) == NULL && kv_trace_frame(t, -1) == NULL && kv_trace_frame(NULL, 0) == NULL);
+    s = kv_trace_frame(t, 0);
+    REQUIRE(s);
+    CHECK(s->step == 5 && s->n_steps == 2 && s->steps[1].step == 5 && s->requests[0].n_generated == 5);
 
     /* Chrome export: steps 4, 5, 6 and decisions 4, 5, 6 once each. */
     char json[512];
     snprintf(json, sizeof json, "%s/a.json", dir);
     CHECK(kv_trace_export_chrome(t, json, &err) == 0);
-    FILE *f = fopen(json, "rb");
-    REQUIRE(f);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    CHECK(s->step == 5 && s->requests[0].n_generated == 5); /* the frame shown stays */
+    chrome_counts c;
+    REQUIRE(chrome_count(json, &c) == 0);
+    CHECKF(c.steps == 3 && c.decisions == 3 && c.forward == 3, "%d steps %d decisions", c.steps, c.decisions);
+    CHECK(c.requests == 2 && c.counters == 4 && c.dup_steps == 0);
+    /* request #1 as in the last frame: 6 generated */
+    size_t n;
+    char *buf = slurp(json, &n);
+    REQUIRE(buf);
     kv_json *doc = kv_json_parse(buf, n, &err);
+    free(buf);
     REQUIRE(doc);
     const kv_json *ev = kv_json_get(doc, "traceEvents");
-    int steps = 0, decisions = 0, requests = 0, counters = 0, forward = 0;
+    int found = 0;
     for (size_t i = 0; i < kv_json_len(ev); i++) {
         const kv_json *e = kv_json_at(ev, i);
-        const char *cat = kv_json_str(kv_json_get(e, "cat"), NULL);
-        const char *ph = kv_json_str(kv_json_get(e, "ph"), NULL);
-        if (!cat) continue;
-        if (!strcmp(cat, "step")) {
-            steps++;
-            CHECK(!strcmp(ph, "X") && kv_json_number(kv_json_get(e, "dur")) == 2500.0);
-        }
-        forward += !strcmp(cat, "forward");
-        decisions += !strcmp(cat, "decision");
-        counters += !strcmp(cat, "counter");
-        if (!strcmp(cat, "request") && !strcmp(kv_json_str(kv_json_get(e, "name"), NULL), "request #1")) {
-            requests++;
-            /* From the last frame: 6 generated. */
+        const char *name = kv_json_str(kv_json_get(e, "name"), NULL);
+        if (name && !strcmp(name, "request #1")) {
+            found++;
             CHECK(kv_json_number(kv_json_get(kv_json_get(e, "args"), "generated")) == 6);
         }
     }
-    CHECKF(steps == 3 && decisions == 3 && forward == 3, "%d steps %d decisions", steps, decisions);
-    CHECK(requests == 1 && counters == 4);
+    CHECK(found == 1);
     kv_json_free(doc);
     kv_trace_free(t);
     unlink(json);
     unlink(path);
 }
 
+/* ---- a long run of random changes ---- */
+
+enum { SIM_REQ = 40, SIM_TAB = 600, SIM_BLOCKS = 300, STEP_RING = 256, DEC_RING = 1024, HIST = 8192 };
+
+/* An engine that changes at random between frames. */
+typedef struct sim {
+    uint64_t rng;
+    uint64_t step;
+    double now;
+    kv_snap_request req[SIM_REQ];
+    int n_req;
+    int64_t next_id;
+    int32_t tables[SIM_TAB];
+    int64_t run[SIM_REQ], wait[SIM_REQ], swp[SIM_REQ];
+    kv_snap_block blocks[SIM_BLOCKS];
+    int n_blocks;
+    kv_step_record steps[HIST]; /* since the last restart */
+    int n_steps;
+    kv_decision dec[HIST];
+    int n_dec;
+    int exported_steps, exported_dec; /* records a correct writer stores, all restarts together */
+    int reset_frame, jump_frame;      /* the frames written right after the restart and the jump */
+    kv_snapshot s;
+} sim;
+
+static uint32_t rnd(sim *m) {
+    m->rng ^= m->rng << 13;
+    m->rng ^= m->rng >> 7;
+    m->rng ^= m->rng << 17;
+    return (uint32_t)(m->rng >> 16);
+}
+
+static void sim_decide(sim *m, uint64_t step) {
+    if (m->n_dec >= HIST) return;
+    kv_decision *d = &m->dec[m->n_dec++];
+    memset(d, 0, sizeof *d);
+    d->step = step;
+    d->kind = (kv_decision_kind)(rnd(m) % KV_DEC_KIND_COUNT);
+    d->req = m->n_req ? m->req[rnd(m) % (uint32_t)m->n_req].id : 0;
+    snprintf(d->text, sizeof d->text, "decision %d at step %llu", m->n_dec, (unsigned long long)step);
+    m->exported_dec++;
+}
+
+/* Requests added or finished, rows and blocks changed, then `advance`
+ * steps with their records and decisions (the ring keeps the last 256 of
+ * them, like the engine's). */
+static void sim_tick(sim *m, int advance) {
+    /* decisions between steps (a rejection): of the step already recorded */
+    if (m->step > 0 && rnd(m) % 5 == 0) sim_decide(m, m->step);
+    if (m->n_req < SIM_REQ && rnd(m) % 4 == 0) {
+        kv_snap_request *q = &m->req[m->n_req++];
+        memset(q, 0, sizeof *q);
+        q->id = ++m->next_id;
+        q->session = (int)(rnd(m) % 5);
+        q->state = KV_REQ_WAITING;
+        q->n_prompt = 1 + (int)(rnd(m) % 100);
+        q->max_tokens = 64;
+        q->arrival_ms = m->now;
+        q->ttft_ms = q->e2e_ms = -1;
+        snprintf(q->wait_reason, sizeof q->wait_reason, "%u free blocks, needs %u", rnd(m) % 9, rnd(m) % 20);
+    }
+    if (m->n_req > 0 && rnd(m) % 6 == 0) {
+        int k = (int)(rnd(m) % (uint32_t)m->n_req);
+        memmove(&m->req[k], &m->req[k + 1], (size_t)(m->n_req - k - 1) * sizeof m->req[0]);
+        m->n_req--;
+    }
+    for (int i = 0; i < m->n_req; i++) {
+        kv_snap_request *q = &m->req[i];
+        if (rnd(m) % 3) continue;
+        q->state = (kv_req_state)(rnd(m) % 4);
+        q->n_computed += (int)(rnd(m) % 17);
+        q->n_generated++;
+        q->n_blocks = (int)(rnd(m) % 12);
+        q->tpot_ms = (double)(rnd(m) % 1000) / 7.0;
+        q->next_block = (int)(rnd(m) % SIM_BLOCKS);
+    }
+    int changes = (int)(rnd(m) % 8);
+    for (int i = 0; i < changes && m->n_blocks; i++) {
+        kv_snap_block *b = &m->blocks[rnd(m) % (uint32_t)m->n_blocks];
+        b->state = (uint8_t)(rnd(m) % 3);
+        b->fill = (uint16_t)(rnd(m) % 17);
+        b->refcount = (uint16_t)(rnd(m) % 3);
+        b->owner = b->state ? (int32_t)(rnd(m) % 50) : -1;
+        b->session = b->state ? (int32_t)(rnd(m) % 5) : -1;
+    }
+    for (int k = 0; k < advance; k++) {
+        m->step++;
+        m->now += 1.0 + (double)(rnd(m) % 100) / 10.0;
+        if (m->n_steps < HIST) {
+            kv_step_record *r = &m->steps[m->n_steps++];
+            memset(r, 0, sizeof *r);
+            r->step = m->step;
+            r->t_ms = m->now;
+            r->dur_ms = 0.5 + (double)(rnd(m) % 50) / 10.0;
+            r->forward_ms = r->dur_ms / 2;
+            r->n_seqs = m->n_req;
+            r->n_decode_tokens = (int)(rnd(m) % 9);
+            /* a jump over more than the ring: the oldest are never seen */
+            if (advance - k <= STEP_RING) m->exported_steps++;
+        }
+        int nd = (int)(rnd(m) % 4);
+        for (int d = 0; d < nd; d++) sim_decide(m, m->step);
+    }
+}
+
+/* The snapshot of the simulated engine now. */
+static const kv_snapshot *sim_snapshot(sim *m) {
+    kv_snapshot *s = &m->s;
+    memset(s, 0, sizeof *s);
+    s->step = m->step;
+    s->now_ms = m->now;
+    snprintf(s->model_name, sizeof s->model_name, "sim model");
+    snprintf(s->backend, sizeof s->backend, "cpu");
+    s->block_size = 16;
+    s->metrics.elapsed_s = m->now / 1000.0;
+    s->metrics.output_tokens = m->step * 3;
+    s->metrics.ttft_ms.p50 = (double)(rnd(m) % 100);
+    int nt = 0, nr = 0, nw = 0, ns = 0;
+    for (int i = 0; i < m->n_req; i++) {
+        kv_snap_request *q = &m->req[i];
+        int nb = KV_MIN(q->n_blocks, SIM_TAB - nt);
+        q->table_offset = nt;
+        q->n_blocks = nb;
+        for (int b = 0; b < nb; b++) m->tables[nt + b] = (int32_t)((q->id * 7 + b) % SIM_BLOCKS);
+        nt += nb;
+        if (q->state == KV_REQ_RUNNING) m->run[nr++] = q->id;
+        else if (q->state == KV_REQ_SWAPPED) m->swp[ns++] = q->id;
+        else m->wait[nw++] = q->id;
+    }
+    s->n_requests = m->n_req, s->requests = m->req;
+    s->n_table_entries = nt, s->tables = m->tables;
+    s->n_running = nr, s->running = m->run;
+    s->n_waiting = nw, s->waiting = m->wait;
+    s->n_swapped = ns, s->swapped = m->swp;
+    s->n_blocks = m->n_blocks, s->blocks = m->blocks;
+    int n_st = KV_MIN(m->n_steps, STEP_RING), n_dc = KV_MIN(m->n_dec, DEC_RING);
+    s->n_steps = n_st, s->steps = m->steps + m->n_steps - n_st;
+    s->n_decisions = n_dc, s->decisions = m->dec + m->n_dec - n_dc;
+    s->blocks_used = nt;
+    return s;
+}
+
+/* A new engine: steps from 0, another block pool, no history. */
+static void sim_restart(sim *m, int n_blocks) {
+    m->step = 0;
+    m->n_steps = m->n_dec = 0;
+    m->n_blocks = n_blocks;
+    for (int i = 0; i < n_blocks; i++) {
+        memset(&m->blocks[i], 0, sizeof m->blocks[i]);
+        m->blocks[i].owner = m->blocks[i].session = -1;
+    }
+}
+
+/* A deep copy (freed with kv_snapshot_free). */
+static kv_snapshot *snap_dup(const kv_snapshot *s) {
+    kv_snapshot *d = kv_snapshot_new();
+    if (!d) return NULL;
+    memcpy(d, s, sizeof *d); /* padding too: frames are compared byte for byte */
+#define DUP(f, n)                                                            \
+    d->f = NULL;                                                             \
+    if ((n) > 0) {                                                           \
+        d->f = malloc((size_t)(n) * sizeof *s->f);                           \
+        if (d->f) memcpy(d->f, s->f, (size_t)(n) * sizeof *s->f);            \
+    }
+    DUP(requests, s->n_requests)
+    DUP(tables, s->n_table_entries)
+    DUP(running, s->n_running)
+    DUP(waiting, s->n_waiting)
+    DUP(swapped, s->n_swapped)
+    DUP(blocks, s->n_blocks)
+    DUP(steps, s->n_steps)
+    DUP(decisions, s->n_decisions)
+#undef DUP
+    return d;
+}
+
+/* Field for field: the struct (pointers and capacities aside) and every
+ * array, the step and decision windows included. */
+static int snap_equal(const kv_snapshot *got, const kv_snapshot *want, int frame) {
+    kv_snapshot a, b;
+    memcpy(&a, got, sizeof a);
+    memcpy(&b, want, sizeof b);
+    kv_snapshot *both[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        kv_snapshot *x = both[i];
+        x->requests = NULL, x->tables = NULL, x->running = NULL, x->waiting = NULL;
+        x->swapped = NULL, x->blocks = NULL, x->steps = NULL, x->decisions = NULL;
+        x->cap_requests = x->cap_tables = x->cap_queue = x->cap_blocks = x->cap_steps = x->cap_decisions = 0;
+    }
+    if (memcmp(&a, &b, sizeof a)) {
+        fprintf(stderr, "  frame %d: struct differs (step %llu vs %llu, %d vs %d steps)\n", frame,
+                (unsigned long long)a.step, (unsigned long long)b.step, a.n_steps, b.n_steps);
+        return 0;
+    }
+#define SAME(f, n)                                                                            \
+    if ((n) > 0 && (!got->f || !want->f || memcmp(got->f, want->f, (size_t)(n) * sizeof *got->f))) { \
+        fprintf(stderr, "  frame %d: %s differ\n", frame, #f);                                \
+        return 0;                                                                             \
+    }
+    SAME(requests, a.n_requests)
+    SAME(tables, a.n_table_entries)
+    SAME(running, a.n_running)
+    SAME(waiting, a.n_waiting)
+    SAME(swapped, a.n_swapped)
+    SAME(blocks, a.n_blocks)
+    SAME(steps, a.n_steps)
+    SAME(decisions, a.n_decisions)
+#undef SAME
+    return 1;
+}
+
+enum { RUN_FRAMES = 200, RESET_AT = 120 };
+
+/* Writes the random run to path; want[] gets a copy of every frame
+ * written. Returns the frames written. */
+static int write_run(const char *path, kv_snapshot **want, int max_frames, sim *m) {
+    memset(m, 0, sizeof *m);
+    m->rng = 0x9e3779b97f4a7c15ull;
+    sim_restart(m, 200);
+    kv_err err;
+    kv_trace_writer *w = kv_trace_writer_open(path, "random: run\n", &err);
+    if (!w) return -1;
+    int n = 0;
+    for (int f = 0; n < max_frames && f < max_frames * 2; f++) {
+        if (f == RESET_AT) sim_restart(m, 150); /* fewer blocks: the map shrinks */
+        int adv = f == 40 ? 300 : f % 17 == 5 ? 0 : 1 + (f % 23 == 0); /* a jump, a repeat, a double step */
+        sim_tick(m, adv);
+        const kv_snapshot *s = sim_snapshot(m);
+        if (f == RESET_AT) m->reset_frame = n;
+        if (f == 40) m->jump_frame = n;
+        int rc = kv_trace_writer_add(w, s);
+        if (rc == 1) want[n++] = snap_dup(s);
+        else if (rc != 0 || adv != 0) n = -1000; /* only an unchanged step is skipped */
+    }
+    if (kv_trace_writer_frames(w) != n) n = -1;
+    if (kv_trace_writer_close(w)) n = -1;
+    return n;
+}
+
+static void test_random_run(void) {
+    char path[512], json[512];
+    snprintf(path, sizeof path, "%s/r.kvtrace", dir);
+    snprintf(json, sizeof json, "%s/r.json", dir);
+    static kv_snapshot *want[RUN_FRAMES];
+    static sim m;
+    int n = write_run(path, want, RUN_FRAMES, &m);
+    REQUIRE(n == RUN_FRAMES);
+    kv_err err;
+    kv_trace *t = kv_trace_load(path, &err);
+    if (!t) fprintf(stderr, "  %s\n", err.msg);
+    REQUIRE(t);
+    CHECK(kv_trace_n_frames(t) == n);
+    int bad = 0;
+    /* forward, backward, then at random */
+    for (int i = 0; i < n && bad < 3; i++) bad += !snap_equal(kv_trace_frame(t, i), want[i], i);
+    for (int i = n - 1; i >= 0 && bad < 3; i--) bad += !snap_equal(kv_trace_frame(t, i), want[i], i);
+    uint64_t r = 12345;
+    for (int k = 0; k < 600 && bad < 3; k++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((r >> 33) % (uint64_t)n);
+        bad += !snap_equal(kv_trace_frame(t, i), want[i], i);
+    }
+    CHECKF(bad == 0, "%d frames differ", bad);
+    /* after the restart the history starts over */
+    const kv_snapshot *s = kv_trace_frame(t, m.reset_frame);
+    REQUIRE(s);
+    CHECK(s->step == 1 && s->n_steps == 1 && s->steps[0].step == 1 && s->n_blocks == 150);
+    s = kv_trace_frame(t, m.reset_frame - 1);
+    REQUIRE(s);
+    CHECK(s->step > 300 && s->n_blocks == 200);
+    /* the jump keeps the ring's 256 */
+    s = kv_trace_frame(t, m.jump_frame);
+    REQUIRE(s);
+    CHECK(s->n_steps == STEP_RING && s->steps[STEP_RING - 1].step == s->step);
+
+    /* export: every step and decision once; the frame shown stays */
+    s = kv_trace_frame(t, 77);
+    CHECK(kv_trace_export_chrome(t, json, &err) == 0);
+    CHECK(snap_equal(s, want[77], 77));
+    chrome_counts c;
+    REQUIRE(chrome_count(json, &c) == 0);
+    CHECKF(c.steps == m.exported_steps && c.decisions == m.exported_dec, "%d/%d steps, %d/%d decisions", c.steps,
+           m.exported_steps, c.decisions, m.exported_dec);
+    CHECK(c.counters == 2 * n && c.requests > 10);
+    CHECKF(c.dup_steps > 0, "steps 1.. recorded twice around the restart: %d", c.dup_steps);
+    kv_trace_free(t);
+
+    /* Cut anywhere: rejected with a message naming the frame, or (at a
+     * frame boundary) the frames before the cut, exactly. */
+    size_t size;
+    char *full = slurp(path, &size);
+    REQUIRE(full);
+    char cut_path[512];
+    snprintf(cut_path, sizeof cut_path, "%s/cut.kvtrace", dir);
+    int loaded = 0, rejected = 0;
+    for (size_t cut = 0; cut < size; cut += cut < 8192 ? 37 : 997) {
+        spit(cut_path, full, cut);
+        kv_trace *ct = kv_trace_load(cut_path, &err);
+        if (!ct) {
+            rejected++;
+            CHECK(err.code == KV_ERR_FORMAT && strstr(err.msg, cut_path));
+            continue;
+        }
+        loaded++;
+        int cn = kv_trace_n_frames(ct);
+        CHECK(cn < n);
+        for (int i = 0; i < cn; i++) CHECK(snap_equal(kv_trace_frame(ct, i), want[i], i));
+        kv_trace_free(ct);
+    }
+    CHECK(rejected > 100 && loaded <= 3);
+    /* the frame boundaries: a file with the first k frames loads them all,
+     * one byte less is refused naming frame k-1 */
+    for (int k = 1; k <= 3; k++) {
+        static sim m2;
+        static kv_snapshot *w2[RUN_FRAMES];
+        if (write_run(cut_path, w2, k, &m2) != k) CHECK(0);
+        for (int i = 0; i < k; i++) kv_snapshot_free(w2[i]);
+        size_t bn;
+        char *part = slurp(cut_path, &bn);
+        REQUIRE(part);
+        CHECK(bn < size && !memcmp(part, full, bn));
+        free(part);
+        kv_trace *ct = kv_trace_load(cut_path, &err);
+        CHECK(ct && kv_trace_n_frames(ct) == k);
+        kv_trace_free(ct);
+        spit(cut_path, full, bn - 1);
+        char frame_no[32];
+        snprintf(frame_no, sizeof frame_no, "frame %d", k - 1);
+        CHECK(kv_trace_load(cut_path, &err) == NULL && strstr(err.msg, frame_no));
+    }
+    free(full);
+    for (int i = 0; i < n; i++) kv_snapshot_free(want[i]);
+    unlink(cut_path);
+    unlink(json);
+    unlink(path);
+}
+
+/* ---- corrupt files ---- */
+
+/* Loads bytes from memory; NULL with err filled when rejected. */
+static kv_trace *load_mem(const void *data, size_t n, kv_err *err) {
+    FILE *f = fmemopen((void *)data, n, "rb");
+    if (!f) return NULL;
+    kv_trace *t = kv_trace_load_stream(f, "mem.kvtrace", err);
+    fclose(f);
+    return t;
+}
+
+/* A file built by hand, to write what the writer never would. */
+typedef struct hand {
+    char *buf;
+    size_t len;
+    FILE *f;
+} hand;
+
+static void put32(hand *h, uint32_t x) { fwrite(&x, 4, 1, h->f); }
+
+static void hand_open(hand *h, uint32_t version) {
+    h->f = open_memstream(&h->buf, &h->len);
+    fwrite("KVTRACE1", 1, 8, h->f);
+    put32(h, version);
+    uint32_t sizes[6] = {(uint32_t)sizeof(kv_snapshot), (uint32_t)sizeof(kv_snap_request),
+                         (uint32_t)sizeof(kv_snap_block), (uint32_t)sizeof(kv_step_record),
+                         (uint32_t)sizeof(kv_decision), (uint32_t)sizeof(int64_t)};
+    fwrite(sizes, sizeof sizes, 1, h->f);
+    put32(h, 0); /* no profile */
+}
+
+/* A frame with no records: the struct (full, or a delta of no words), and
+ * six arrays, empty and full except requests, which get `req_count` with
+ * mode req_mode and no elements. */
+static void hand_frame(hand *h, uint32_t flags, int head_full, uint32_t req_count, uint32_t req_mode) {
+    put32(h, FRAME_MAGIC);
+    put32(h, flags);
+    put32(h, 0);
+    put32(h, 0);
+    put32(h, (uint32_t)HEAD_WORDS);
+    put32(h, head_full ? 0 : 1);
+    if (head_full) {
+        uint64_t zero[HEAD_WORDS];
+        memset(zero, 0, sizeof zero);
+        fwrite(zero, sizeof zero, 1, h->f);
+    } else {
+        put32(h, 0);
+    }
+    put32(h, req_count);
+    put32(h, req_mode);
+    if (req_mode == 1) put32(h, 0);
+    for (int a = 0; a < 5; a++) put32(h, 0), put32(h, 0);
+}
+
+static void hand_close(hand *h) { fclose(h->f); }
+
 static void test_bad_files(void) {
     kv_err err;
     char path[512];
     snprintf(path, sizeof path, "%s/b.kvtrace", dir);
     CHECK(kv_trace_load("/nonexistent/x.kvtrace", &err) == NULL && err.code == KV_ERR_IO);
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f);
-    fputs("not a trace at all", f);
-    fclose(f);
+    spit(path, "not a trace at all", 18);
     CHECK(kv_trace_load(path, &err) == NULL && strstr(err.msg, "not a kvtop trace"));
-    /* A good file cut at every length: rejected cleanly, or (at a frame
-     * boundary) loaded with fewer frames. */
+    CHECK(kv_trace_writer_open("/nonexistent/dir/t", NULL, &err) == NULL && strstr(err.msg, "/nonexistent/dir/t"));
+
+    /* the hand-built file loads when it follows the rules; keyframes may
+     * be far apart */
+    hand h;
+    hand_open(&h, 2);
+    hand_frame(&h, 0, 1, 0, 0);
+    for (int i = 0; i < 300; i++) hand_frame(&h, 0, 0, 0, 0);
+    hand_close(&h);
+    kv_trace *t = load_mem(h.buf, h.len, &err);
+    CHECK(t && kv_trace_n_frames(t) == 301 && kv_trace_frame(t, 150) && kv_trace_frame(t, 300));
+    CHECK(t && kv_trace_frame(t, 300)->n_requests == 0 && kv_trace_frame(t, 0)->step == 0);
+    kv_trace_free(t);
+    free(h.buf);
+
+    /* hand-built files the loader refuses, each with its reason */
+    static const struct {
+        uint32_t version;
+        int n_frames;
+        struct {
+            uint32_t flags;
+            int head_full;
+            uint32_t req_count, req_mode;
+        } f[2];
+        const char *msg;
+    } cases[] = {
+        {1, 0, {{0}}, "version 1"},
+        {3, 0, {{0}}, "version 3"},
+        {2, 1, {{0, 0, 0, 0}}, "frame 0: not a keyframe"},
+        {2, 1, {{0, 1, 0xffffffffu, 0}}, "entries"},
+        {2, 2, {{0, 1, 0, 0}, {6, 0, 0, 0}}, "frame 1: unknown flags"},
+        {2, 2, {{0, 1, 0, 0}, {0, 0, 0, 2}}, "frame 1: array requests: bad mode"},
+        {2, 2, {{0, 1, 0, 0}, {0, 0, 1000000, 1}}, "frame 1: array requests grows"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        hand_open(&h, cases[c].version);
+        for (int i = 0; i < cases[c].n_frames; i++)
+            hand_frame(&h, cases[c].f[i].flags, cases[c].f[i].head_full, cases[c].f[i].req_count,
+                       cases[c].f[i].req_mode);
+        hand_close(&h);
+        t = load_mem(h.buf, h.len, &err);
+        CHECKF(t == NULL && strstr(err.msg, cases[c].msg) && strstr(err.msg, "mem.kvtrace"), "case %zu: %s", c,
+               t ? "loaded" : err.msg);
+        kv_trace_free(t);
+        free(h.buf);
+    }
+    /* A writer's delta patched: the last frame's block map changes in one
+     * block, so the file ends in count, mode 1, n = 1, index, element. */
     kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
     REQUIRE(w);
     fake a, b;
     make(&a, 1);
     make(&b, 2);
+    b.blocks[3].state = 2;
+    kv_trace_writer_add(w, &a.s);
+    kv_trace_writer_add(w, &b.s);
+    CHECK(kv_trace_writer_close(w) == 0);
+    size_t n;
+    char *good = slurp(path, &n);
+    REQUIRE(good && n > 40);
+    const size_t el = sizeof(kv_snap_block), tail = 4 * 4 + el;
+    uint32_t v[4];
+    memcpy(v, good + n - tail, sizeof v);
+    CHECK(v[0] == 6 && v[1] == 1 && v[2] == 1 && v[3] == 3);
+    t = load_mem(good, n, &err);
+    CHECK(t && kv_trace_frame(t, 1) && kv_trace_frame(t, 1)->blocks[3].state == 2 &&
+          kv_trace_frame(t, 0)->blocks[3].state == 0);
+    kv_trace_free(t);
+    struct {
+        int word;
+        uint32_t value;
+        const char *msg;
+    } patch[] = {
+        {3, 6, "frame 1: array blocks: index 6 out of range (6 entries)"},
+        {3, 0xfffffff0u, "index 4294967280 out of range"},
+        {1, 9, "frame 1: array blocks: bad mode 9"},
+        {2, 2, "frame 1: truncated"},
+        {2, 0x7fffffffu, "entries"},
+        {0, 8, "frame 1: array blocks grows to 8 entries with 1 written"},
+        {0, 0x02000000u, "frame 1: array blocks has 33554432 entries"},
+    };
+    char *bad = malloc(n);
+    REQUIRE(bad);
+    for (size_t i = 0; i < sizeof patch / sizeof patch[0]; i++) {
+        memcpy(bad, good, n);
+        memcpy(bad + n - tail + 4 * (size_t)patch[i].word, &patch[i].value, 4);
+        t = load_mem(bad, n, &err);
+        CHECKF(t == NULL && strstr(err.msg, patch[i].msg), "patch %zu: %s", i, t ? "loaded" : err.msg);
+        kv_trace_free(t);
+    }
+    /* a shrunk array is fine */
+    memcpy(bad, good, n);
+    uint32_t five = 5;
+    memcpy(bad + n - tail, &five, 4);
+    t = load_mem(bad, n, &err);
+    CHECK(t && kv_trace_frame(t, 1)->n_blocks == 5 && kv_trace_frame(t, 1)->blocks[3].state == 2);
+    kv_trace_free(t);
+    /* a request whose block table lies outside the tables is clamped */
+    free(bad);
+    free(good);
+    a.req[0].table_offset = 2, a.req[0].n_blocks = 5;
+    b.req[1].n_blocks = -3;
+    w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    memset(a.s.model_name, 'x', sizeof a.s.model_name);
+    memset(a.req[1].wait_reason, 'y', sizeof a.req[1].wait_reason);
     kv_trace_writer_add(w, &a.s);
     kv_trace_writer_add(w, &b.s);
     kv_trace_writer_close(w);
-    f = fopen(path, "rb");
-    static char full[1 << 16];
-    size_t n = fread(full, 1, sizeof full, f);
-    fclose(f);
-    int loaded = 0;
-    for (size_t cut = 0; cut < n; cut += 7) {
-        f = fopen(path, "wb");
-        fwrite(full, 1, cut, f);
-        fclose(f);
-        kv_trace *t = kv_trace_load(path, &err);
-        if (t) {
-            CHECK(kv_trace_n_frames(t) <= 1);
-            loaded++;
-            kv_trace_free(t);
-        }
+    t = kv_trace_load(path, &err);
+    REQUIRE(t);
+    const kv_snapshot *s = kv_trace_frame(t, 0);
+    CHECK(s->requests[0].n_blocks == 0 && s->requests[0].table_offset == 0);
+    CHECK(strlen(s->model_name) == sizeof s->model_name - 1 && strlen(s->requests[1].wait_reason) < 96);
+    s = kv_trace_frame(t, 1);
+    CHECK(s->requests[0].n_blocks == 3 && s->requests[1].n_blocks == 0);
+    s = kv_trace_frame(t, 0); /* clamping did not leak into the rebuilt arrays */
+    CHECK(s->requests[0].n_blocks == 0 && s->requests[1].wait_reason[95] == 0);
+    kv_trace_free(t);
+    unlink(path);
+}
+
+/* Decisions of a step already written (rejections between steps) are
+ * written once more each, never again; a step lower than the last frame's
+ * (a new engine) starts the history over. */
+static void test_decision_counts(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/d.kvtrace", dir);
+    kv_err err;
+    kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    fake f;
+    make(&f, 3); /* steps 2, 3; decisions 2, 3 */
+    kv_decision dec[5];
+    memcpy(dec, f.dec, sizeof f.dec);
+    CHECK(kv_trace_writer_add(w, &f.s) == 1);
+    /* step 4 after two rejections recorded at step 3 */
+    dec[2] = dec[1], dec[3] = dec[1];
+    snprintf(dec[2].text, sizeof dec[2].text, "reject A");
+    snprintf(dec[3].text, sizeof dec[3].text, "reject B");
+    dec[4] = dec[1];
+    dec[4].step = 4;
+    kv_step_record st[3] = {f.steps[0], f.steps[1], f.steps[1]};
+    st[2].step = 4;
+    f.s.step = 4;
+    f.s.steps = st, f.s.n_steps = 3;
+    f.s.decisions = dec, f.s.n_decisions = 5;
+    CHECK(kv_trace_writer_add(w, &f.s) == 1);
+    /* the ring dropped its oldest; nothing new */
+    f.s.step = 5;
+    f.s.decisions = dec + 2, f.s.n_decisions = 3;
+    CHECK(kv_trace_writer_add(w, &f.s) == 1);
+    /* a new engine at step 1 */
+    fake g;
+    make(&g, 1);
+    CHECK(kv_trace_writer_add(w, &g.s) == 1);
+    CHECK(kv_trace_writer_close(w) == 0);
+    kv_trace *t = kv_trace_load(path, &err);
+    REQUIRE(t);
+    const kv_snapshot *s = kv_trace_frame(t, 1);
+    REQUIRE(s);
+    CHECK(s->n_decisions == 5 && !strcmp(s->decisions[2].text, "reject A") && s->decisions[4].step == 4);
+    CHECK(s->n_steps == 3 && s->steps[2].step == 4);
+    s = kv_trace_frame(t, 2);
+    CHECK(s->n_decisions == 3 && !strcmp(s->decisions[0].text, "reject A") && s->decisions[2].step == 4);
+    s = kv_trace_frame(t, 3);
+    CHECK(s->step == 1 && s->n_steps == 2 && s->steps[0].step == 0 && s->n_decisions == 2);
+    char json[512];
+    snprintf(json, sizeof json, "%s/d.json", dir);
+    CHECK(kv_trace_export_chrome(t, json, &err) == 0);
+    chrome_counts c;
+    REQUIRE(chrome_count(json, &c) == 0);
+    /* steps 2, 3, 4, then 0, 1; decisions 2, 3, A, B, 4, then 0, 1 */
+    CHECKF(c.steps == 5 && c.decisions == 7, "%d steps, %d decisions", c.steps, c.decisions);
+    kv_trace_free(t);
+    unlink(json);
+    unlink(path);
+}
+
+/* A big block map changing a block a step: keyframes come when the deltas
+ * since the last one add up to its size, not every 64 frames, and every
+ * frame still comes back exactly. */
+static void test_big_map(void) {
+    enum { NB = 20000, FRAMES = 300 };
+    char path[512];
+    snprintf(path, sizeof path, "%s/big.kvtrace", dir);
+    kv_err err;
+    kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    kv_snap_block *blocks = calloc(NB, sizeof *blocks);
+    REQUIRE(blocks);
+    fake f;
+    for (int i = 0; i < FRAMES; i++) {
+        make(&f, (uint64_t)i + 1);
+        blocks[(i * 7919) % NB].state = (uint8_t)(1 + i % 2);
+        blocks[(i * 7919) % NB].fill = (uint16_t)i;
+        f.s.blocks = blocks, f.s.n_blocks = NB;
+        CHECK(kv_trace_writer_add(w, &f.s) == 1);
     }
-    CHECK(loaded <= 2);
-    /* A huge count in a frame is refused, not allocated. */
-    f = fopen(path, "wb");
-    fwrite(full, 1, n, f);
-    fclose(f);
-    w = kv_trace_writer_open(path, NULL, &err);
-    kv_trace_writer_close(w);
-    f = fopen(path, "ab");
-    uint32_t magic = 0x4d415246u, counts[8] = {0xffffffffu, 0, 0, 0, 0, 0, 0, 0};
-    fwrite(&magic, 4, 1, f);
-    fwrite(&a.s, sizeof a.s, 1, f);
-    fwrite(counts, sizeof counts, 1, f);
-    fclose(f);
-    CHECK(kv_trace_load(path, &err) == NULL && strstr(err.msg, "entries"));
-    CHECK(kv_trace_writer_open("/nonexistent/dir/t", NULL, &err) == NULL && strstr(err.msg, "/nonexistent/dir/t"));
+    CHECK(kv_trace_writer_close(w) == 0);
+    size_t size;
+    char *buf = slurp(path, &size);
+    REQUIRE(buf);
+    free(buf);
+    /* one 320 KB keyframe every 64 frames would be 1.6 MB */
+    CHECKF(size < 2 * NB * sizeof *blocks + FRAMES * 1500, "%zu bytes", size);
+    kv_trace *t = kv_trace_load(path, &err);
+    REQUIRE(t);
+    CHECK(kv_trace_n_frames(t) == FRAMES);
+    for (int i = FRAMES - 1; i >= 0; i -= 7) {
+        const kv_snapshot *s = kv_trace_frame(t, i);
+        REQUIRE(s && s->n_blocks == NB);
+        int b = (i * 7919) % NB;
+        CHECK(s->blocks[b].state == 1 + i % 2 && s->blocks[b].fill == i);
+        int later = (((i + 1) % FRAMES) * 7919) % NB; /* set by the next frame only (or the first) */
+        if (i + 1 < FRAMES) CHECK(s->blocks[later].state == 0 || later == b);
+    }
+    kv_trace_free(t);
+    free(blocks);
     unlink(path);
 }
 
 static void setup(void) { REQUIRE(mkdtemp(dir)); }
 static void teardown(void) { rmdir(dir); }
 
-TEST_MAIN(T(setup), T(test_roundtrip), T(test_bad_files), T(teardown))
+TEST_MAIN(T(setup), T(test_roundtrip), T(test_random_run), T(test_bad_files), T(test_decision_counts),
+          T(test_big_map), T(teardown))
