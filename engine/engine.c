@@ -1495,9 +1495,13 @@ static void publish(kv_engine *e) {
 int kv_engine_snapshot(kv_engine *e, kv_snapshot *s) {
     if (!e || !s) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->pub_mu);
-    e->last_reader_ms = now_ms(e);
+    double t = now_ms(e);
+    /* Nobody read within the last second: the steps since did not publish,
+     * so the copy may be arbitrarily old; wait for the step instead. */
+    int stale = t - e->last_reader_ms >= 1000;
+    e->last_reader_ms = t;
     pthread_mutex_unlock(&e->pub_mu);
-    if (pthread_mutex_trylock(&e->state_mu) == 0) {
+    if ((stale ? pthread_mutex_lock(&e->state_mu) : pthread_mutex_trylock(&e->state_mu)) == 0) {
         int rc = build_snapshot(e, s);
         pthread_mutex_unlock(&e->state_mu);
         return rc;
