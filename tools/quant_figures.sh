@@ -2,7 +2,8 @@
 # quant_figures.sh - the quantization figures of the README in one run:
 # for each weight type x KV dtype, weight memory, KV bytes per token, the
 # sequences that fit in one fixed memory budget (weights + activations + KV,
-# `memory.budget`), single-stream decode tok/s, aggregate output tok/s at 32
+# `memory.budget`), single-stream decode tok/s (1000 / median TPOT of 4
+# requests run one at a time), aggregate output tok/s at 32
 # concurrent requests, and the accuracy price from `kvtop eval --grid`.
 #
 #   bash tools/quant_figures.sh [110m|smollm2|all]   (default all)
@@ -11,13 +12,15 @@
 # SmolLM2 are re-encoded from its Q4_1 file with `kvtop quantize` into
 # models/ (the only copy available is Q4_1, so its "f32" is those values in
 # f32). Every figure of one model comes from this one run: compare within a
-# table, not across runs. Environment: BUDGET (default 768MiB), SEQ_TOKENS
+# table, not across runs. Environment: BUDGET_110M (default 768MiB),
+# BUDGET_SMOLLM2 (default 640MiB: f32 weights leave room for ~14 requests), SEQ_TOKENS
 # (default 256: prompt 128 + output 128, the requests of the runs), REQUESTS
 # (default 64), KVS (default "f16 int8 fp8_e4m3").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=./kvtop
-BUDGET=${BUDGET:-768MiB}
+BUDGET_110M=${BUDGET_110M:-768MiB}
+BUDGET_SMOLLM2=${BUDGET_SMOLLM2:-640MiB}
 SEQ_TOKENS=${SEQ_TOKENS:-256}
 REQUESTS=${REQUESTS:-64}
 KVS=${KVS:-"f16 int8 fp8_e4m3"}
@@ -50,7 +53,7 @@ figures() {
         local ty=${t%%=*} file=${t#*=} kv
         for kv in $KVS; do
             echo "== $label: $ty weights, $kv KV" >&2
-            bench "$label-$ty-$kv-c1" "$file" "$kv" 1 2
+            bench "$label-$ty-$kv-c1" "$file" "$kv" 1 4
             bench "$label-$ty-$kv-c32" "$file" "$kv" 32 "$REQUESTS"
         done
     done
@@ -76,7 +79,7 @@ for ty in types:
         e = rows.get((ty, kv))
         bs = b32['kv_block_size']
         fit = b32['kv_blocks_total'] // math.ceil(seq / bs)
-        one = 1000.0 / b1['tpot_ms']['mean']
+        one = 1000.0 / b1['tpot_ms']['p50']
         agg = b32['output_tokens_per_s']
         if base1 is None: base1, base32, basefit = one, agg, fit
         print(f"| {ty} | {kv} | {mib(b32['memory']['weights'])} | {kib(b32['kv_bytes_per_token'])} | "
@@ -93,7 +96,7 @@ if [[ $which == all || $which == 110m ]]; then
         [[ -f models/rand-110m-$t.gguf ]] || { echo "quant_figures: run make bench-models" >&2; exit 1; }
     done
     # The eval reference is the f32 file; the other types are re-encoded from it (same as the files).
-    figures 110m models/rand-110m-f32.gguf f32=models/rand-110m-f32.gguf q8_0=models/rand-110m-q8_0.gguf \
+    BUDGET=$BUDGET_110M figures 110m models/rand-110m-f32.gguf f32=models/rand-110m-f32.gguf q8_0=models/rand-110m-q8_0.gguf \
         q4_0=models/rand-110m-q4_0.gguf
 fi
 if [[ $which == all || $which == smollm2 ]]; then
@@ -103,6 +106,6 @@ if [[ $which == all || $which == smollm2 ]]; then
         f=models/smollm2-135m-$t.gguf
         [[ -f $f ]] || $K quantize "$src" "$f" $t >/dev/null
     done
-    figures smollm2 $src f32=models/smollm2-135m-f32.gguf q8_0=models/smollm2-135m-q8_0.gguf \
+    BUDGET=$BUDGET_SMOLLM2 figures smollm2 $src f32=models/smollm2-135m-f32.gguf q8_0=models/smollm2-135m-q8_0.gguf \
         q4_0=models/smollm2-135m-q4_0.gguf q4_1=$src
 fi
