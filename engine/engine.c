@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../kernels/sim.h"
 #include "forward.h"
 #include "kv_cache.h"
 #include "metrics.h"
@@ -961,6 +962,8 @@ static void flush_events(kv_engine *e) {
 /* One iteration (state_mu held). Returns 1 when it did something. */
 static int step_locked(kv_engine *e) {
     double t0 = now_ms(e);
+    const double sim0 = kv_sim_elapsed_s(e->be); /* 0 unless the backend is sim */
+    int emitted = 0;
     uint64_t step = e->step + 1;
     kv_sched_begin_step(e->sched, step, t0);
     drain_inbox(e, 1);
@@ -1047,6 +1050,7 @@ static int step_locked(kv_engine *e) {
             }
             if (nt == 0) continue;
             kv_metrics_tokens(e->metrics, &r->rm, f1, nt);
+            emitted += nt;
             kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted);
             if (fin != KV_FINISH_NONE) finish_req(e, r, fin, NULL);
         }
@@ -1062,6 +1066,7 @@ static int step_locked(kv_engine *e) {
         double t1 = now_ms(e);
         rec.dur_ms = t1 - t0;
         rec.forward_ms = f1 - f0;
+        rec.sim_ms = (kv_sim_elapsed_s(e->be) - sim0) * 1000.0;
         ring_push(&e->steps, &rec);
         for (int i = 0; i < n_dec; i++) ring_push(&e->decisions, &dec[i]);
         /* KV utilisation: committed tokens over the slots their blocks hold */
@@ -1073,6 +1078,7 @@ static int step_locked(kv_engine *e) {
             reserved += (uint64_t)run[i]->seq.n_blocks * (uint64_t)e->cache_params.block_size;
         }
         kv_metrics_step(e->metrics, rec.dur_ms, held, reserved, nrun, rec.n_prefill_tokens);
+        kv_metrics_sim_step(e->metrics, rec.sim_ms, emitted);
         for (int i = 0; i < rec.n_preempted; i++) kv_metrics_preempted(e->metrics, 0);
         for (int i = 0; i < rec.n_swapped_out; i++) kv_metrics_preempted(e->metrics, 1);
         for (int i = 0; i < rec.n_swapped_in; i++) kv_metrics_swapped_in(e->metrics);
@@ -1334,6 +1340,11 @@ static int build_snapshot(kv_engine *e, kv_snapshot *s) {
     s->now_ms = t;
     snprintf(s->model_name, sizeof s->model_name, "%s", e->model->name);
     snprintf(s->backend, sizeof s->backend, "%s", e->be->ops->name);
+    {
+        kv_sim_stats st;
+        kv_sim_stats_get(e->be, &st);
+        snprintf(s->sim_device, sizeof s->sim_device, "%s", st.valid && st.device ? st.device->name : "");
+    }
     s->block_size = e->cache_params.block_size;
     s->n_blocks = e->cache_params.n_blocks;
     s->kv_dtype = e->cache_params.dtype;

@@ -167,6 +167,7 @@ typedef struct kv_step_record {
     double t_ms;           /* start, engine clock */
     double dur_ms;         /* whole iteration */
     double forward_ms;     /* of which the batched forward */
+    double sim_ms;         /* sim backend: the simulated device time of the step's ops; 0 otherwise */
     int n_seqs;            /* sequences in the batch */
     int n_prefill_tokens;  /* prompt tokens computed */
     int n_decode_tokens;   /* ordinary decode tokens */
@@ -217,6 +218,13 @@ typedef struct kv_metrics_summary {
     double spec_mean_accepted_len;  /* tokens emitted per verify (accepted + bonus) */
     uint64_t spec_pos_drafted[16], spec_pos_accepted[16]; /* per draft position */
     double spec_draft_ms, spec_verify_ms;
+    /* sim backend (0 otherwise): simulated device time of the window's
+     * steps, and the tokens they emitted per simulated second (what the
+     * modelled GPU would sustain with this batching; the host's own
+     * scheduling time is not in it) */
+    double sim_device_s;
+    uint64_t sim_tokens_out;
+    double sim_output_tokens_per_s;
 } kv_metrics_summary;
 
 typedef struct kv_mem_breakdown {
@@ -240,6 +248,7 @@ typedef struct kv_snapshot {
     /* configuration echo */
     char model_name[128];
     char backend[16];
+    char sim_device[32];      /* sim backend: the modelled device ("h100-sxm"); "" otherwise */
     int block_size, n_blocks;
     kv_cache_dtype kv_dtype;
     kv_policy policy;

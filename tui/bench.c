@@ -531,6 +531,10 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
         fprintf(f, "speculative    %s k=%d: acceptance %.1f%% (%llu of %llu drafted), mean accepted length %.2f\n",
                 enum_name("spec.method", c->spec.method), c->spec.k, 100.0 * m->spec_acceptance_rate,
                 (unsigned long long)m->spec_accepted, (unsigned long long)m->spec_drafted, m->spec_mean_accepted_len);
+    if (m->sim_device_s > 0)
+        fprintf(f, "sim device     %s: %.3f s of simulated device time for %llu tokens = %.1f tok/s "
+                "(the modelled GPU; host scheduling not included)\n",
+                c->sim_device, m->sim_device_s, (unsigned long long)m->sim_tokens_out, m->sim_output_tokens_per_s);
     fprintf(f, "wall time      %.2f s from the first submission (no warm-up); engine %.2f s\n", r->wall_s,
             m->elapsed_s);
 }
@@ -540,14 +544,17 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
 typedef enum metric_id {
     M_COMPLETED, M_REJECTED, M_OUT_TPS, M_IN_TPS, M_RPS, M_GOODPUT, M_SLA, M_TTFT50, M_TTFT90, M_TTFT99, M_TTFTM,
     M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
-    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_STEPS, M_WALL,
+    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S,
+    M_STEPS, M_WALL,
     M_COUNT
 } metric_id;
+
+enum { ONLY_SPEC = 1, ONLY_SIM = 2 };
 
 static const struct {
     const char *name;
     int decimals;
-    int spec_only; /* shown only when a run has speculative decoding on */
+    int only; /* ONLY_SPEC: shown only when a run has speculative decoding on; ONLY_SIM: a sim backend */
 } metric_rows[M_COUNT] = {
     [M_COMPLETED] = {"requests completed", 0, 0},
     [M_REJECTED] = {"requests rejected", 0, 0},
@@ -576,8 +583,10 @@ static const struct {
     [M_MAXCONC] = {"max concurrent", 0, 0},
     [M_BLOCKS] = {"KV blocks", 0, 0},
     [M_BPT] = {"KV bytes/token", 0, 0},
-    [M_SPEC_ACC] = {"spec acceptance %", 1, 1},
-    [M_SPEC_LEN] = {"spec accepted len", 2, 1},
+    [M_SPEC_ACC] = {"spec acceptance %", 1, ONLY_SPEC},
+    [M_SPEC_LEN] = {"spec accepted len", 2, ONLY_SPEC},
+    [M_SIM_TPS] = {"sim output tok/s", 1, ONLY_SIM},
+    [M_SIM_S] = {"sim device s", 3, ONLY_SIM},
     [M_STEPS] = {"engine steps", 0, 0},
     [M_WALL] = {"wall s", 2, 0},
 };
@@ -621,6 +630,8 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
     case M_BPT: *v = (double)r->kv_bytes_per_token; return 1;
     case M_SPEC_ACC: *v = 100.0 * m->spec_acceptance_rate; return r->cfg.spec.method != KV_SPEC_OFF;
     case M_SPEC_LEN: *v = m->spec_mean_accepted_len; return r->cfg.spec.method != KV_SPEC_OFF;
+    case M_SIM_TPS: *v = m->sim_output_tokens_per_s; return m->sim_device_s > 0;
+    case M_SIM_S: *v = m->sim_device_s; return m->sim_device_s > 0;
     case M_STEPS: *v = (double)r->steps; return 1;
     case M_WALL: *v = r->wall_s; return 1;
     case M_COUNT: break;
@@ -632,8 +643,11 @@ enum { CELL = 48 };
 
 void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const kv_bench_result *runs, int n) {
     if (n <= 0) return;
-    int any_spec = 0;
-    for (int j = 0; j < n; j++) any_spec |= runs[j].cfg.spec.method != KV_SPEC_OFF;
+    int any = 0;
+    for (int j = 0; j < n; j++) {
+        if (runs[j].cfg.spec.method != KV_SPEC_OFF) any |= ONLY_SPEC;
+        if (runs[j].m.sim_device_s > 0) any |= ONLY_SIM;
+    }
     char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);
     int *width = calloc((size_t)n, sizeof *width);
     if (!cells || !width) {
@@ -668,7 +682,7 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
     for (int j = 0; j < n; j++) fprintf(f, "  %*.*s", width[j], 40, runs[j].value);
     fputc('\n', f);
     for (int k = 0; k < M_COUNT; k++) {
-        if (metric_rows[k].spec_only && !any_spec) continue;
+        if (metric_rows[k].only && !(metric_rows[k].only & any)) continue;
         fprintf(f, "%-*s", name_w, metric_rows[k].name);
         for (int j = 0; j < n; j++) fprintf(f, "  %*s", width[j], cells[(size_t)k * (size_t)n + (size_t)j]);
         fputc('\n', f);
@@ -849,6 +863,9 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     json_num(w, "spec_mean_accepted_len", spec ? m->spec_mean_accepted_len : 0);
     json_uint(w, "spec_drafted", m->spec_drafted);
     json_uint(w, "spec_accepted", m->spec_accepted);
+    json_num(w, "sim_device_s", m->sim_device_s);
+    json_uint(w, "sim_tokens_out", m->sim_tokens_out);
+    json_num(w, "sim_output_tokens_per_s", m->sim_output_tokens_per_s);
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
     json_uint(w, "weights", r->mem.weights);

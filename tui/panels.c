@@ -692,6 +692,14 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         kv_format_pct(sla, sizeof sla, m->sla_attainment, m->requests_completed > 0);
         textf(w, y++, 1, iw, A_NORMAL, "out %s  in %s  goodput %s  SLA met %s", out, in, good, sla);
     }
+    /* Sim backend: what the modelled GPU would take for the same steps. */
+    if (y <= ih && m->sim_device_s > 0) {
+        char rate[24], sd[16];
+        kv_format_rate(rate, sizeof rate, m->sim_output_tokens_per_s, "tok/s");
+        kv_format_ms(sd, sizeof sd, last ? last->sim_ms : 0, last != NULL);
+        textf(w, y++, 1, iw, pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s",
+              s->sim_device[0] ? s->sim_device : "gpu", sd, rate);
+    }
     /* Queues: running requests in one line, then each waiting one with its reason. */
     if (y <= ih) {
         char line[1024];
@@ -749,9 +757,10 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         int hn = snprintf(head, sizeof head, "%6llu %2dseq ", (unsigned long long)(r->step % 1000000), r->n_seqs);
         char tail[48];
         char d[16];
-        kv_format_ms(d, sizeof d, r->dur_ms, 1);
-        int tn = snprintf(tail, sizeof tail, " %dp %dd%s%.0d %s", r->n_prefill_tokens, r->n_decode_tokens,
-                          r->n_spec_tokens ? " s" : "", r->n_spec_tokens, d);
+        /* sim backend: the modelled device's time of the step, not the host's */
+        kv_format_ms(d, sizeof d, r->sim_ms > 0 ? r->sim_ms : r->dur_ms, 1);
+        int tn = snprintf(tail, sizeof tail, " %dp %dd%s%.0d %s%s", r->n_prefill_tokens, r->n_decode_tokens,
+                          r->n_spec_tokens ? " s" : "", r->n_spec_tokens, r->sim_ms > 0 ? "sim " : "", d);
         int bw = iw - hn - tn;
         text_at(w, y, 1, iw, A_DIM, head, -1);
         if (bw > 0) {

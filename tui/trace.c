@@ -650,6 +650,7 @@ static const kv_snapshot *materialise(kv_trace *t, int i) {
     }
     v->model_name[sizeof v->model_name - 1] = 0;
     v->backend[sizeof v->backend - 1] = 0;
+    v->sim_device[sizeof v->sim_device - 1] = 0;
     return v;
 }
 
@@ -737,6 +738,7 @@ static void export_step(kv_json_writer *w, const kv_step_record *r) {
     kv_int(w, "finished", r->n_finished);
     kv_int(w, "blocks_used", r->n_blocks_used);
     kv_int(w, "waiting", r->n_waiting);
+    if (r->sim_ms > 0) kv_num(w, "sim_device_ms", r->sim_ms);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
     if (r->forward_ms > 0) ev_span(w, "forward", "forward", r->t_ms, r->forward_ms, 1);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../engine/engine.h"
 #include "../../kernels/backend.h"
 #include "../../kernels/kv_dtype.h"
 #include "../../kernels/sim.h"
@@ -499,6 +500,74 @@ static void test_sim_memory(void) {
     kv_backend_free(b);
 }
 
-TEST_MAIN(T(test_sim_devices), T(test_sim_unknown_device), T(test_sim_registry), T(test_sim_matmul_exact),
+/* The engine on the sim backend: every step that ran the model reports
+ * its simulated device time, the metrics' total is their sum, tokens per
+ * simulated second follow, and the greedy text is the CPU backend's. On
+ * the cpu backend all of it is 0. */
+static void run_engine(const char *backend, kv_snapshot *s, char texts[3][512]) {
+    kv_config c;
+    kv_config_default(&c);
+    harness_shared_copy(c.model.path, sizeof c.model.path, "models/stories260K.gguf");
+    snprintf(c.backend, sizeof c.backend, "%s", backend);
+    snprintf(c.sim_device, sizeof c.sim_device, "h100");
+    c.threads = 1;
+    c.kv.blocks = 64;
+    c.scheduler.max_seqs = 4;
+    c.scheduler.max_batched_tokens = 64;
+    c.scheduler.prefill_chunk = 16;
+    c.sampling.temperature = 0;
+    kv_err err = {0};
+    kv_engine *e = kv_engine_new(&c, &err);
+    REQUIRE(e);
+    static const char *const prompts[3] = {"Once upon a time", "Tom and Lily", "The cat sat"};
+    int64_t ids[3];
+    for (int i = 0; i < 3; i++) {
+        kv_request_params p;
+        kv_engine_request_defaults(e, &p);
+        p.text = prompts[i];
+        p.max_tokens = 24;
+        p.ignore_eos = 1;
+        ids[i] = kv_engine_submit(e, &p, &err);
+        CHECKF(ids[i] > 0, "%s", err.msg);
+    }
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    CHECK(kv_engine_snapshot(e, s) == 0);
+    for (int i = 0; i < 3; i++) CHECK(kv_engine_request_text(e, ids[i], texts[i], 512) >= 0);
+    kv_engine_free(e);
+}
+
+static void test_sim_engine_clock(void) {
+    kv_snapshot *sim = kv_snapshot_new(), *cpu = kv_snapshot_new();
+    REQUIRE(sim && cpu);
+    char ts[3][512], tc[3][512];
+    run_engine("sim", sim, ts);
+    run_engine("cpu", cpu, tc);
+    for (int i = 0; i < 3; i++) CHECKF(!strcmp(ts[i], tc[i]), "request %d: '%s' vs '%s'", i, ts[i], tc[i]);
+    CHECK(!strcmp(sim->sim_device, "h100-sxm") && cpu->sim_device[0] == 0);
+    const kv_metrics_summary *m = &sim->metrics;
+    double sum = 0;
+    int ran = 0;
+    for (int i = 0; i < sim->n_steps; i++) {
+        const kv_step_record *r = &sim->steps[i];
+        int toks = r->n_prefill_tokens + r->n_decode_tokens + r->n_spec_tokens;
+        if (toks > 0) {
+            ran++;
+            CHECKF(r->sim_ms > 0, "step %llu: %d tokens, sim %g ms", (unsigned long long)r->step, toks, r->sim_ms);
+        }
+        sum += r->sim_ms;
+    }
+    REQUIRE(sim->step <= (uint64_t)sim->n_steps); /* the whole run is in the ring */
+    CHECK(ran > 0);
+    CHECKF(fabs(sum - 1000.0 * m->sim_device_s) <= 1e-9 * sum + 1e-12, "steps %g ms, metrics %g s", sum,
+           m->sim_device_s);
+    CHECKF(m->sim_tokens_out == 72 && m->output_tokens == 72, "%llu tokens", (unsigned long long)m->sim_tokens_out);
+    CHECK(fabs(m->sim_output_tokens_per_s - 72.0 / m->sim_device_s) <= 1e-6 * m->sim_output_tokens_per_s);
+    CHECK(cpu->metrics.sim_device_s == 0 && cpu->metrics.sim_output_tokens_per_s == 0 && cpu->metrics.sim_tokens_out == 0);
+    for (int i = 0; i < cpu->n_steps; i++) CHECK(cpu->steps[i].sim_ms == 0);
+    kv_snapshot_free(sim);
+    kv_snapshot_free(cpu);
+}
+
+TEST_MAIN(T(test_sim_engine_clock), T(test_sim_devices), T(test_sim_unknown_device), T(test_sim_registry), T(test_sim_matmul_exact),
           T(test_sim_elementwise_exact), T(test_sim_attention_exact), T(test_sim_clock_matmul), T(test_sim_roofline),
           T(test_sim_clock_attention), T(test_sim_memory))
