@@ -65,6 +65,9 @@ static const kv_config_key keys[] = {
     K_INT("threads", threads, 0, 1024, "CPU threads; 0 = all cores"),
     K_STR("backend", backend, 0, backend_names, "compute backend"),
     K_STR("sim_device", sim_device, KV_KEY_NONEMPTY, NULL, "sim backend: the GPU to model (h100, a100, ...)"),
+    K_BOOL("sim_clock", sim_clock,
+           "sim backend: time requests on the simulated device's clock (TTFT, TPOT, throughput as the GPU would "
+           "see them); false = host wall time"),
 
     K_INT("kv.block_size", kv.block_size, 1, 1024, "tokens per KV block"),
     K_SIZE("kv.memory", kv.memory, 0, TIB, "KV cache budget (bytes, or 256MiB, 1GiB, ...); 0 = use kv.blocks"),
@@ -139,6 +142,7 @@ void kv_config_default(kv_config *c) {
     c->threads = 0;
     snprintf(c->backend, sizeof c->backend, "%s", "cpu");
     snprintf(c->sim_device, sizeof c->sim_device, "%s", "h100");
+    c->sim_clock = 1;
 
     c->kv.block_size = 16;
     c->kv.memory = 256ull << 20;

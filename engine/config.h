@@ -58,6 +58,7 @@ typedef struct kv_config {
     int threads;           /* 0 = all cores */
     char backend[16];      /* "cpu", "cuda", "sim" */
     char sim_device[32];   /* sim backend: device to model ("h100", "a100", ...) */
+    int sim_clock;         /* bool, sim backend: the engine's clock is the simulated device's */
     struct {
         int block_size;          /* tokens per block, default 16 */
         uint64_t memory;         /* KV budget in bytes (0: use blocks) */

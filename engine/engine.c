@@ -17,8 +17,10 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +98,11 @@ struct kv_engine {
     int spec_k;             /* draft slack per request */
     uint64_t block_bytes;
     uint64_t t0_ns;
+    /* The clock: host wall time since t0_ns, or on the sim backend with
+     * sim_clock on, the simulated device's clock plus the idle time a
+     * driver skipped (kv_engine_advance_clock); both only move forward. */
+    int virt;
+    _Atomic double v_offset_ms;
     char *piece;            /* (piece_cap) detokenizer output */
     size_t piece_cap;
 
@@ -148,7 +155,10 @@ struct kv_engine {
     pthread_t thread;
 };
 
-static double now_ms(const kv_engine *e) { return (double)(kv_now_ns() - e->t0_ns) / 1e6; }
+static double wall_ms(const kv_engine *e) { return (double)(kv_now_ns() - e->t0_ns) / 1e6; }
+static double now_ms(const kv_engine *e) {
+    return e->virt ? atomic_load(&e->v_offset_ms) + kv_sim_elapsed_s(e->be) * 1000.0 : wall_ms(e);
+}
 
 /* Copies a NUL-terminated string, truncating to cap - 1 bytes. */
 static void copy_str(char *dst, size_t cap, const char *src) {
@@ -446,6 +456,9 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     e->n_vocab = hp->n_vocab;
     e->be = kv_backend_create_on(cfg->backend, cfg->sim_device, cfg->threads, err);
     if (!e->be) goto fail;
+    /* The virtual clock starts at 0 when the engine is ready; what the
+     * setup below charges to the device (weight uploads) is not in it. */
+    e->virt = kv_sim_is(e->be) && cfg->sim_clock;
 
     /* the KV cache */
     kv_cache_params *cp = &e->cache_params;
@@ -526,6 +539,7 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
         goto fail;
     }
     e->last_reader_ms = -1e9;
+    if (e->virt) atomic_store(&e->v_offset_ms, -kv_sim_elapsed_s(e->be) * 1000.0);
     kv_err_clear(err);
     return e;
 fail:
@@ -1492,7 +1506,7 @@ static int snap_copy(kv_snapshot *d, const kv_snapshot *s) {
  * a headless run pays nothing. */
 static void publish(kv_engine *e) {
     pthread_mutex_lock(&e->pub_mu);
-    int want = now_ms(e) - e->last_reader_ms < 1000;
+    int want = wall_ms(e) - e->last_reader_ms < 1000;
     pthread_mutex_unlock(&e->pub_mu);
     if (!want) return;
     if (build_snapshot(e, e->pub_back) != 0) return;
@@ -1506,7 +1520,7 @@ static void publish(kv_engine *e) {
 int kv_engine_snapshot(kv_engine *e, kv_snapshot *s) {
     if (!e || !s) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->pub_mu);
-    double t = now_ms(e);
+    double t = wall_ms(e); /* readers are timed on the host, whatever the engine's clock */
     /* Nobody read within the last second: the steps since did not publish,
      * so the copy may be arbitrarily old; wait for the step instead. */
     int stale = t - e->last_reader_ms >= 1000;
@@ -1649,5 +1663,18 @@ int kv_engine_trace_enable(kv_engine *e, int on) {
     ring_set_limit(&e->steps, on ? 0 : STEP_RING);
     ring_set_limit(&e->decisions, on ? 0 : DECISION_RING);
     pthread_mutex_unlock(&e->state_mu);
+    return 0;
+}
+
+/* ---- the clock ---- */
+
+double kv_engine_now_ms(kv_engine *e) { return e ? now_ms(e) : 0.0; }
+int kv_engine_clock_is_virtual(const kv_engine *e) { return e && e->virt; }
+
+int kv_engine_advance_clock(kv_engine *e, double ms) {
+    if (!e || !e->virt || !(ms > 0) || !isfinite(ms)) return KV_ERR_INVAL;
+    double cur = atomic_load(&e->v_offset_ms);
+    while (!atomic_compare_exchange_weak(&e->v_offset_ms, &cur, cur + ms)) {
+    }
     return 0;
 }

@@ -334,4 +334,16 @@ typedef void (*kv_step_hook)(void *user, const kv_snapshot *s);
  * record and decisions in its rings. */
 int kv_engine_set_step_hook(kv_engine *e, kv_step_hook fn, void *user);
 
+/* The engine's clock in ms (the time base of arrival_ms, TTFT, TPOT, step
+ * records and events). Host wall time since the engine was created, except
+ * on the sim backend with sim_clock on: then it is the simulated device's
+ * clock (0 when the engine is ready), which advances only while ops run. */
+double kv_engine_now_ms(kv_engine *e);
+/* 1 when the clock is the simulated one. */
+int kv_engine_clock_is_virtual(const kv_engine *e);
+/* Virtual clock only: moves it forward by ms (> 0) while the engine has
+ * nothing to do, as a driver does to reach the next arrival of an open-loop
+ * workload. KV_ERR_INVAL on a wall clock or a bad value; 0 otherwise. */
+int kv_engine_advance_clock(kv_engine *e, double ms);
+
 #endif

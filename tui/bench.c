@@ -74,6 +74,7 @@ typedef struct run_state {
     int in_flight;        /* submitted, not done */
     int done;             /* finished, cancelled or rejected */
     uint64_t t0_ns;       /* first submission */
+    double e_t0_ms;       /* the engine's clock then (arrivals are timed on it: simulated on sim) */
     kv_event *ev;         /* (EVENT_BATCH) */
     kv_snapshot *snap;    /* progress line only */
     double last_draw_s;
@@ -149,7 +150,10 @@ static void mark_done(run_state *s, kv_bench_req *q) {
 static int submit(run_state *s, int i) {
     kv_bench_req *q = &s->r->reqs[i];
     const kv_workload_item *it = kv_workload_get(s->w, i);
-    if (s->t0_ns == 0) s->t0_ns = kv_now_ns();
+    if (s->t0_ns == 0) {
+        s->t0_ns = kv_now_ns();
+        s->e_t0_ms = kv_engine_now_ms(s->e);
+    }
     q->prompt_tokens = (int)(s->off[i + 1] - s->off[i]);
     if (q->finish == KV_FINISH_REJECTED) { /* its prompt could not be built */
         mark_done(s, q);
@@ -181,6 +185,10 @@ static int submit(run_state *s, int i) {
     return 0;
 }
 
+/* Seconds since the first submission on the engine's clock (the host's,
+ * or the simulated device's). */
+static double run_s(const run_state *s) { return (kv_engine_now_ms(s->e) - s->e_t0_ms) / 1000.0; }
+
 /* Submits every item that is due: open loop by arrival time, closed loop
  * while fewer than `concurrency` are in flight.
  * NOTE: the engine is stepped on this thread, so an open-loop request that
@@ -195,7 +203,7 @@ static int submit_due(run_state *s) {
             if (s->in_flight >= conc) break;
         } else if (s->t0_ns != 0) {
             const kv_workload_item *it = kv_workload_get(s->w, s->next);
-            if (it->arrival_s > since_s(s->t0_ns)) break;
+            if (it->arrival_s > run_s(s)) break;
         }
         int rc = submit(s, s->next++);
         if (rc) return rc;
@@ -313,8 +321,13 @@ static int drive(run_state *s, kv_err *err) {
                 sleep_ms(1);
             } else if (s->next < s->n) {
                 const kv_workload_item *it = kv_workload_get(s->w, s->next);
-                double wait = (it->arrival_s - since_s(s->t0_ns)) * 1000;
-                sleep_ms(KV_MIN(wait, (double)IDLE_SLEEP_MS));
+                double wait = (it->arrival_s - run_s(s)) * 1000;
+                /* a simulated clock is moved to the arrival, not waited for */
+                if (kv_engine_clock_is_virtual(s->e)) {
+                    if (wait > 0) kv_engine_advance_clock(s->e, wait);
+                } else {
+                    sleep_ms(KV_MIN(wait, (double)IDLE_SLEEP_MS));
+                }
             }
         } else {
             stalled_since = -1;

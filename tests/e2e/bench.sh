@@ -104,6 +104,20 @@ py "$T/cmp.json" 'd["compare"] == "scheduler.policy" and [r["value"] for r in d[
 cmp -s "$T/cmp-continuous.jsonl" "$T/cmp-static.jsonl" && cmp -s "$T/cmp-continuous.jsonl" "$T/a.jsonl" \
   && ok "--compare --outputs: one file per run, same greedy text under both policies" || bad "--compare outputs" "$(ls "$T")"
 
+# The sim backend's clock: an open-loop workload at 1 request/s spreads its
+# arrivals over ~7 s of engine time, which the driver skips instead of
+# waiting for (the clock is the simulated device's); the same greedy text as
+# the cpu backend; tokens per simulated second reported.
+sim=(--set workload.arrival=poisson --set workload.rate=1 --set workload.requests=8)
+out=$($K bench $P "${base[@]}" "${sim[@]}" --set backend=sim --json "$T/sim.json" --outputs "$T/sim.jsonl" 2>&1); rc=$?
+[[ $rc == 0 && $out == *"sim device"* ]] && ok "bench on the sim backend" || bad "bench on sim (exit $rc)" "$out"
+py "$T/sim.json" 'd["elapsed_s"] > 1.0 and d["wall_s"] < 0.5 * d["elapsed_s"] and 0 < d["sim_device_s"] < d["elapsed_s"]
+  and d["sim_output_tokens_per_s"] > 0 and d["requests_completed"] == 8' \
+  && ok "sim clock: arrivals on engine time, idle time skipped, device time reported" \
+  || bad "sim clock" "$(head -c 600 "$T/sim.json")"
+$K bench $P "${base[@]}" "${sim[@]}" --set backend=cpu --outputs "$T/simcpu.jsonl" >/dev/null 2>&1
+cmp -s "$T/sim.jsonl" "$T/simcpu.jsonl" && ok "sim backend: the cpu backend's greedy text" || bad "sim vs cpu text" "$(head -c 300 "$T/sim.jsonl")"
+
 # Errors: exit 2 and a message naming the key, the file position or the option; nothing runs.
 out=$($K bench $P "${base[@]}" --set kv.blok_size=16 --json "$T/e.json" 2>&1); rc=$?
 [[ $rc == 2 && $out == *kv.blok_size* && ! -e $T/e.json ]] && ok "unknown --set key: exit 2, names the key" || bad "bad --set key (exit $rc)" "$out"
