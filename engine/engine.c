@@ -145,6 +145,7 @@ struct kv_engine {
     /* ---- published snapshot (pub_mu) ---- */
     kv_snapshot *pub, *pub_back;
     double last_reader_ms;  /* last kv_engine_snapshot call: publish while readers are around */
+    int pub_filled;         /* pub holds a snapshot (not the empty initial one) */
 
     /* ---- step hook (hook_mu; taken after state_mu, held across the call) ---- */
     pthread_mutex_t hook_mu;
@@ -1514,6 +1515,7 @@ static void publish(kv_engine *e) {
     kv_snapshot *t = e->pub;
     e->pub = e->pub_back;
     e->pub_back = t;
+    e->pub_filled = 1;
     pthread_mutex_unlock(&e->pub_mu);
 }
 
@@ -1528,6 +1530,12 @@ int kv_engine_snapshot(kv_engine *e, kv_snapshot *s) {
     pthread_mutex_unlock(&e->pub_mu);
     if ((stale ? pthread_mutex_lock(&e->state_mu) : pthread_mutex_trylock(&e->state_mu)) == 0) {
         int rc = build_snapshot(e, s);
+        /* A published copy older than this one (no reader was around when
+         * the steps ran) is replaced, so the next reader that finds a step
+         * running never goes back in time. */
+        pthread_mutex_lock(&e->pub_mu);
+        if (rc == 0 && (!e->pub_filled || e->pub->step < s->step) && snap_copy(e->pub, s) == 0) e->pub_filled = 1;
+        pthread_mutex_unlock(&e->pub_mu);
         pthread_mutex_unlock(&e->state_mu);
         return rc;
     }
@@ -1636,14 +1644,10 @@ int kv_engine_check(kv_engine *e, char *msg, size_t cap) {
 
 int kv_engine_set_step_hook(kv_engine *e, kv_step_hook fn, void *user) {
     if (!e) return KV_ERR_INVAL;
-    /* Allocated before the lock, so a failure changes nothing. */
+    /* Allocated before the lock, so a failure changes nothing; a spare (a
+     * snapshot was already there) is freed after. */
     kv_snapshot *fresh = NULL;
-    if (fn) {
-        pthread_mutex_lock(&e->hook_mu);
-        int have = e->hook_snap != NULL;
-        pthread_mutex_unlock(&e->hook_mu);
-        if (!have && !(fresh = kv_snapshot_new())) return KV_ERR_NOMEM;
-    }
+    if (fn && !(fresh = kv_snapshot_new())) return KV_ERR_NOMEM;
     pthread_mutex_lock(&e->hook_mu);
     kv_snapshot *old = NULL;
     if (fn && !e->hook_snap) e->hook_snap = fresh, fresh = NULL;
@@ -1651,7 +1655,7 @@ int kv_engine_set_step_hook(kv_engine *e, kv_step_hook fn, void *user) {
     e->hook = fn;
     e->hook_user = fn ? user : NULL;
     pthread_mutex_unlock(&e->hook_mu);
-    kv_snapshot_free(fresh); /* set twice at once: the other call's snapshot serves */
+    kv_snapshot_free(fresh);
     kv_snapshot_free(old);
     return 0;
 }

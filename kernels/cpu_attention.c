@@ -900,8 +900,10 @@ static T_AVX2 float absmax_avx2(const float *src, int n) {
     for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(src + i)), mx);
     float lanes[8], amax = 0.0f;
     _mm256_storeu_ps(lanes, mx);
-    for (int k = 0; k < 8; k++) amax = fmaxf(amax, lanes[k]);
-    for (; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+    for (int k = 0; k < 8; k++)
+        if (lanes[k] > amax) amax = lanes[k];
+    for (; i < n; i++)
+        if (fabsf(src[i]) > amax) amax = fabsf(src[i]);
     return amax;
 }
 

@@ -131,9 +131,14 @@ float kv_fp8_e5m2_to_fp32(uint8_t v) {
 
 /* ---- rows ---- */
 
+/* NaNs (quiet or signalling) are skipped: fmaxf would let a signalling
+ * NaN through on some libcs, and the SIMD encoders skip them too. */
 static float row_absmax(const float *x, int n) {
     float a = 0.0f;
-    for (int i = 0; i < n; i++) a = fmaxf(a, fabsf(x[i]));
+    for (int i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        if (v > a) a = v;
+    }
     return a;
 }
 

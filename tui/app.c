@@ -677,7 +677,9 @@ static void engine_check_loaded(app *a) {
     a->v.show_token_source = a->cfg.ui.show_token_source;
     kv_engine_set_step_delay(a->eng, slow_steps[a->slow_idx] ? slow_steps[a->slow_idx] : a->cfg.ui.step_delay_ms);
     if (a->paused) kv_engine_pause(a->eng);
-    /* A recording started before the engine was up sees its first step. */
+    /* A recording started before the engine was up sees its first step;
+     * one that spans a /load marks the new engine's steps as a restart. */
+    if (a->rec && !a->rec_hooked) kv_trace_writer_restart(a->rec);
     if (rec_attach(a)) {
         atomic_store(&a->rec_err, KV_ERR_NOMEM);
         record_stop(a);

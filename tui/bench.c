@@ -203,7 +203,9 @@ static int submit_due(run_state *s) {
             if (s->in_flight >= conc) break;
         } else if (s->t0_ns != 0) {
             const kv_workload_item *it = kv_workload_get(s->w, s->next);
-            if (it->arrival_s > run_s(s)) break;
+            /* 1 ns of slack: a simulated clock moved to an arrival by
+             * adding the wait may land an ulp short of it */
+            if (it->arrival_s > run_s(s) + 1e-9) break;
         }
         int rc = submit(s, s->next++);
         if (rc) return rc;
@@ -324,7 +326,7 @@ static int drive(run_state *s, kv_err *err) {
                 double wait = (it->arrival_s - run_s(s)) * 1000;
                 /* a simulated clock is moved to the arrival, not waited for */
                 if (kv_engine_clock_is_virtual(s->e)) {
-                    if (wait > 0) kv_engine_advance_clock(s->e, wait);
+                    if (wait > 1e-6) kv_engine_advance_clock(s->e, wait);
                 } else {
                     sleep_ms(KV_MIN(wait, (double)IDLE_SLEEP_MS));
                 }

@@ -41,6 +41,7 @@ struct kv_trace_writer {
     int failed;             /* bool: a write failed; the file ends in a partial frame */
     int have_last;          /* bool: a frame was written */
     uint64_t last_step;     /* its step */
+    int restart;            /* bool: the next frame comes from a new engine (kv_trace_writer_restart) */
     int have_rec;           /* bool: step records were written (since the last reset) */
     uint64_t rec_step;      /* the newest one's step */
     int have_dec;           /* bool: decisions were written (since the last reset) */
@@ -204,8 +205,8 @@ static int write_array(kv_trace_writer *w, int a, const void *src, uint32_t n, i
 int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s) {
     if (!w || !s) return KV_ERR_INVAL;
     if (w->failed) return KV_ERR_IO;
-    if (w->have_last && s->step == w->last_step) return 0;
-    int reset = w->have_last && s->step < w->last_step;
+    if (w->have_last && s->step == w->last_step && !w->restart) return 0;
+    int reset = w->have_last && (s->step < w->last_step || w->restart);
 
     /* The struct as it is stored (byte for byte, padding too: a copy by
      * assignment may leave it out): what the pointers and capacities held
@@ -268,6 +269,7 @@ int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s) {
     }
 
     w->have_last = 1;
+    w->restart = 0;
     w->last_step = s->step;
     if (reset) w->have_rec = w->have_dec = 0;
     if (new_st) {
@@ -290,6 +292,10 @@ int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s) {
     else w->delta_bytes += bytes;
     atomic_fetch_add(&w->frames, 1);
     return 1;
+}
+
+void kv_trace_writer_restart(kv_trace_writer *w) {
+    if (w && w->have_last) w->restart = 1;
 }
 
 int kv_trace_writer_frames(const kv_trace_writer *w) {

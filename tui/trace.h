@@ -51,6 +51,10 @@ kv_trace_writer *kv_trace_writer_open(const char *path, const char *profile_yaml
  * (the engine's step hook, say). */
 int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s);
 /* Frames written so far; safe to call from any thread while another adds. */
+/* The frames after this come from a new engine (its steps start again):
+ * the next one is written as a restart even when its step number does not
+ * go down. No-op before the first frame. */
+void kv_trace_writer_restart(kv_trace_writer *w);
 int kv_trace_writer_frames(const kv_trace_writer *w);
 const char *kv_trace_writer_path(const kv_trace_writer *w);
 /* Flushes and closes; returns 0 or KV_ERR_IO. NULL is a no-op returning 0. */

@@ -191,4 +191,71 @@ static void test_background_thread(void) {
     free(h);
 }
 
-TEST_MAIN(T(test_caller_thread), T(test_background_thread))
+/* Setting and removing the hook from two threads while steps run: every
+ * step finds either no hook or a hook with its snapshot (a race here once
+ * left a hook without one). */
+typedef struct race {
+    kv_engine *e;
+    atomic_int stop;
+    hook_log *h;
+} race;
+
+static void *race_set(void *p) {
+    race *r = p;
+    while (!atomic_load(&r->stop)) kv_engine_set_step_hook(r->e, hook, r->h);
+    return NULL;
+}
+
+static void *race_clear(void *p) {
+    race *r = p;
+    while (!atomic_load(&r->stop)) kv_engine_set_step_hook(r->e, NULL, NULL);
+    return NULL;
+}
+
+static void test_set_clear_race(void) {
+    race r = {.e = make(), .h = calloc(1, sizeof(hook_log))};
+    REQUIRE(r.e && r.h);
+    pthread_t a, b;
+    REQUIRE(pthread_create(&a, NULL, race_set, &r) == 0);
+    REQUIRE(pthread_create(&b, NULL, race_clear, &r) == 0);
+    int steps = 0;
+    for (int k = 0; k < 20000; k++) {
+        int st = kv_engine_step(r.e);
+        if (st == 0) submit(r.e, 4, 40);
+        steps += st > 0;
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    kv_engine_set_step_hook(r.e, NULL, NULL);
+    CHECK(steps > 0 && r.h->bad_record == 0);
+    kv_engine_free(r.e);
+    free(r.h);
+}
+
+/* A snapshot taken while a step runs is never older than one taken before
+ * it, even when the engine ran steps with no reader around (nothing was
+ * published then). */
+static void test_snapshot_never_older(void) {
+    kv_engine *e = make();
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    for (int i = 0; i < 4; i++) submit(e, 20, 20);
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    usleep(1200 * 1000); /* past the one-second reader window */
+    kv_snapshot *a = kv_snapshot_new(), *b = kv_snapshot_new();
+    REQUIRE(a && b);
+    CHECK(kv_engine_snapshot(e, a) == 0 && a->step > 0);
+    for (int i = 0; i < 8; i++) submit(e, 60, 8);
+    int older = 0;
+    for (int k = 0; k < 2000; k++) {
+        CHECK(kv_engine_snapshot(e, b) == 0);
+        older += b->step < a->step;
+    }
+    CHECKF(older == 0, "%d of 2000 snapshots older than step %llu", older, (unsigned long long)a->step);
+    kv_snapshot_free(a);
+    kv_snapshot_free(b);
+    kv_engine_free(e);
+}
+
+TEST_MAIN(T(test_caller_thread), T(test_background_thread), T(test_set_clear_race), T(test_snapshot_never_older))

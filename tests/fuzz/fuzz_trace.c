@@ -13,20 +13,20 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int64_t walk(const kv_snapshot *s) {
-    int64_t sink = 0;
+static uint64_t walk(const kv_snapshot *s) {
+    uint64_t sink = 0; /* wraps: file-controlled values */
     for (int r = 0; r < s->n_requests; r++) {
         const kv_snap_request *q = &s->requests[r];
-        for (int b = 0; b < q->n_blocks; b++) sink += s->tables[q->table_offset + b];
-        sink += (int64_t)strlen(q->wait_reason);
+        for (int b = 0; b < q->n_blocks; b++) sink += (uint64_t)s->tables[q->table_offset + b];
+        sink += (uint64_t)strlen(q->wait_reason);
     }
-    for (int i = 0; i < s->n_running; i++) sink += s->running[i];
-    for (int i = 0; i < s->n_waiting; i++) sink += s->waiting[i];
-    for (int i = 0; i < s->n_swapped; i++) sink += s->swapped[i];
-    for (int b = 0; b < s->n_blocks && s->blocks; b++) sink += s->blocks[b].session;
-    for (int i = 0; i < s->n_steps; i++) sink += (int64_t)s->steps[i].step;
-    for (int d = 0; d < s->n_decisions; d++) sink += (int64_t)strlen(s->decisions[d].text);
-    sink += (int64_t)strlen(s->model_name) + (int64_t)strlen(s->backend);
+    for (int i = 0; i < s->n_running; i++) sink += (uint64_t)s->running[i];
+    for (int i = 0; i < s->n_waiting; i++) sink += (uint64_t)s->waiting[i];
+    for (int i = 0; i < s->n_swapped; i++) sink += (uint64_t)s->swapped[i];
+    for (int b = 0; b < s->n_blocks && s->blocks; b++) sink += (uint64_t)s->blocks[b].session;
+    for (int i = 0; i < s->n_steps; i++) sink += (uint64_t)s->steps[i].step;
+    for (int d = 0; d < s->n_decisions; d++) sink += (uint64_t)strlen(s->decisions[d].text);
+    sink += (uint64_t)strlen(s->model_name) + (int64_t)strlen(s->backend);
     return sink;
 }
 
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (err.code == 0 || err.msg[0] == '\0') __builtin_trap();
         return 0;
     }
-    volatile int64_t sink = 0;
+    volatile uint64_t sink = 0;
     int n = kv_trace_n_frames(t);
     for (int i = 0; i < n; i++) sink += walk(kv_trace_frame(t, i));
     /* backward (from keyframes) and a scattered order */

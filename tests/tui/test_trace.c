@@ -791,6 +791,38 @@ static void test_decision_counts(void) {
     unlink(path);
 }
 
+/* An engine replaced after one step (/load): its successor's step 1 has the
+ * same number as the last frame, yet kv_trace_writer_restart makes it a
+ * frame of its own whose history starts over. */
+static void test_restart_same_step(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/r.kvtrace", dir);
+    kv_err err;
+    kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    kv_trace_writer_restart(w); /* before the first frame: nothing to restart */
+    fake f, g;
+    make(&f, 1);
+    CHECK(kv_trace_writer_add(w, &f.s) == 1);
+    make(&g, 1);
+    snprintf(g.dec[1].text, sizeof g.dec[1].text, "new engine");
+    CHECK(kv_trace_writer_add(w, &g.s) == 0); /* the same step without a restart: skipped */
+    kv_trace_writer_restart(w);
+    CHECK(kv_trace_writer_add(w, &g.s) == 1);
+    CHECK(kv_trace_writer_add(w, &g.s) == 0); /* the restart is used up */
+    CHECK(kv_trace_writer_frames(w) == 2);
+    CHECK(kv_trace_writer_close(w) == 0);
+    kv_trace *t = kv_trace_load(path, &err);
+    REQUIRE(t);
+    CHECK(kv_trace_n_frames(t) == 2);
+    const kv_snapshot *s = kv_trace_frame(t, 1);
+    REQUIRE(s);
+    CHECKF(s->step == 1 && s->n_steps == 2 && s->n_decisions == 2 && !strcmp(s->decisions[1].text, "new engine"),
+           "step %llu, %d steps, %d decisions", (unsigned long long)s->step, s->n_steps, s->n_decisions);
+    kv_trace_free(t);
+    unlink(path);
+}
+
 /* A big block map changing a block a step: keyframes come when the deltas
  * since the last one add up to its size, not every 64 frames, and every
  * frame still comes back exactly. */
@@ -837,5 +869,5 @@ static void test_big_map(void) {
 static void setup(void) { REQUIRE(mkdtemp(dir)); }
 static void teardown(void) { rmdir(dir); }
 
-TEST_MAIN(T(setup), T(test_roundtrip), T(test_random_run), T(test_bad_files), T(test_decision_counts),
+TEST_MAIN(T(setup), T(test_roundtrip), T(test_random_run), T(test_bad_files), T(test_decision_counts), T(test_restart_same_step),
           T(test_big_map), T(teardown))
