@@ -324,7 +324,19 @@ int kv_format_fit(char *dst, size_t cap, const char *src, int cols) {
     } else {
         n = kv_format_prefix_fit(src, len, cols - 1, NULL);
     }
-    if ((size_t)n + 2 > cap) n = kv_format_prefix_fit(src, (int)cap - 2 > 0 ? (int)cap - 2 : 0, cols, NULL);
+    if ((size_t)n + 2 > cap) {
+        /* dst is too small: whole characters only (a byte cut could leave a
+         * partial sequence that merges with the '~'), with room for it */
+        n = kv_format_prefix_fit(src, len, cols - 1, NULL);
+        int lim = (int)cap - 2 > 0 ? (int)cap - 2 : 0, p = 0;
+        while (p < n) {
+            long cp;
+            int k = utf8_decode((const unsigned char *)src + p, n - p, &cp);
+            if (k <= 0 || p + k > lim) break;
+            p += k;
+        }
+        n = p;
+    }
     memcpy(dst, src, (size_t)n);
     int out = n;
     if (n < len && (size_t)out + 2 <= cap) dst[out++] = '~';

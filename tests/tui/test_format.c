@@ -151,6 +151,30 @@ static void test_width_fit(void) {
     char t[4];
     kv_format_fit(t, sizeof t, "hello", 10);
     CHECK(strlen(t) <= 3);
+    /* A buffer smaller than the text's bytes: whole characters and the '~'
+     * still within the columns (a byte cut once left a partial sequence
+     * that ran into the '~', one column too wide; found by fuzz_tui_text). */
+    char u[16];
+    kv_format_fit(u, sizeof u, "ab\u0350\u0350\u0350\u0350\u0350\u0350\u0350cd", 4);
+    CHECKF(kv_format_width(u, -1) <= 4 && u[strlen(u) - 1] == '~', "%s", u);
+    uint64_t r = 0x243F6A8885A308D3ull;
+    for (int k = 0; k < 20000; k++) {
+        char src[64], out[40];
+        int n = 1 + (int)(r % 60);
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            static const unsigned char pool[] = {'a', ' ', 0xcd, 0x90, 0xe4, 0xb8, 0xad, 0xb8, 0xf4, 0x91, 0x7e};
+            src[i] = (char)pool[(r >> 33) % sizeof pool];
+        }
+        src[n] = 0;
+        int cap = 2 + (int)((r >> 20) % 38), cols = 1 + (int)((r >> 40) % 30);
+        kv_format_fit(out, (size_t)cap, src, cols);
+        int w = kv_format_width(out, -1);
+        if (w > cols || (int)strlen(out) >= cap) {
+            CHECKF(0, "fit(cap %d, cols %d) width %d, %zu bytes", cap, cols, w, strlen(out));
+            break;
+        }
+    }
 }
 
 static void test_wrap(void) {
