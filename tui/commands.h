@@ -14,6 +14,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
+int cmd_keys(int argc, char **argv);
 /* The ncurses application: kvtop [PROFILE] [--set k=v ...] [--frames N]. */
 int cmd_tui(int argc, char **argv);
 

@@ -44,6 +44,18 @@ out=$($K generate -m $S/models/stories260K.gguf -p "$long" --ctx 512 -n 4 2>&1);
 [[ $rc == 1 && $out == *context* ]] && ok "prompt over the context: clear error" || bad "prompt over the context" "$out"
 out=$($K generate -m $S/models/stories260K.gguf -p hi --top-p 7 2>&1); rc=$?
 [[ $rc == 2 && $out == *top-p* ]] && ok "bad option value: usage error" || bad "bad option value" "$out"
+# kvtop keys: the key table, and a profile as it resolves (YAML that loads back the same).
+out=$($K keys 2>&1); rc=$?
+[[ $rc == 0 && $out == *memory.budget* && $out == *sim_clock* && $out == *kv.dtype* ]] \
+  && ok "keys lists every profile key" || bad "keys lists the keys" "$out"
+tmpk=$(mktemp -d)
+$K keys profiles/demo-quant.yaml --set kv.dtype=int8 >"$tmpk/r.yaml" 2>&1; rc=$?
+$K keys "$tmpk/r.yaml" >"$tmpk/r2.yaml" 2>&1
+[[ $rc == 0 ]] && grep -q 'dtype: int8' "$tmpk/r.yaml" && grep -q 'budget: 240MiB' "$tmpk/r.yaml" && cmp -s "$tmpk/r.yaml" "$tmpk/r2.yaml" \
+  && ok "keys PROFILE --set: the resolved profile, which loads back the same" || bad "keys PROFILE" "$(head -c 300 "$tmpk/r.yaml")"
+out=$($K keys profiles/demo-quant.yaml --set kv.dtyp=int8 2>&1); rc=$?
+[[ $rc == 2 && $out == *kv.dtype* ]] && ok "keys: a misspelt key gets a suggestion, exit 2" || bad "keys bad key (exit $rc)" "$out"
+rm -rf "$tmpk"
 out=$($K frobnicate 2>&1); rc=$?
 [[ $rc == 2 && $out == *unknown* ]] && ok "unknown command" || bad "unknown command" "$out"
 
