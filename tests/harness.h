@@ -9,6 +9,7 @@
 #ifndef KV_TEST_HARNESS_H
 #define KV_TEST_HARNESS_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,44 @@ static inline void harness_shared_copy(char *dst, size_t cap, const char *rel) {
     if (n >= cap) n = cap - 1;
     memcpy(dst, path, n);
     dst[n] = 0;
+}
+
+/* ---- random data for kernel tests: xorshift64 ----
+ * One generator per test program (each includes this header once); a
+ * program may seed it (*harness_rng() = seed) for fresh data per run. */
+static inline uint64_t *harness_rng(void) {
+    static uint64_t state = 0x9E3779B97F4A7C15ull;
+    return &state;
+}
+
+static inline uint64_t harness_rand64(void) {
+    uint64_t x = *harness_rng();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *harness_rng() = x;
+}
+
+/* uniform in [-1, 1) */
+static inline float harness_frand(void) {
+    return (float)((double)(harness_rand64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static inline void harness_fill_rand(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = harness_frand() * scale;
+}
+
+/* Normalised error ||y - ref|| / ||ref|| (the plain norm when ref is 0;
+ * infinity when y has a NaN), the measure test-backend-ops uses. */
+static inline double harness_nerr(const float *y, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (!(num == num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static inline int harness_run(const harness_case *cases, int n, int argc, char **argv) {

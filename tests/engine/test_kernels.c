@@ -22,34 +22,6 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-
-/* uniform in [-1, 1) */
-static float frand(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-static void fill_rand(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
-}
-
-static double nerr(const float *y, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)y[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    if (!(num == num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* Independent binary16 decode (by the formula, not by bits). */
@@ -100,7 +72,7 @@ static void test_fp16_conversions(void) {
     /* random floats round to the nearest half */
     bad = 0;
     for (int i = 0; i < 20000; i++) {
-        float f = ldexpf(frand(), (int)(rng_next() % 40) - 25);
+        float f = ldexpf(harness_frand(), (int)(harness_rand64() % 40) - 25);
         uint16_t h = kv_fp32_to_fp16(f);
         double v = half_value(h), e = fabs(v - f);
         double up = half_value((uint16_t)(h + 1)), dn = h & 0x7FFF ? half_value((uint16_t)(h - 1)) : -v;
@@ -131,7 +103,7 @@ static void test_bf16_conversions(void) {
 static void test_dequantize_layouts(void) {
     enum { N = 128 };
     uint8_t raw[N * 4];
-    for (size_t i = 0; i < sizeof raw; i++) raw[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < sizeof raw; i++) raw[i] = (uint8_t)harness_rand64();
     float out[N];
     /* keep the fp16 scales finite: exponent below 31 */
     uint8_t q8[4 * 34], q40[4 * 18], q41[4 * 20];
@@ -177,7 +149,7 @@ static void test_dequantize_layouts(void) {
 
     uint8_t h[2 * N];
     for (int i = 0; i < N; i++) {
-        uint16_t v = (uint16_t)(rng_next() & 0xFBFF); /* finite */
+        uint16_t v = (uint16_t)(harness_rand64() & 0xFBFF); /* finite */
         h[2 * i] = (uint8_t)v;
         h[2 * i + 1] = (uint8_t)(v >> 8);
     }
@@ -195,7 +167,7 @@ static void test_dequantize_layouts(void) {
     }
     CHECKF(bad == 0, "bf16: %d elements", bad);
     float src[N];
-    fill_rand(src, N, 3.0f);
+    harness_fill_rand(src, N, 3.0f);
     REQUIRE(kv_dequantize_row(KV_TYPE_F32, src, out, N) == 0);
     CHECK(memcmp(src, out, sizeof src) == 0);
 
@@ -211,7 +183,7 @@ static void test_dequantize_layouts(void) {
 static void test_quantize_codes(void) {
     enum { N = 256 };
     float x[N], y[N];
-    fill_rand(x, N, 2.0f);
+    harness_fill_rand(x, N, 2.0f);
     x[5] = -2.5f; /* block 0's largest magnitude, negative */
     uint8_t q[N / 32 * 34];
 
@@ -282,7 +254,7 @@ static void test_quantize_roundtrip_bounds(void) {
     static uint8_t q[N * 4];
     const kv_type types[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        fill_rand(x, N, 4.0f);
+        harness_fill_rand(x, N, 4.0f);
         REQUIRE(kv_quantize_row(types[t], x, q, N) == 0);
         REQUIRE(kv_dequantize_row(types[t], q, y, N) == 0);
         int bad = 0;
@@ -323,7 +295,7 @@ static uint8_t *make_weight(kv_type t, int64_t M, int64_t K, size_t row_pad, kv_
     memset(data, 0xAB, nb1 * (size_t)M + 64);
     float *row = malloc((size_t)K * sizeof(float));
     for (int64_t r = 0; r < M; r++) {
-        fill_rand(row, (size_t)K, 1.0f);
+        harness_fill_rand(row, (size_t)K, 1.0f);
         kv_quantize_row(t, row, data + (size_t)r * nb1, K);
         kv_dequantize_row(t, data + (size_t)r * nb1, wf + (size_t)r * K, K);
     }
@@ -359,7 +331,7 @@ static void check_matmul_type(kv_type t) {
             float *ref = malloc((size_t)n * M * sizeof(float));
             float *y = malloc((size_t)n * M * sizeof(float));
             float *exact = malloc((size_t)n * M * sizeof(float));
-            fill_rand(x, (size_t)n * K, 2.0f);
+            harness_fill_rand(x, (size_t)n * K, 2.0f);
             REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
             /* the reference against the dequantized weights in double: only
              * the activation quantization separates them, by at most half a
@@ -395,7 +367,7 @@ static void check_matmul_type(kv_type t) {
                 for (int bi = 0; bi < 3; bi++) {
                     for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
                     kv_cpu_matmul_isa(bs[bi], (kv_cpu_isa)isa, &w, x, y, n);
-                    double e = nerr(y, ref, (size_t)n * M);
+                    double e = harness_nerr(y, ref, (size_t)n * M);
                     CHECKF(e < 2e-6, "%s isa=%s threads=%d K=%lld M=%lld n=%d: err %.3g", kv_type_name(t),
                            kv_cpu_isa_name((kv_cpu_isa)isa), bi + 1, (long long)K, (long long)M, n, e);
                 }
@@ -403,7 +375,7 @@ static void check_matmul_type(kv_type t) {
             /* through the table, with the backend's own ISA */
             for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
             b2->ops->matmul(b2, &w, x, y, n);
-            CHECK(nerr(y, ref, (size_t)n * M) < 2e-6);
+            CHECK(harness_nerr(y, ref, (size_t)n * M) < 2e-6);
             free(x);
             free(ref);
             free(y);
@@ -438,10 +410,10 @@ static void test_matmul_large(void) {
         float *x = malloc((size_t)n * K * sizeof(float)), *y = malloc((size_t)n * M * sizeof(float)),
               *ref = malloc((size_t)n * M * sizeof(float));
         REQUIRE(data && x && y && ref);
-        fill_rand(x, (size_t)n * K, 1.0f);
+        harness_fill_rand(x, (size_t)n * K, 1.0f);
         REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
         b->ops->matmul(b, &w, x, y, n);
-        CHECKF(nerr(y, ref, (size_t)n * M) < 2e-6, "%s: %.3g", kv_type_name(types[ti]), nerr(y, ref, (size_t)n * M));
+        CHECKF(harness_nerr(y, ref, (size_t)n * M) < 2e-6, "%s: %.3g", kv_type_name(types[ti]), harness_nerr(y, ref, (size_t)n * M));
         free(data);
         free(wf);
         free(x);
@@ -470,7 +442,7 @@ static void test_matmul_quant_ext(void) {
         REQUIRE(data && wf && x && y && ref && exact);
         kv_err err = {0};
         CHECKF(b->ops->upload_weight(b, &w, &err) == 0, "%s: %s", kv_type_name(t), err.msg);
-        fill_rand(x, (size_t)n * K, 1.0f);
+        harness_fill_rand(x, (size_t)n * K, 1.0f);
         REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
         for (int j = 0; j < n; j++)
             for (int64_t r = 0; r < M; r++) {
@@ -478,13 +450,13 @@ static void test_matmul_quant_ext(void) {
                 for (int64_t k = 0; k < K; k++) acc += (double)wf[r * K + k] * x[j * K + k];
                 exact[j * M + r] = (float)acc;
             }
-        CHECKF(nerr(ref, exact, (size_t)n * M) < 2e-2, "%s ref vs exact: %.3g", kv_type_name(t),
-               nerr(ref, exact, (size_t)n * M));
+        CHECKF(harness_nerr(ref, exact, (size_t)n * M) < 2e-2, "%s ref vs exact: %.3g", kv_type_name(t),
+               harness_nerr(ref, exact, (size_t)n * M));
         for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
             if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
             kv_cpu_matmul_isa(b, (kv_cpu_isa)isa, &w, x, y, n);
-            CHECKF(nerr(y, ref, (size_t)n * M) < 1e-5, "%s isa %s: %.3g", kv_type_name(t),
-                   kv_cpu_isa_name((kv_cpu_isa)isa), nerr(y, ref, (size_t)n * M));
+            CHECKF(harness_nerr(y, ref, (size_t)n * M) < 1e-5, "%s isa %s: %.3g", kv_type_name(t),
+                   kv_cpu_isa_name((kv_cpu_isa)isa), harness_nerr(y, ref, (size_t)n * M));
         }
         int32_t ids[] = {69, 0, 33};
         float *rows = malloc((size_t)3 * K * 4);
@@ -531,7 +503,7 @@ static void test_matmul_batch_invariance(void) {
         kv_tensor w;
         uint8_t *data = make_weight(t, M, K, 0, &w, wf);
         REQUIRE(data && wf && x && xb && alone && y);
-        fill_rand(x, (size_t)NX * K, 2.0f);
+        harness_fill_rand(x, (size_t)NX * K, 2.0f);
         for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
             if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
             for (int i = 0; i < NX; i++) kv_cpu_matmul_isa(bs[0], (kv_cpu_isa)isa, &w, x + (size_t)i * K, alone + (size_t)i * M, 1);
@@ -579,7 +551,7 @@ static void test_matmul_activation_edge(void) {
     kv_tensor w;
     uint8_t *data = make_weight(KV_TYPE_Q8_0, M, K, 0, &w, wf);
     float x[2 * 128], y[2 * 8], ref[2 * 8];
-    fill_rand(x, 256, 1.0f);
+    harness_fill_rand(x, 256, 1.0f);
     for (int i = 0; i < 32; i++) x[i] *= 1e-20f; /* a tiny block */
     for (int i = 32; i < 64; i++) x[i] = 0.0f;   /* a zero block */
     for (int i = 64; i < 96; i++) x[i] *= 1e20f; /* a huge block */
@@ -587,7 +559,7 @@ static void test_matmul_activation_edge(void) {
     for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
         if (!kv_cpu_isa_supported((kv_cpu_isa)isa)) continue;
         kv_cpu_matmul_isa(b, (kv_cpu_isa)isa, &w, x, y, 2);
-        CHECKF(nerr(y, ref, 16) < 1e-6, "isa %s: %.3g", kv_cpu_isa_name((kv_cpu_isa)isa), nerr(y, ref, 16));
+        CHECKF(harness_nerr(y, ref, 16) < 1e-6, "isa %s: %.3g", kv_cpu_isa_name((kv_cpu_isa)isa), harness_nerr(y, ref, 16));
     }
     x[128 + 5] = NAN; /* second row: NaN must show, not vanish */
     for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
@@ -636,8 +608,8 @@ static void test_rmsnorm(void) {
             int n = shapes[s][0], dim = shapes[s][1];
             float *x = malloc((size_t)n * dim * 4), *wt = malloc((size_t)dim * 4), *out = malloc((size_t)n * dim * 4),
                   *ref = malloc((size_t)n * dim * 4);
-            fill_rand(x, (size_t)n * dim, 3.0f);
-            fill_rand(wt, (size_t)dim, 1.5f);
+            harness_fill_rand(x, (size_t)n * dim, 3.0f);
+            harness_fill_rand(wt, (size_t)dim, 1.5f);
             for (int i = 0; i < n; i++) {
                 double ss = 0;
                 for (int k = 0; k < dim; k++) ss += (double)x[i * dim + k] * x[i * dim + k];
@@ -645,10 +617,10 @@ static void test_rmsnorm(void) {
                 for (int k = 0; k < dim; k++) ref[i * dim + k] = (float)(x[i * dim + k] * sc * wt[k]);
             }
             b->ops->rmsnorm(b, x, wt, out, n, dim, 1e-5f);
-            CHECKF(nerr(out, ref, (size_t)n * dim) < 1e-6, "isa %d n=%d dim=%d: %.3g", isa, n, dim,
-                   nerr(out, ref, (size_t)n * dim));
+            CHECKF(harness_nerr(out, ref, (size_t)n * dim) < 1e-6, "isa %d n=%d dim=%d: %.3g", isa, n, dim,
+                   harness_nerr(out, ref, (size_t)n * dim));
             b->ops->rmsnorm(b, x, wt, x, n, dim, 1e-5f); /* in place */
-            CHECK(nerr(x, ref, (size_t)n * dim) < 1e-6);
+            CHECK(harness_nerr(x, ref, (size_t)n * dim) < 1e-6);
             free(x);
             free(wt);
             free(out);
@@ -684,13 +656,13 @@ static void test_rope(void) {
         size_t cnt = (size_t)n * nh * hd;
         float *x = malloc(cnt * 4), *ref = malloc(cnt * 4);
         int32_t *pos = malloc((size_t)n * 4);
-        fill_rand(x, cnt, 1.0f);
-        for (int i = 0; i < n; i++) pos[i] = (int32_t)(rng_next() % 2048);
+        harness_fill_rand(x, cnt, 1.0f);
+        for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % 2048);
         memcpy(ref, x, cnt * 4);
         float base = c == 1 ? 100000.0f : 10000.0f;
         rope_ref(ref, pos, n, nh, hd, rot, base, neox);
         b->ops->rope(b, x, pos, n, nh, hd, rot, base, neox);
-        double e = nerr(x, ref, cnt);
+        double e = harness_nerr(x, ref, cnt);
         CHECKF(e < 2e-5, "cfg %zu: %.3g", c, e);
         if (rot < hd) { /* dims past rot_dim untouched: ref did not touch them either */
             int same = 1;
@@ -719,8 +691,8 @@ static void test_silu_mul_add(void) {
         for (int c = 0; c < 4; c++) {
             int64_t n = counts[c];
             float *g = malloc((size_t)n * 4), *u = malloc((size_t)n * 4), *ref = malloc((size_t)n * 4);
-            fill_rand(g, (size_t)n, 12.0f);
-            fill_rand(u, (size_t)n, 2.0f);
+            harness_fill_rand(g, (size_t)n, 12.0f);
+            harness_fill_rand(u, (size_t)n, 2.0f);
             if (n > 10) {
                 g[0] = -100.0f;
                 g[1] = 100.0f;
@@ -896,7 +868,7 @@ static void test_backend_memory(void) {
     b->ops->mem_info(b, &m1);
     CHECK(m1.used_bytes >= m0.used_bytes + 1000000);
     float src[16], dst[16];
-    fill_rand(src, 16, 1.0f);
+    harness_fill_rand(src, 16, 1.0f);
     b->ops->upload(b, p, src, sizeof src);
     b->ops->download(b, dst, p, sizeof dst);
     CHECK(memcmp(src, dst, sizeof src) == 0);
@@ -924,9 +896,9 @@ static void test_membw(void) {
 
 int main(int argc, char **argv) {
     const char *seed_env = getenv("KVTOP_TEST_SEED");
-    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : (kv_now_ns() ^ ((uint64_t)getpid() << 32));
-    if (!rng_state) rng_state = 1;
-    printf("  seed %llu (KVTOP_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
+    *harness_rng() = seed_env ? strtoull(seed_env, NULL, 0) : (kv_now_ns() ^ ((uint64_t)getpid() << 32));
+    if (!*harness_rng()) *harness_rng() = 1;
+    printf("  seed %llu (KVTOP_TEST_SEED to repeat)\n", (unsigned long long)*harness_rng());
     static const harness_case cases[] = {
         T(test_fp16_conversions),  T(test_bf16_conversions),      T(test_dequantize_layouts),
         T(test_quantize_codes),    T(test_quantize_roundtrip_bounds), T(test_matmul_f32),

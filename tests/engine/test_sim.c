@@ -15,22 +15,6 @@
 #include "../../kernels/types.h"
 #include "../harness.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-
-static float frand(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-static void fill_rand(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
-}
-
 static kv_backend *make(const char *name) {
     kv_err err = {0};
     kv_backend *b = kv_backend_create(name, 2, &err);
@@ -54,7 +38,7 @@ static kv_tensor make_weight(kv_type t, int rows, int cols, void **owned) {
     uint8_t *data = malloc(rs * (size_t)rows);
     float *tmp = malloc((size_t)cols * sizeof(float));
     for (int r = 0; data && tmp && r < rows; r++) {
-        fill_rand(tmp, (size_t)cols, 1.0f);
+        harness_fill_rand(tmp, (size_t)cols, 1.0f);
         kv_quantize_row(t, tmp, data + (size_t)r * rs, cols);
     }
     free(tmp);
@@ -134,7 +118,7 @@ static void exact_matmul(kv_backend *s, kv_backend *c, kv_type t, int rows, int 
     int32_t ids[5] = {0, rows - 1, 3 % rows, 0, rows / 2};
     float *gs = malloc(5 * (size_t)cols * sizeof(float)), *gc = malloc(5 * (size_t)cols * sizeof(float));
     REQUIRE(x && ys && yc && gs && gc);
-    fill_rand(x, (size_t)n * cols, 2.0f);
+    harness_fill_rand(x, (size_t)n * cols, 2.0f);
     float *xs = put(s, x, (size_t)n * cols * sizeof(float));
     float *dys = s->ops->alloc(s, (size_t)n * rows * sizeof(float));
     int32_t *dids = put(s, ids, sizeof ids);
@@ -181,9 +165,9 @@ static void test_sim_elementwise_exact(void) {
     float *x = malloc(bytes), *y = malloc(bytes), *w = malloc(dim * sizeof(float));
     float *rc = malloc(bytes), *rs = malloc(bytes);
     REQUIRE(x && y && w && rc && rs);
-    fill_rand(x, N, 3.0f);
-    fill_rand(y, N, 3.0f);
-    fill_rand(w, dim, 1.0f);
+    harness_fill_rand(x, N, 3.0f);
+    harness_fill_rand(y, N, 3.0f);
+    harness_fill_rand(w, dim, 1.0f);
     int32_t pos[5] = {0, 1, 17, 300, 4095};
     float *dx = put(s, x, bytes), *dy = put(s, y, bytes);
     REQUIRE(dx && dy);
@@ -270,9 +254,9 @@ static void exact_attention(kv_cache_dtype dt) {
     float *q = malloc(NT * n_heads * hd * sizeof(float));
     float *oc = malloc(NT * n_heads * hd * sizeof(float)), *os = malloc(NT * n_heads * hd * sizeof(float));
     REQUIRE(k && v && q && oc && os);
-    fill_rand(k, NT * kvd, 2.0f);
-    fill_rand(v, NT * kvd, 2.0f);
-    fill_rand(q, NT * n_heads * hd, 2.0f);
+    harness_fill_rand(k, NT * kvd, 2.0f);
+    harness_fill_rand(v, NT * kvd, 2.0f);
+    harness_fill_rand(q, NT * n_heads * hd, 2.0f);
     float *dk = put(s, k, NT * kvd * sizeof(float)), *dv = put(s, v, NT * kvd * sizeof(float));
     float *dq = put(s, q, NT * n_heads * hd * sizeof(float));
     float *dout = s->ops->alloc(s, NT * n_heads * hd * sizeof(float));
@@ -328,7 +312,7 @@ static void test_sim_clock_matmul(void) {
     REQUIRE(x && y);
     float *hx = malloc((size_t)n * K * 4);
     REQUIRE(hx);
-    fill_rand(hx, (size_t)n * K, 1.0f);
+    harness_fill_rand(hx, (size_t)n * K, 1.0f);
     b->ops->upload(b, x, hx, (size_t)n * K * 4);
     kv_sim_reset(b);
     CHECK(kv_sim_elapsed_s(b) == 0.0);
@@ -474,7 +458,7 @@ static void test_sim_memory(void) {
     float *x = put(b, NULL, 64 * 4), *y = put(b, NULL, 32 * 4);
     REQUIRE(owned2 && x && y);
     float hx[64];
-    fill_rand(hx, 64, 1.0f);
+    harness_fill_rand(hx, 64, 1.0f);
     b->ops->upload(b, x, hx, sizeof hx);
     b->ops->matmul(b, &w3, x, y, 1);
     b->ops->matmul(b, &w3, x, y, 1);

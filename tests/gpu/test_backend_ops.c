@@ -25,33 +25,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint64_t rng_next(void) {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
-}
-
-static float frand(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
-
-static void fill_rand(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
-}
-
-static double nerr(const float *y, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)y[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    if (!(num == num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Per-op tolerances of the non-exact backends (normalised error). The
  * arithmetic is the CPU's; what differs is summation order, fused
  * multiply-adds and the math library's cosf/expf. get_rows and add are
@@ -152,7 +125,7 @@ static kv_tensor make_weight(kv_type t, int rows, int cols, uint8_t **owned) {
     uint8_t *data = malloc(rs * (size_t)rows);
     float *tmp = malloc((size_t)cols * sizeof(float));
     for (int r = 0; data && tmp && r < rows; r++) {
-        fill_rand(tmp, (size_t)cols, 1.0f);
+        harness_fill_rand(tmp, (size_t)cols, 1.0f);
         kv_quantize_row(t, tmp, data + (size_t)r * rs, cols);
     }
     free(tmp);
@@ -172,7 +145,7 @@ static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     float *x = malloc((size_t)n * K * sizeof(float));
     float *yc = malloc((size_t)n * M * sizeof(float)), *yt = malloc((size_t)n * M * sizeof(float));
     REQUIRE(owned && x && yc && yt);
-    fill_rand(x, (size_t)n * K, 2.0f);
+    harness_fill_rand(x, (size_t)n * K, 2.0f);
     kv_err err = {0};
     kv_tensor wc = w, wt = w;
     REQUIRE(cpu->ops->upload_weight(cpu, &wc, &err) == 0);
@@ -185,7 +158,7 @@ static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     get(b, yt, dy, (size_t)n * M * sizeof(float));
     char what[96];
     snprintf(what, sizeof what, "%s M=%d K=%d n=%d%s", kv_type_name(ty), M, K, n, lazy ? " (lazy weight)" : "");
-    judge(t, OP_MATMUL, nerr(yt, yc, (size_t)n * M), what);
+    judge(t, OP_MATMUL, harness_nerr(yt, yc, (size_t)n * M), what);
     check_backend_error(t, what);
     b->ops->free(b, dx);
     b->ops->free(b, dy);
@@ -238,14 +211,14 @@ static void test_get_rows(void) {
             cpu->ops->get_rows(cpu, &w, ids, oc, n);
             b->ops->get_rows(b, &wt, dids, dout, n); /* lazy weight copy */
             get(b, ot, dout, (size_t)n * K * sizeof(float));
-            judge(t, OP_GET_ROWS, nerr(ot, oc, (size_t)n * K), kv_type_name(wtypes[ty]));
+            judge(t, OP_GET_ROWS, harness_nerr(ot, oc, (size_t)n * K), kv_type_name(wtypes[ty]));
             forget_host(t);
             free(owned);
         }
         /* rows of an activation buffer viewed as an f32 matrix (the forward's logit rows) */
         float *act = malloc((size_t)M * K * sizeof(float));
         REQUIRE(act);
-        fill_rand(act, (size_t)M * K, 3.0f);
+        harness_fill_rand(act, (size_t)M * K, 3.0f);
         float *dact = put(b, act, (size_t)M * K * sizeof(float));
         REQUIRE(dact);
         kv_tensor vc = {.type = KV_TYPE_F32, .ne0 = K, .ne1 = M, .nb1 = K * sizeof(float), .data = act, .dev = act};
@@ -255,7 +228,7 @@ static void test_get_rows(void) {
         cpu->ops->get_rows(cpu, &vc, ids, oc, n);
         b->ops->get_rows(b, &vt, dids, dout, n);
         get(b, ot, dout, (size_t)n * K * sizeof(float));
-        judge(t, OP_GET_ROWS, nerr(ot, oc, (size_t)n * K), "activation view");
+        judge(t, OP_GET_ROWS, harness_nerr(ot, oc, (size_t)n * K), "activation view");
         check_backend_error(t, "get_rows");
         b->ops->free(b, dact);
         b->ops->free(b, dids);
@@ -282,8 +255,8 @@ static void test_rmsnorm(void) {
                 const size_t N = (size_t)n * dim, bytes = N * sizeof(float);
                 float *x = malloc(bytes), *w = malloc(dim * sizeof(float)), *oc = malloc(bytes), *ot = malloc(bytes);
                 REQUIRE(x && w && oc && ot);
-                fill_rand(x, N, 4.0f);
-                fill_rand(w, (size_t)dim, 1.5f);
+                harness_fill_rand(x, N, 4.0f);
+                harness_fill_rand(w, (size_t)dim, 1.5f);
                 float *dx = put(b, x, bytes), *dout = put(b, NULL, bytes), *dw = put(b, w, dim * sizeof(float));
                 REQUIRE(dx && dout && dw);
                 cpu->ops->rmsnorm(cpu, x, w, oc, n, dim, 1e-5f);
@@ -291,10 +264,10 @@ static void test_rmsnorm(void) {
                 get(b, ot, dout, bytes);
                 char what[64];
                 snprintf(what, sizeof what, "n=%d dim=%d", n, dim);
-                judge(t, OP_RMSNORM, nerr(ot, oc, N), what);
+                judge(t, OP_RMSNORM, harness_nerr(ot, oc, N), what);
                 b->ops->rmsnorm(b, dx, dw, dx, n, dim, 1e-5f); /* device weight, in place */
                 get(b, ot, dx, bytes);
-                judge(t, OP_RMSNORM, nerr(ot, oc, N), "in place");
+                judge(t, OP_RMSNORM, harness_nerr(ot, oc, N), "in place");
                 check_backend_error(t, "rmsnorm");
                 b->ops->free(b, dx);
                 b->ops->free(b, dout);
@@ -315,7 +288,7 @@ static void test_rope(void) {
     const int n = 9, H = 4, hd = 64;
     const size_t N = (size_t)n * H * hd, bytes = N * sizeof(float);
     int32_t pos[9];
-    for (int i = 0; i < n; i++) pos[i] = (int32_t)(rng_next() % 5000);
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % 5000);
     pos[0] = 0;
     for (int ti = 0; ti < n_targets; ti++) {
         target *t = &targets[ti];
@@ -326,7 +299,7 @@ static void test_rope(void) {
             for (int rot = 32; rot <= 64; rot += 32)
                 for (int bi = 0; bi < 2; bi++) {
                     const float base = bi ? 100000.0f : 10000.0f;
-                    fill_rand(x, N, 2.0f);
+                    harness_fill_rand(x, N, 2.0f);
                     memcpy(xc, x, bytes);
                     float *dx = put(b, x, bytes);
                     REQUIRE(dx);
@@ -335,7 +308,7 @@ static void test_rope(void) {
                     get(b, xt, dx, bytes);
                     char what[64];
                     snprintf(what, sizeof what, "neox=%d rot=%d base=%g", neox, rot, base);
-                    judge(t, OP_ROPE, nerr(xt, xc, N), what);
+                    judge(t, OP_ROPE, harness_nerr(xt, xc, N), what);
                     b->ops->free(b, dx);
                 }
         check_backend_error(t, "rope");
@@ -356,19 +329,19 @@ static void test_silu_mul_add(void) {
         kv_backend *b = t->b;
         float *g = malloc(bytes), *u = malloc(bytes), *gt = malloc(bytes);
         REQUIRE(g && u && gt);
-        fill_rand(g, (size_t)count, 8.0f);
-        fill_rand(u, (size_t)count, 2.0f);
+        harness_fill_rand(g, (size_t)count, 8.0f);
+        harness_fill_rand(u, (size_t)count, 2.0f);
         float *dg = put(b, g, bytes), *du = put(b, u, bytes);
         REQUIRE(dg && du);
         cpu->ops->silu_mul(cpu, g, u, count);
         b->ops->silu_mul(b, dg, du, count);
         get(b, gt, dg, bytes);
-        judge(t, OP_SILU, nerr(gt, g, (size_t)count), "");
+        judge(t, OP_SILU, harness_nerr(gt, g, (size_t)count), "");
         b->ops->upload(b, dg, g, bytes); /* same start for add */
         cpu->ops->add(cpu, g, u, count);
         b->ops->add(b, dg, du, count);
         get(b, gt, dg, bytes);
-        judge(t, OP_ADD, nerr(gt, g, (size_t)count), "");
+        judge(t, OP_ADD, harness_nerr(gt, g, (size_t)count), "");
         check_backend_error(t, "silu_mul/add");
         b->ops->free(b, dg);
         b->ops->free(b, du);
@@ -432,7 +405,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
     int32_t perm[24];
     for (int i = 0; i < 24; i++) perm[i] = i;
     for (int i = 23; i > 0; i--) {
-        int j = (int)(rng_next() % (uint64_t)(i + 1));
+        int j = (int)(harness_rand64() % (uint64_t)(i + 1));
         int32_t tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;
@@ -464,9 +437,9 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
             }
         for (int s = 0; s < 3; s++) len[s] += plan[step][s];
         kv_attn_batch ab = {.n_tokens = n, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 3, .tables = tables};
-        fill_rand(k, (size_t)n * kvd, 2.0f);
-        fill_rand(v, (size_t)n * kvd, 2.0f);
-        fill_rand(q, (size_t)n * nh * hd, 2.0f);
+        harness_fill_rand(k, (size_t)n * kvd, 2.0f);
+        harness_fill_rand(v, (size_t)n * kvd, 2.0f);
+        harness_fill_rand(q, (size_t)n * nh * hd, 2.0f);
         b->ops->upload(b, dk, k, (size_t)n * kvd * sizeof(float));
         b->ops->upload(b, dv, v, (size_t)n * kvd * sizeof(float));
         b->ops->upload(b, dq, q, (size_t)n * nh * hd * sizeof(float));
@@ -485,7 +458,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
             int differ = 0;
             judge(t, OP_KV_STORE, pages_err(&pc, &ph, &ab, l, &differ), what);
             if (differ && !t->exact) printf("  note: %s kv_store %s: %d rows not byte-equal\n", t->name, what, differ);
-            judge(t, OP_ATTENTION, nerr(ot, oc, (size_t)n * nh * hd), what);
+            judge(t, OP_ATTENTION, harness_nerr(ot, oc, (size_t)n * nh * hd), what);
         }
     }
     /* copy-on-write of a used block into a free one, then compare whole pools */
@@ -550,7 +523,7 @@ static void test_memory_and_copies(void) {
         const size_t nb = 1000003;
         uint8_t *src = malloc(nb), *back = malloc(nb);
         REQUIRE(src && back);
-        for (size_t i = 0; i < nb; i++) src[i] = (uint8_t)rng_next();
+        for (size_t i = 0; i < nb; i++) src[i] = (uint8_t)harness_rand64();
         b->ops->upload(b, (uint8_t *)p + 13, src, nb);
         memset(back, 0, nb);
         b->ops->download(b, back, (uint8_t *)p + 13, nb);
@@ -581,13 +554,13 @@ static void test_memory_and_copies(void) {
             CHECKF(rc < 0 && strstr(e3.msg, "q4_k"), "%s: q4_k refused without naming it: %s", t->name, e3.msg);
         } else {
             float x[256], yc[16], yt[16];
-            fill_rand(x, 256, 1.0f);
+            harness_fill_rand(x, 256, 1.0f);
             float *dx = put(b, x, sizeof x), *dy = put(b, NULL, sizeof yt);
             REQUIRE(dx && dy);
             cpu->ops->matmul(cpu, &wk, x, yc, 1);
             b->ops->matmul(b, &wk, dx, dy, 1);
             get(b, yt, dy, sizeof yt);
-            judge(t, OP_MATMUL, nerr(yt, yc, 16), "q4_k");
+            judge(t, OP_MATMUL, harness_nerr(yt, yc, 16), "q4_k");
             b->ops->free(b, dx);
             b->ops->free(b, dy);
         }
@@ -656,7 +629,7 @@ static void test_forward_random_models(void) {
         }
         const int np = 21, steps = 3, nv = m->hp.n_vocab;
         int32_t prompt[21], picked[3], tpicked[3];
-        for (int i = 0; i < np; i++) prompt[i] = 3 + (int32_t)(rng_next() % (uint64_t)(nv - 3));
+        for (int i = 0; i < np; i++) prompt[i] = 3 + (int32_t)(harness_rand64() % (uint64_t)(nv - 3));
         float *lc = malloc((size_t)(steps + 1) * nv * sizeof(float)), *lt = malloc((size_t)(steps + 1) * nv * sizeof(float));
         REQUIRE(lc && lt);
         const kv_cache_dtype dts[] = {KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_INT8};
@@ -671,7 +644,7 @@ static void test_forward_random_models(void) {
                 CHECKF(rc == 0, "%s forward %s", t->name, kv_type_name(types[ty]));
                 char what[64];
                 snprintf(what, sizeof what, "%s model, kv %s", kv_type_name(types[ty]), kv_cache_dtype_name(dts[d]));
-                if (rc == 0) judge(t, OP_FORWARD, nerr(lt, lc, (size_t)(steps + 1) * nv), what);
+                if (rc == 0) judge(t, OP_FORWARD, harness_nerr(lt, lc, (size_t)(steps + 1) * nv), what);
                 check_backend_error(t, what);
                 forget_host(t); /* the model is freed below */
             }
