@@ -427,6 +427,12 @@ static int engine_init_sync(kv_engine *e) {
     return rc ? -1 : 0;
 }
 
+/* The forward pass's scratch plus the logits buffer: what the memory
+ * breakdown calls activations, and what a memory.budget sets aside. */
+static uint64_t activation_bytes(const kv_engine *e) {
+    return kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
+}
+
 kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     if (!cfg) {
         kv_err_set(err, KV_ERR_INVAL, "engine: NULL config");
@@ -484,7 +490,7 @@ kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err) {
     if (cfg->kv.blocks == 0 && cfg->memory.budget > 0) {
         /* NOTE: a draft model's weights and cache (spec.method draft_model)
          * come on top of the budget: they are sized after the cache. */
-        uint64_t act = kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
+        uint64_t act = activation_bytes(e);
         uint64_t fixed = e->model->weight_bytes + act;
         if (fixed >= cfg->memory.budget) {
             kv_err_set(err, KV_ERR_INVAL,
@@ -1397,7 +1403,7 @@ static int build_snapshot(kv_engine *e, kv_snapshot *s) {
     m->kv_free = (uint64_t)cs.n_free * e->block_bytes;
     m->kv_swap_used = (uint64_t)cs.n_swap_used * e->block_bytes;
     m->kv_swap_total = (uint64_t)cs.n_swap_blocks * e->block_bytes;
-    m->activations = kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
+    m->activations = activation_bytes(e);
     m->other = kv_metrics_bytes(e->metrics) + (uint64_t)e->cap_live * sizeof(ereq *) +
                (uint64_t)e->n_live * sizeof(ereq) + (uint64_t)e->cap_ids * sizeof(id_rec) +
                (uint64_t)e->cache_params.n_blocks * 64 + kv_spec_kv_bytes(e->spec);
