@@ -22,12 +22,22 @@ LDLIBS_YAML = -lyaml
 LDLIBS_TUI = -lncursesw -lreadline
 PYTHON ?= python3
 
-ENGINE_SRC := $(wildcard engine/*.c) $(wildcard kernels/*.c)
+# One library per layer, bottom up; a layer links only what is below it
+# (base <- kernels <- engine <- profiles <- cli, tui). `make check-deps`
+# proves it.
+BASE_SRC := $(wildcard base/*.c)
+KERNELS_SRC := $(wildcard kernels/*.c)
+ENGINE_SRC := $(wildcard engine/*.c)
 PROFILE_SRC := $(wildcard profiles/*.c)
-TUI_SRC := $(filter-out tui/main.c,$(wildcard tui/*.c))
+CLI_SRC := $(filter-out cli/main.c,$(wildcard cli/*.c))
+TUI_SRC := $(wildcard tui/*.c)
+CORE_SRC := $(BASE_SRC) $(KERNELS_SRC) $(ENGINE_SRC)
 
+BASE_OBJ := $(BASE_SRC:%.c=$(BUILD)/%.o)
+KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 PROFILE_OBJ := $(PROFILE_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TUI_OBJ := $(TUI_SRC:%.c=$(BUILD)/%.o)
 
 # CUDA: SASS for Turing, Ampere (A100; runs on Ada's sm_89 too) and Hopper,
@@ -42,18 +52,24 @@ ALL_CFLAGS += -DKV_HAVE_CUDA=1
 LDLIBS_ENGINE += -L/usr/local/cuda/lib64 -lcudart -lstdc++
 endif
 
-LIB_ENGINE := $(BUILD)/libkvtop.a
+LIB_BASE := $(BUILD)/libkvbase.a
+LIB_KERNELS := $(BUILD)/libkvkernels.a
+LIB_ENGINE := $(BUILD)/libkvengine.a
 LIB_PROFILE := $(BUILD)/libkvprofile.a
+LIB_CLI := $(BUILD)/libkvcli.a
 LIB_TUI := $(BUILD)/libkvtui.a
+LIBS := $(LIB_BASE) $(LIB_KERNELS) $(LIB_ENGINE) $(LIB_PROFILE) $(LIB_CLI) $(LIB_TUI)
+
+# What each layer links, bottom up (CUDA objects belong to kernels/).
+LINK_KERNELS := $(CUDA_OBJ) $(LIB_KERNELS) $(LIB_BASE)
+LINK_ENGINE := $(LIB_ENGINE) $(LINK_KERNELS)
+LINK_PROFILE := $(LIB_PROFILE) $(LINK_ENGINE)
+LINK_CLI := $(LIB_CLI) $(LINK_PROFILE)
 
 # Tests: one program per file; the directory says what it may link.
-TEST_ENGINE_SRC := $(wildcard tests/engine/*.c)
-TEST_PROFILE_SRC := $(wildcard tests/profiles/*.c)
-TEST_TUI_SRC := $(wildcard tests/tui/*.c)
-TEST_ENGINE_BIN := $(TEST_ENGINE_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_PROFILE_BIN := $(TEST_PROFILE_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_TUI_BIN := $(TEST_TUI_SRC:tests/%.c=$(BUILD)/tests/%)
-TEST_BINS := $(TEST_ENGINE_BIN) $(TEST_PROFILE_BIN) $(TEST_TUI_BIN)
+TEST_LAYERS := kernels engine profiles cli tui
+TEST_SRC := $(foreach l,$(TEST_LAYERS),$(wildcard tests/$(l)/*.c))
+TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-build test-gpu sanitize fuzz fuzz-build setup models bench-models pydeps clean check-deps
 
@@ -63,8 +79,9 @@ all: $(KVTOP_BIN)
 	@[ -f $(SMOLLM2_GGUF) ] || $(MAKE) --no-print-directory models || \
 	  echo "warning: could not fetch $(SMOLLM2_GGUF); run 'make models' when online"
 
-$(KVTOP_BIN): $(BUILD)/tui/main.o $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ)
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(KVTOP_BIN): $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LINK_PROFILE)
+	$(CC) $(ALL_CFLAGS) -o $@ $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LINK_PROFILE) \
+	  $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -74,35 +91,42 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP -c -o $@ $<
 
+$(BUILD)/lib%.a:
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIB_BASE): $(BASE_OBJ)
+$(LIB_KERNELS): $(KERNELS_OBJ)
 $(LIB_ENGINE): $(ENGINE_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
 $(LIB_PROFILE): $(PROFILE_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^ $(if $(PROFILE_OBJ),,&& true)
+$(LIB_CLI): $(CLI_OBJ)
 $(LIB_TUI): $(TUI_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
 
-# Engine tests link only libkvtop: this is also the dependency check
-# (engine/ and kernels/ must not need curses, readline or yaml).
-$(BUILD)/tests/engine/%: tests/engine/%.c $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+# Each test directory links only its layer and the layers below, with only
+# the system libraries that layer may use: a test of a lower layer that
+# needed a higher one would not link.
+$(BUILD)/tests/kernels/%: tests/kernels/%.c $(LINK_KERNELS) tests/harness.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_ENGINE)
-$(BUILD)/tests/profiles/%: tests/profiles/%.c $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_KERNELS) $(LDLIBS_ENGINE)
+$(BUILD)/tests/engine/%: tests/engine/%.c $(LINK_ENGINE) tests/harness.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
-$(BUILD)/tests/tui/%: tests/tui/%.c $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_ENGINE) $(LDLIBS_ENGINE)
+$(BUILD)/tests/profiles/%: tests/profiles/%.c $(LINK_PROFILE) tests/harness.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_TUI) $(LIB_PROFILE) $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_PROFILE) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(BUILD)/tests/cli/%: tests/cli/%.c $(LINK_CLI) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_CLI) -lreadline $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(BUILD)/tests/tui/%: tests/tui/%.c $(LIB_TUI) $(LINK_PROFILE) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_TUI) $(LINK_PROFILE) $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
 
 # tests/gpu link like the engine tests; not part of `make test` (see test-gpu).
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB_ENGINE) $(CUDA_OBJ) tests/harness.h
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LINK_ENGINE) tests/harness.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_ENGINE) $(CUDA_OBJ) $(LDLIBS_ENGINE)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_ENGINE) $(LDLIBS_ENGINE)
 
-check-deps: $(TEST_ENGINE_BIN)
-	@for f in $(ENGINE_SRC); do \
+check-deps: $(TEST_BINS)
+	@for f in $(CORE_SRC); do \
 	  if grep -nE '#include *[<"](n?curses|ncursesw/|readline/|yaml\.h|cuda)' $$f; then \
 	    echo "check-deps: $$f includes a front-end header"; exit 1; fi; done
 	@echo "check-deps: engine/ and kernels/ link without curses, readline and yaml"
@@ -131,7 +155,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -pthread -MMD -MP
 # The library sources are compiled once (instrumented for coverage) and
 # shared by every target; only each target's own file links the fuzzer main.
-FUZZ_OBJ := $(ENGINE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o)
+FUZZ_OBJ := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o)
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<

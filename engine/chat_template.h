@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "common.h"
+#include "../base/common.h"
 
 typedef enum kv_chat_tmpl {
     KV_CHAT_PLAIN = 0,  /* system text, "User: ...\n", "Assistant: ...\n", generation prompt "Assistant:" */

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "../kernels/backend.h"
 
 #define KV_PATH_MAX 1024

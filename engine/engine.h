@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "config.h"
 #include "model.h"
 

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "../kernels/backend.h"
-#include "common.h"
+#include "../base/common.h"
 #include "model.h"
 
 /* ---- math on logit rows (n_vocab floats); results in double ---- */

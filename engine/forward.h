@@ -4,7 +4,7 @@
 #ifndef KV_FORWARD_H
 #define KV_FORWARD_H
 
-#include "common.h"
+#include "../base/common.h"
 #include "model.h"
 #include "../kernels/backend.h"
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "../kernels/types.h"
 
 /* Metadata value types, with GGUF's numbering. */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h"
+#include "../base/common.h"
 
 #define KV_JSON_MAX_DEPTH 64 /* nesting of arrays/objects, reader and writer */
 

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "../kernels/backend.h"
 
 typedef struct kv_cache kv_cache;

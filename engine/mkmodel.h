@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "../kernels/types.h"
 
 typedef struct kv_mkmodel_params {

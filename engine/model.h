@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "../kernels/backend.h"

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "../kernels/types.h"
-#include "common.h"
+#include "../base/common.h"
 
 /* What to produce: a base type and the rule set of a llama.cpp ftype. */
 typedef struct kv_quant_target {

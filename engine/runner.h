@@ -5,7 +5,7 @@
 #ifndef KV_RUNNER_H
 #define KV_RUNNER_H
 
-#include "common.h"
+#include "../base/common.h"
 #include "forward.h"
 #include "model.h"
 

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "config.h"
 
 /* xoshiro256** state; seeded through splitmix64. */

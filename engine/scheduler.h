@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "config.h"
 #include "engine.h"
 #include "kv_cache.h"

@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "config.h"
 #include "kv_cache.h"
 #include "model.h"

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "gguf.h"
 
 typedef struct kv_tokenizer kv_tokenizer; /* opaque */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "../base/common.h"
 #include "config.h"
 
 typedef struct kv_workload kv_workload;

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../engine/common.h"
+#include "../base/common.h"
 #include "types.h"
 
 /* A 2-D weight matrix: ne1 rows of ne0 elements each, row-major, encoded in

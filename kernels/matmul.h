@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../engine/common.h"
+#include "../base/common.h"
 #include "types.h"
 
 #define KV_QK 32       /* elements per block of q8_0 / q4_0 / q4_1 and of the activation blocks */

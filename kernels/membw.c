@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/common.h"
+#include "../base/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -22,7 +22,7 @@
 #include <sys/syscall.h>
 #endif
 
-#include "../engine/common.h"
+#include "../base/common.h"
 
 /* How long an idle thread spins before it sleeps. NOTE: 200 us covers the gap
  * between the kernels of one forward pass and between engine steps, yet an

@@ -28,8 +28,8 @@
 #include "../engine/workload.h"
 #include "../profiles/profile.h"
 #include "blockmap.h"
-#include "commands.h"
-#include "trace.h"
+#include "tui.h"
+#include "../engine/trace.h"
 
 #define MAX_SESSIONS 32
 #define MAX_LOAD_INFLIGHT 64

@@ -3,13 +3,12 @@
  * loads into frames that materialise (forward, backward, at random) into
  * snapshots whose arrays, block tables and step/decision windows can be
  * walked and exported without touching memory outside them. The trace
- * code lives in tui/ (not in the fuzz link line), so it is compiled in
- * here. Seeds: tests/fuzz/gen_seeds_trace.c. */
+ * code lives in engine/ and comes from the fuzz library. Seeds: tests/fuzz/gen_seeds_trace.c. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tui/trace.c"
+#include "../../engine/trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,12 +4,12 @@
  * and going, and an engine restart with decisions between steps. Not part
  * of any build; run by hand after changing the format code:
  *   cc -std=c11 -D_GNU_SOURCE -o /tmp/gen tests/fuzz/gen_seeds_trace.c \
- *      tui/trace.c engine/json.c engine/common.c -lm
+ *      engine/trace.c engine/json.c base/common.c -lm
  *   /tmp/gen tests/fuzz/seeds/fuzz_trace */
 #include <stdio.h>
 #include <string.h>
 
-#include "../../tui/trace.h"
+#include "../../engine/trace.h"
 
 enum { REQS = 6, BLOCKS = 24, HIST = 512 };
 

@@ -1,5 +1,6 @@
 /* commands.h - the subcommands of the kvtop binary. Each lives in its own
- * tui/cmd_<name>.c and returns the process exit status (0 ok, 1 runtime
+ * cli/cmd_<name>.c (the TUI and the replay viewer in tui/, see tui/tui.h)
+ * and returns the process exit status (0 ok, 1 runtime
  * error, 2 usage error). argv[0] is the subcommand name. */
 #ifndef KV_COMMANDS_H
 #define KV_COMMANDS_H
@@ -13,9 +14,9 @@ int cmd_bench_kernels(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
-int cmd_replay(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
-/* The ncurses application: kvtop [PROFILE] [--set k=v ...] [--frames N]. */
-int cmd_tui(int argc, char **argv);
+
+/* The ncurses front end's entry points (cmd_tui, cmd_replay). */
+#include "../tui/tui.h"
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "../harness.h"
 #include "../../engine/json.h"
-#include "../../tui/bench.h"
+#include "../../cli/bench.h"
 
 static char *mem_text(void (*fill)(FILE *, void *), void *arg, size_t *len) {
     char *buf = NULL;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/json.h"
+#include "json.h"
 
 #define TRACE_MAGIC "KVTRACE1"
 #define TRACE_VERSION 2u

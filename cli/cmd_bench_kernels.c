@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/common.h"
+#include "../base/common.h"
 #include "../kernels/backend.h"
 #include "../kernels/cpu.h"
 #include "../kernels/membw.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../engine/common.h"
+#include "../../base/common.h"
 #include "../../kernels/quant_ext.h"
 #include "../harness.h"
 

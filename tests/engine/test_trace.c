@@ -11,7 +11,7 @@
 
 #include "../harness.h"
 #include "../../engine/json.h"
-#include "../../tui/trace.h"
+#include "../../engine/trace.h"
 
 /* The format's constants, as trace.h describes them. */
 #define FRAME_MAGIC 0x4d415246u

@@ -35,7 +35,7 @@
 
 #include <stdio.h>
 
-#include "../engine/engine.h"
+#include "engine.h"
 
 typedef struct kv_trace_writer kv_trace_writer;
 

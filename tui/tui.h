@@ -1,0 +1,12 @@
+/* tui.h - the two entry points of the ncurses front end, called by the
+ * command dispatcher (cli/main.c). Nothing here needs a terminal header, so
+ * the dispatcher can name them without pulling curses into cli/. */
+#ifndef KV_TUI_H
+#define KV_TUI_H
+
+/* The ncurses application: kvtop [PROFILE] [--set k=v ...] [--frames N]. */
+int cmd_tui(int argc, char **argv);
+/* Steps through a recorded trace (kvtop replay TRACE [--export OUT]). */
+int cmd_replay(int argc, char **argv);
+
+#endif
