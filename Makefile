@@ -125,11 +125,13 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LINK_ENGINE) tests/harness.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_ENGINE) $(LDLIBS_ENGINE)
 
-check-deps: $(TEST_BINS)
-	@for f in $(CORE_SRC); do \
-	  if grep -nE '#include *[<"](n?curses|ncursesw/|readline/|yaml\.h|cuda)' $$f; then \
-	    echo "check-deps: $$f includes a front-end header"; exit 1; fi; done
-	@echo "check-deps: engine/ and kernels/ link without curses, readline and yaml"
+# The layer rules (see tools/check_deps.py): every include within its layer's
+# rules, and every layer's library linked whole with only the system
+# libraries it may use, using no symbol of a layer above or beside it.
+# tests/e2e/check_deps.sh shows it failing on deliberate violations.
+check-deps: $(LIBS) $(CUDA_OBJ)
+	@$(PYTHON) tools/check_deps.py --src . --build $(BUILD) --cc "$(CC) $(SAN)" \
+	  --cuda-libs "$(CUDA_OBJ) $(if $(filter 1,$(CUDA)),-L/usr/local/cuda/lib64 -lcudart -lstdc++)"
 
 test-build: $(KVTOP_BIN) $(TEST_BINS) check-deps
 
