@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../engine/gguf.h"
+#include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../engine/unicode.h"
 #include "cli.h"
@@ -23,16 +24,6 @@ static void usage(FILE *f) {
             "  --no-bos          do not add BOS (default: as the vocabulary says)\n"
             "  --special         match special-token texts such as <|im_start|> (parse_special)\n"
             "  --pieces          print one \"id<TAB>piece\" line per token instead of one line of ids\n");
-}
-
-/* 1 when the file starts with the GGUF magic. */
-static int is_gguf(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char m[4] = {0};
-    size_t n = fread(m, 1, 4, f);
-    fclose(f);
-    return n == 4 && !memcmp(m, "GGUF", 4);
 }
 
 /* vocab_size from a llama2.c checkpoint header (7 int32: dim, hidden_dim,
@@ -51,13 +42,10 @@ static int llama2c_vocab(const char *path) {
 
 static kv_tokenizer *open_tokenizer(const char *model, const char *tok_path, kv_err *err) {
     const char *src = tok_path ? tok_path : model;
-    FILE *f = fopen(src, "rb");
-    if (!f) {
-        kv_err_set(err, KV_ERR_IO, "%s: %s", src, strerror(errno));
-        return NULL;
-    }
-    fclose(f);
-    if (is_gguf(src)) {
+    int src_gguf = 0, model_gguf = 0;
+    if (kv_model_probe_file(src, &src_gguf, err)) return NULL;
+    if (model && src != model && kv_model_probe_file(model, &model_gguf, err)) return NULL;
+    if (src_gguf) {
         kv_gguf *g = kv_gguf_open(src, err);
         if (!g) return NULL;
         kv_tokenizer *t = kv_tokenizer_from_gguf(g, err);
@@ -70,7 +58,7 @@ static kv_tokenizer *open_tokenizer(const char *model, const char *tok_path, kv_
     }
     /* The checkpoint's header says how many tokens to read; without a
      * readable one, read the tokenizer file to its end. */
-    int vocab = (model && !is_gguf(model)) ? llama2c_vocab(model) : 0;
+    int vocab = (model && src != model && !model_gguf) ? llama2c_vocab(model) : 0;
     return kv_tokenizer_from_llama2c(tok_path, vocab, err);
 }
 

@@ -615,12 +615,24 @@ kv_gguf *kv_gguf_open(const char *path, kv_err *err) {
         kv_err_set(err, KV_ERR_INVAL, "kv_gguf_open: NULL path");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Refuse what is not a regular file before open(): a FIFO with no
+     * writer would block it forever. fstat below re-checks the file opened. */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode)) {
+        kv_err_set(err, KV_ERR_IO, "%s: %s", path,
+                   S_ISDIR(st.st_mode) ? "is a directory, not a GGUF file"
+                                       : "not a regular file (a pipe, device or socket); give a GGUF file");
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         kv_err_set(err, KV_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);

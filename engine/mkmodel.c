@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "gguf.h"
 
@@ -231,10 +232,35 @@ static int skip_non_tokenizer(const char *key, void *ctx) {
 
 /* ---- the model ---------------------------------------------------------- */
 
+/* Refuses a model larger than the free space of path's file system before a
+ * byte is written (a petabyte model would otherwise fill the disk first).
+ * The estimate is the weights at their type's density, norms in f32 and the
+ * vocabulary; it is a floor, so only a model that cannot fit is refused. */
+static int check_disk(const kv_mkmodel_params *p, const char *path, kv_err *err) {
+    const kv_type_traits *tr = kv_type_get((int)p->type);
+    double per_weight = (double)tr->type_size / (double)tr->blck_size;
+    double need = (double)kv_mkmodel_n_params(p) * per_weight + (double)p->n_vocab * 16.0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    struct statvfs vs;
+    if (statvfs(dir, &vs) != 0) return 0; /* cannot tell: the write reports any failure */
+    double avail = (double)vs.f_bavail * (double)vs.f_frsize;
+    if (need > avail)
+        return kv_err_set(err, KV_ERR_IO, "mkmodel: the model needs at least %.3g GB but %s has only %.3g GB free",
+                          need / 1e9, dir, avail / 1e9);
+    return 0;
+}
+
 int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err) {
     int rc = kv_mkmodel_validate(pin, err);
     if (rc) return rc;
     if (!path || !*path) return kv_err_set(err, KV_ERR_INVAL, "mkmodel: no output path");
+    rc = check_disk(pin, path, err);
+    if (rc) return rc;
     kv_mkmodel_params p = *pin;
     kv_gguf *src = NULL;
     kv_gguf_writer *w = NULL;

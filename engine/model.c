@@ -233,7 +233,8 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
     size_t size = (size_t)st.st_size;
     if (size < 28) {
         close(fd);
-        return kv_err_set(err, KV_ERR_FORMAT, "%s: too small for a llama2.c checkpoint (%zu bytes)", m->path, size);
+        return kv_err_set(err, KV_ERR_FORMAT, "%s: not a GGUF or llama2.c file (no GGUF magic, and %zu bytes are too "
+                          "few for a llama2.c header)", m->path, size);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
@@ -255,8 +256,9 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
     if (hp->dim <= 0 || hp->ffn_dim <= 0 || hp->n_layers <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
         hp->n_vocab <= 0 || hp->ctx_len <= 0 || hp->dim > 65536 || hp->ffn_dim > 1 << 20 || hp->n_layers > 4096 ||
         hp->n_vocab > 1 << 24 || hp->ctx_len > 1 << 24)
-        return kv_err_set(err, KV_ERR_FORMAT, "%s: llama2.c header out of range (dim %d, hidden %d, layers %d, "
-                          "heads %d, kv heads %d, vocab %d, seq_len %d)", m->path, h[0], h[1], h[2], h[3], h[4],
+        return kv_err_set(err, KV_ERR_FORMAT, "%s: not a GGUF or llama2.c file (no GGUF magic; read as a llama2.c "
+                          "header it is out of range: dim %d, hidden %d, layers %d, heads %d, kv heads %d, vocab %d, "
+                          "seq_len %d)", m->path, h[0], h[1], h[2], h[3], h[4],
                           h[5], h[6]);
     if (hp->dim % hp->n_heads || hp->n_heads % hp->n_kv_heads || (hp->dim / hp->n_heads) % 2)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: heads %d / kv heads %d do not divide dim %d", m->path,
@@ -323,19 +325,27 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
     if (!tok_path || !*tok_path)
         return kv_err_set(err, KV_ERR_INVAL, "%s: a llama2.c checkpoint needs its tokenizer file (--tokenizer)",
                           m->path);
+    if (kv_model_probe_file(tok_path, NULL, err)) return err ? err->code : KV_ERR_IO;
     m->tok = kv_tokenizer_from_llama2c(tok_path, hp->n_vocab, err);
     if (!m->tok) return err && err->code ? err->code : KV_ERR_FORMAT;
     snprintf(m->format, sizeof m->format, "llama2c");
     return 0;
 }
 
-static int is_gguf_file(const char *path, kv_err *err, int *yes) {
+int kv_model_probe_file(const char *path, int *gguf, kv_err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return kv_err_set(err, KV_ERR_IO, "%s: is a directory, not a model file", path);
+    if (!S_ISREG(st.st_mode))
+        return kv_err_set(err, KV_ERR_IO, "%s: not a regular file (a pipe, device or socket); give a model file",
+                          path);
+    if (st.st_size == 0) return kv_err_set(err, KV_ERR_FORMAT, "%s: empty file, not a GGUF or llama2.c model", path);
     FILE *f = fopen(path, "rb");
-    if (!f) return kv_err_set(err, KV_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f) return kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char magic[4] = {0};
     size_t n = fread(magic, 1, 4, f);
     fclose(f);
-    *yes = n == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (gguf) *gguf = n == 4 && memcmp(magic, "GGUF", 4) == 0;
     return 0;
 }
 
@@ -345,7 +355,7 @@ kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *er
         return NULL;
     }
     int gguf = 0;
-    if (is_gguf_file(path, err, &gguf) != 0) return NULL;
+    if (kv_model_probe_file(path, &gguf, err) != 0) return NULL;
     kv_model *m = calloc(1, sizeof *m);
     if (!m) {
         kv_err_set(err, KV_ERR_NOMEM, "out of memory");

@@ -64,6 +64,13 @@ typedef struct kv_model {
     int n_owned;
 } kv_model;
 
+/* Looks at the file at path before anything reads it: refuses a missing
+ * file, a directory ("is a directory"), anything not a regular file (a FIFO
+ * with no writer would block open() forever) and an empty file, with err
+ * naming the path. Returns 0 and sets *gguf (OUT: may be NULL) to 1 when the
+ * file starts with the GGUF magic, or KV_ERR_IO / KV_ERR_FORMAT. */
+int kv_model_probe_file(const char *path, int *gguf /* OUT */, kv_err *err);
+
 /* Loads a GGUF (path ends in anything) or a llama2.c checkpoint (then
  * tokenizer_path names its tokenizer file; NULL/"" for GGUF). On error
  * returns NULL and err names the file, key or tensor at fault. */

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad input from a hostile or careless user gets a clear error and changes
+# nothing: model paths that are not model files, a FIFO that would block, a
+# model too large for the disk. Every command is bounded by a timeout, so a
+# hang fails the check instead of the run. Prints "N passed, N failed".
+set -u
+K=${KVTOP_BIN:-./kvtop}
+S=${KVTOP_SHARED:-../shared}
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "  ok $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 300)"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+T() { timeout 20 "$@"; }
+
+# Model paths that are not model files: each command says what the path is.
+mkdir "$tmp/dir"
+mkfifo "$tmp/fifo"
+: >"$tmp/empty"
+printf 'PK\003\004 this is a zip, not a model, padded to be longer than a header.....' >"$tmp/zip"
+run_on() { # CMD MODEL: info takes the model as its argument, the others -m MODEL -p hi
+  case $1 in
+    info) T $K info "$2" 2>&1 ;;
+    tokenize) T $K tokenize -m "$2" -p hi 2>&1 ;;
+    generate) T $K generate -m "$2" -p hi -n 2 2>&1 ;;
+  esac
+}
+for cmd in info tokenize generate; do
+  out=$(run_on $cmd "$tmp/dir"); rc=$?
+  [[ $rc == 1 && $out == *"is a directory"* ]] && ok "$cmd: a directory as the model" || bad "$cmd: a directory (rc $rc)" "$out"
+  out=$(run_on $cmd "$tmp/fifo"); rc=$?
+  [[ $rc == 1 && $out == *"not a regular file"* ]] && ok "$cmd: a FIFO is refused, not waited on" || bad "$cmd: a FIFO (rc $rc)" "$out"
+  out=$(run_on $cmd "$tmp/empty"); rc=$?
+  [[ $rc == 1 && $out == *"empty file"* ]] && ok "$cmd: a zero-byte model" || bad "$cmd: a zero-byte model (rc $rc)" "$out"
+done
+out=$(T $K info "$tmp/zip" 2>&1); rc=$?
+[[ $rc == 1 && $out == *"not a GGUF or llama2.c file"* ]] && ok "info: wrong magic says not GGUF or llama2.c" || bad "info: wrong magic" "$out"
+out=$(T $K generate -m "$S/models/stories260K.bin" --tokenizer "$tmp/fifo" -p hi -n 2 2>&1); rc=$?
+[[ $rc == 1 && $out == *"not a regular file"* ]] && ok "a FIFO as the tokenizer file" || bad "a FIFO as the tokenizer file (rc $rc)" "$out"
+
+# mkmodel checks the disk before it writes: nothing is left behind.
+out=$(T $K mkmodel --dim 65536 --layers 1024 --heads 64 --kv-heads 64 --ffn 262144 --vocab 32000 --type f32 -o "$tmp/pb.gguf" 2>&1); rc=$?
+[[ $rc == 1 && $out == *"free"* && ! -e $tmp/pb.gguf && ! -e $tmp/pb.gguf.tmp ]] \
+  && ok "mkmodel: a model larger than the free disk is refused before writing" || bad "mkmodel too large (rc $rc)" "$out"
+
+echo "$pass passed, $fail failed"
+(( fail == 0 ))
