@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/cleanup.h"
 #include "commands.h"
 
 typedef struct command {
@@ -42,8 +43,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc >= 2) {
-        for (const command *c = commands; c->name; c++)
-            if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
+        for (const command *c = commands; c->name; c++) {
+            if (strcmp(argv[1], c->name)) continue;
+            /* Headless commands remove their temporary files when a signal
+             * ends them; the TUI and the replay viewer restore the terminal
+             * in handlers of their own. */
+            if (strcmp(c->name, "tui") && strcmp(c->name, "replay")) kv_cleanup_install();
+            return c->fn(argc - 1, argv + 1);
+        }
     }
     /* No subcommand: the TUI, on a profile when the first argument names a
      * file (or an option such as --set); a bare word is a mistyped command. */

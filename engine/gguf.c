@@ -9,6 +9,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "gguf.h"
 
+#include "../base/cleanup.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -1459,6 +1461,7 @@ int kv_gguf_writer_write(kv_gguf_writer *w, const char *path, kv_err *err) {
         free(tmp);
         return KV_ERR_IO;
     }
+    kv_cleanup_add(tmp); /* removed if a signal ends the process mid-write */
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     wout o = {f, 0, 0};
     int rc = 0;
@@ -1504,6 +1507,7 @@ int kv_gguf_writer_write(kv_gguf_writer *w, const char *path, kv_err *err) {
     if (!rc && rename(tmp, path) != 0)
         rc = kv_err_set(err, KV_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
     if (rc) unlink(tmp);
+    kv_cleanup_remove(tmp);
     free(tmp);
     return rc;
 }

@@ -43,5 +43,22 @@ out=$(T $K mkmodel --dim 65536 --layers 1024 --heads 64 --kv-heads 64 --ffn 2621
 [[ $rc == 1 && $out == *"free"* && ! -e $tmp/pb.gguf && ! -e $tmp/pb.gguf.tmp ]] \
   && ok "mkmodel: a model larger than the free disk is refused before writing" || bad "mkmodel too large (rc $rc)" "$out"
 
+# An interrupted quantize leaves no OUT.tmp: wait for the temporary file to
+# appear, send SIGTERM, and look again.
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ -f $SMOL ]]; then
+  for sig in TERM INT; do
+    $K quantize "$SMOL" "$tmp/q.gguf" q8_0 >/dev/null 2>&1 & qp=$!
+    for _ in $(seq 1 250); do [[ -e $tmp/q.gguf.tmp ]] && break; sleep 0.02; done
+    seen=0; [[ -e $tmp/q.gguf.tmp ]] && seen=1
+    kill -$sig $qp 2>/dev/null; wait $qp; rc=$?
+    [[ $seen == 1 && $rc -gt 128 && ! -e $tmp/q.gguf.tmp && ! -e $tmp/q.gguf ]] \
+      && ok "quantize interrupted by SIG$sig removes OUT.tmp" || bad "quantize SIG$sig (seen $seen, rc $rc)" "$(ls "$tmp")"
+    rm -f "$tmp"/q.gguf*
+  done
+else
+  bad "SmolLM2 model missing (run make models)"
+fi
+
 echo "$pass passed, $fail failed"
 (( fail == 0 ))
