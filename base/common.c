@@ -38,6 +38,13 @@ const char *kv_err_str(int code) {
     }
 }
 
+void kv_copy_str(char *dst, size_t cap, const char *src) {
+    if (cap == 0) return;
+    size_t n = src ? strnlen(src, cap - 1) : 0;
+    if (n) memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 uint64_t kv_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

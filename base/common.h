@@ -21,7 +21,9 @@ enum {
 };
 
 /* An error report: the code plus a message naming what was wrong (file,
- * tensor, key, line:column). Callers may pass NULL when they do not care. */
+ * tensor, key, line:column). Callers may pass NULL when they do not care.
+ * A `kv_err *err` parameter is always an output; headers mark the other
+ * output parameters with OUT comments. */
 typedef struct kv_err {
     int code;        /* one of the KV_ERR_* values, 0 when no error */
     char msg[512];   /* NUL-terminated human-readable message */
@@ -35,6 +37,12 @@ int kv_err_set(kv_err *err, int code, const char *fmt, ...)
 void kv_err_clear(kv_err *err);
 /* Static string for a code ("invalid argument", ...). */
 const char *kv_err_str(int code);
+
+/* Copies the NUL-terminated src into dst, truncated to cap - 1 bytes and
+ * always terminated; NULL src copies "", cap 0 writes nothing. NOTE: a cut
+ * may fall inside a UTF-8 character; callers that show the text cut it
+ * themselves first (kv_utf8_boundary). */
+void kv_copy_str(char *dst /* OUT: (cap) */, size_t cap, const char *src);
 
 /* Monotonic clock in nanoseconds / seconds. */
 uint64_t kv_now_ns(void);

@@ -9,13 +9,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "../engine/driver.h"
 #include "../profiles/profile.h"
 
 enum {
     EVENT_BATCH = 256,        /* events taken per poll */
     PROGRESS_MS = 200,        /* at most 5 progress redraws per second */
     STALL_MS = 10000,         /* no engine progress for this long with work in flight: give up */
-    IDLE_SLEEP_MS = 20        /* longest sleep while waiting for the next arrival */
+    IDLE_SLEEP_MS = 20,       /* longest sleep while waiting for the next arrival */
+    SUBMIT_BATCH = 64         /* driver records taken per call */
 };
 
 /* ---- small helpers ---- */
@@ -26,13 +28,6 @@ static void sleep_ms(double ms) {
     if (ms <= 0) return;
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(fmod(ms, 1000.0) * 1e6)};
     nanosleep(&ts, NULL);
-}
-
-static void copy_str(char *dst, size_t cap, const char *src) {
-    if (!cap) return;
-    size_t n = src ? strnlen(src, cap - 1) : 0;
-    if (n) memcpy(dst, src, n);
-    dst[n] = 0;
 }
 
 const char *kv_bench_finish_name(kv_finish f) {
@@ -48,77 +43,24 @@ const char *kv_bench_finish_name(kv_finish f) {
     return "none";
 }
 
-/* The workload's tokenizer callback: no BOS (the bench puts it in front),
- * special tokens parsed as the engine's text path does. */
-static int bench_tokenize(void *ctx, const char *text, int32_t *out, int cap) {
-    const kv_tokenizer *t = ctx;
-    kv_err err;
-    int n = kv_tokenizer_encode(t, text, strlen(text), 0, 1, out, cap, &err);
-    if (n < 0) return n;
-    return n < cap ? n : cap;
-}
-
 /* ---- one run ---- */
 
 typedef struct run_state {
     const kv_config *cfg;
     kv_engine *e;
-    kv_workload *w;
+    kv_driver *d;         /* the workload's items as submissions */
     kv_bench_result *r;
     int n;                /* requests */
-    int32_t *ids;         /* all prompts, back to back */
-    size_t *off;          /* (n + 1) prompt i is ids[off[i] .. off[i+1]) */
     int *idx_of_id;       /* (cap_ids) workload index of an engine id, -1 unknown */
     int64_t cap_ids;
-    int next;             /* next item to submit */
     int in_flight;        /* submitted, not done */
     int done;             /* finished, cancelled or rejected */
     uint64_t t0_ns;       /* first submission */
-    double e_t0_ms;       /* the engine's clock then (arrivals are timed on it: simulated on sim) */
     kv_event *ev;         /* (EVENT_BATCH) */
     kv_snapshot *snap;    /* progress line only */
     double last_draw_s;
     const kv_bench_opts *opts;
 } run_state;
-
-/* Tokenizes every prompt before the clock starts. A prompt that cannot be
- * built becomes a rejected request (reason kept), not a failed run. */
-static int build_prompts(run_state *s, kv_err *err) {
-    const kv_tokenizer *tok = kv_engine_model(s->e)->tok;
-    int32_t bos = kv_tokenizer_bos(tok);
-    int add_bos = kv_tokenizer_add_bos(tok) && bos >= 0;
-    size_t total = 0;
-    for (int i = 0; i < s->n; i++) {
-        const kv_workload_item *it = kv_workload_get(s->w, i);
-        /* a text never makes more ids than bytes + the SPM dummy prefix */
-        size_t c = (size_t)add_bos + (size_t)it->system_tokens +
-                   (it->text ? strlen(it->text) + 16 : (size_t)it->prompt_tokens);
-        total += c;
-    }
-    s->ids = malloc((total ? total : 1) * sizeof *s->ids);
-    s->off = malloc(((size_t)s->n + 1) * sizeof *s->off);
-    if (!s->ids || !s->off) return kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for %zu prompt ids", total);
-    size_t at = 0;
-    for (int i = 0; i < s->n; i++) {
-        const kv_workload_item *it = kv_workload_get(s->w, i);
-        size_t c = (size_t)add_bos + (size_t)it->system_tokens +
-                   (it->text ? strlen(it->text) + 16 : (size_t)it->prompt_tokens);
-        s->off[i] = at;
-        kv_err e2;
-        int got = kv_workload_tokens(s->w, i, bench_tokenize, (void *)tok, s->ids + at + add_bos,
-                                     (int)KV_MIN(c - (size_t)add_bos, (size_t)1 << 30), &e2);
-        if (got < 0) {
-            kv_bench_req *q = &s->r->reqs[i];
-            q->finish = KV_FINISH_REJECTED;
-            snprintf(q->reason, sizeof q->reason, "prompt: %.118s", e2.msg);
-            continue;
-        }
-        if (add_bos) s->ids[at] = bos;
-        at += (size_t)got + (size_t)add_bos;
-    }
-    s->off[s->n] = at;
-    return 0;
-}
 
 static int map_id(run_state *s, int64_t id, int idx) {
     if (id >= s->cap_ids) {
@@ -146,71 +88,46 @@ static void mark_done(run_state *s, kv_bench_req *q) {
     s->done++;
 }
 
-/* Submits item i (or records why it could not be). */
-static int submit(run_state *s, int i) {
-    kv_bench_req *q = &s->r->reqs[i];
-    const kv_workload_item *it = kv_workload_get(s->w, i);
-    if (s->t0_ns == 0) {
-        s->t0_ns = kv_now_ns();
-        s->e_t0_ms = kv_engine_now_ms(s->e);
-    }
-    q->prompt_tokens = (int)(s->off[i + 1] - s->off[i]);
-    if (q->finish == KV_FINISH_REJECTED) { /* its prompt could not be built */
-        mark_done(s, q);
-        return 0;
-    }
-    kv_request_params p;
-    kv_engine_request_defaults(s->e, &p);
-    p.tokens = s->ids + s->off[i];
-    p.n_tokens = q->prompt_tokens;
-    p.max_tokens = it->output_tokens;
-    p.sampling = s->cfg->sampling;
-    p.sampling.seed = s->cfg->sampling.seed + (uint64_t)i; /* reproducible per request, whatever the batch */
-    p.ignore_eos = s->cfg->workload.ignore_eos;
-    p.priority = 0;
-    p.session = i;
-    kv_err err;
-    int64_t id = kv_engine_submit(s->e, &p, &err);
-    if (id > 0) {
-        if (map_id(s, id, i)) return KV_ERR_NOMEM;
-        q->id = id;
+/* Records what the driver did with one item that came due. */
+static int record_sub(run_state *s, const kv_driver_sub *sub) {
+    kv_bench_req *q = &s->r->reqs[sub->index];
+    q->prompt_tokens = sub->prompt_tokens;
+    if (sub->id > 0) {
+        if (map_id(s, sub->id, sub->index)) return KV_ERR_NOMEM;
+        q->id = sub->id;
         s->in_flight++;
         return 0;
     }
-    /* refused at the door: the engine also emits a DONE for an id we never
-     * learn, which handle_events ignores */
+    /* its prompt could not be built, or the engine refused it at the door
+     * (its DONE then carries an id we never learn, which handle_events
+     * ignores) */
     q->finish = KV_FINISH_REJECTED;
-    copy_str(q->reason, sizeof q->reason, err.msg);
+    kv_copy_str(q->reason, sizeof q->reason, sub->reason);
     mark_done(s, q);
     return 0;
 }
 
-/* Seconds since the first submission on the engine's clock (the host's,
- * or the simulated device's). */
-static double run_s(const run_state *s) { return (kv_engine_now_ms(s->e) - s->e_t0_ms) / 1000.0; }
-
-/* Submits every item that is due: open loop by arrival time, closed loop
- * while fewer than `concurrency` are in flight.
+/* Submits every item that is due: open loop by arrival time on the
+ * engine's clock (the simulated one on sim), closed loop while fewer than
+ * `concurrency` are in flight.
  * NOTE: the engine is stepped on this thread, so an open-loop request that
  * comes due during a step is submitted when the step ends, and the engine's
  * TTFT and queue time start then: they leave out up to one step of lateness.
  * Stepping here (rather than on the engine thread) keeps closed-loop and
  * burst runs deterministic: the next request joins the very next step. */
 static int submit_due(run_state *s) {
-    int conc = kv_workload_concurrency(s->w);
-    while (s->next < s->n) {
-        if (conc > 0) {
-            if (s->in_flight >= conc) break;
-        } else if (s->t0_ns != 0) {
-            const kv_workload_item *it = kv_workload_get(s->w, s->next);
-            /* 1 ns of slack: a simulated clock moved to an arrival by
-             * adding the wait may land an ulp short of it */
-            if (it->arrival_s > run_s(s) + 1e-9) break;
+    kv_driver_sub sub[SUBMIT_BATCH];
+    if (s->t0_ns == 0) s->t0_ns = kv_now_ns(); /* the driver's clock starts at its first call */
+    for (;;) {
+        kv_err err;
+        int n = kv_driver_submit_due(s->d, kv_engine_now_ms(s->e), s->in_flight, sub, SUBMIT_BATCH, &err);
+        if (n < 0) return n;
+        for (int k = 0; k < n; k++) {
+            int rc = record_sub(s, &sub[k]);
+            if (rc) return rc;
         }
-        int rc = submit(s, s->next++);
-        if (rc) return rc;
+        if (n < SUBMIT_BATCH) return 0;
     }
-    return 0;
 }
 
 static int finish_request(run_state *s, int idx, const kv_event *ev) {
@@ -218,7 +135,7 @@ static int finish_request(run_state *s, int idx, const kv_event *ev) {
     if (q->finish != KV_FINISH_NONE) return 0; /* a second DONE: ignore */
     q->finish = ev->finish == KV_FINISH_NONE ? KV_FINISH_ERROR : ev->finish;
     if (q->finish == KV_FINISH_REJECTED || q->finish == KV_FINISH_ERROR || q->finish == KV_FINISH_CANCELLED)
-        copy_str(q->reason, sizeof q->reason, ev->reason);
+        kv_copy_str(q->reason, sizeof q->reason, ev->reason);
     int len = kv_engine_request_text(s->e, q->id, NULL, 0);
     if (len > 0) {
         char *t = malloc((size_t)len + 1);
@@ -281,10 +198,8 @@ static void run_state_free(run_state *s) {
     kv_snapshot_free(s->snap);
     free(s->ev);
     free(s->idx_of_id);
-    free(s->off);
-    free(s->ids);
+    kv_driver_free(s->d);
     kv_engine_free(s->e);
-    kv_workload_free(s->w);
 }
 
 void kv_bench_result_free(kv_bench_result *r) {
@@ -321,9 +236,8 @@ static int drive(run_state *s, kv_err *err) {
                                       "(%d of %d done)",
                                       STALL_MS / 1000, s->in_flight, s->done, s->n);
                 sleep_ms(1);
-            } else if (s->next < s->n) {
-                const kv_workload_item *it = kv_workload_get(s->w, s->next);
-                double wait = (it->arrival_s - run_s(s)) * 1000;
+            } else if (kv_driver_remaining(s->d) > 0) {
+                double wait = kv_driver_next_wait_ms(s->d, kv_engine_now_ms(s->e));
                 /* a simulated clock is moved to the arrival, not waited for */
                 if (kv_engine_clock_is_virtual(s->e)) {
                     if (wait > 1e-6) kv_engine_advance_clock(s->e, wait);
@@ -354,13 +268,14 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
     s.r = out;
     int rc;
     /* the workload first: a bad one is an input error and starts nothing */
-    s.w = kv_workload_build(cfg, err);
-    if (!s.w) {
+    kv_workload *w = kv_workload_build(cfg, err);
+    if (!w) {
         rc = err->code ? err->code : KV_ERR_INVAL;
         if (rc != KV_ERR_NOMEM) rc = KV_ERR_INVAL;
         goto fail;
     }
-    s.n = kv_workload_count(s.w);
+    s.n = kv_workload_count(w);
+    kv_workload_free(w);
     out->cfg = *cfg;
     out->n_requests = s.n;
     out->reqs = calloc(s.n > 0 ? (size_t)s.n : 1, sizeof *out->reqs);
@@ -375,7 +290,13 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         if (rc == KV_ERR_INVAL) rc = KV_ERR_BACKEND; /* the config was valid: the model or backend was not */
         goto fail;
     }
-    if ((rc = build_prompts(&s, err))) goto fail;
+    /* every prompt tokenized before the clock starts; one that cannot be
+     * built becomes a rejected request (reason kept), not a failed run */
+    kv_driver_opts dopts = {.pretokenize = 1, .seed_per_item = 1};
+    if (!(s.d = kv_driver_new(s.e, cfg, &dopts, err))) {
+        rc = err->code < 0 ? err->code : KV_ERR_NOMEM;
+        goto fail;
+    }
     if (opts && opts->progress && !(s.snap = kv_snapshot_new())) {
         rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory");
         goto fail;
@@ -394,8 +315,8 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for the final snapshot");
         goto fail;
     }
-    copy_str(out->model_name, sizeof out->model_name, snap->model_name);
-    copy_str(out->backend, sizeof out->backend, snap->backend);
+    kv_copy_str(out->model_name, sizeof out->model_name, snap->model_name);
+    kv_copy_str(out->backend, sizeof out->backend, snap->backend);
     out->kv_blocks_total = snap->n_blocks;
     out->kv_block_size = snap->block_size;
     out->kv_bytes_per_token = snap->kv_bytes_per_token;
@@ -823,7 +744,7 @@ static void json_config(kv_json_writer *w, const kv_config *c) {
             seen = !strncmp(keys[j].path, keys[i].path, sl) && keys[j].path[sl] == '.';
         if (seen) continue;
         char section[64];
-        copy_str(section, KV_MIN(sizeof section, sl + 1), keys[i].path);
+        kv_copy_str(section, KV_MIN(sizeof section, sl + 1), keys[i].path);
         kv_json_write_key(w, section);
         kv_json_write_begin_object(w);
         for (int j = i; j < n; j++)

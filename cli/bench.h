@@ -1,8 +1,9 @@
 /* bench.h - the headless benchmark behind `kvtop bench`: drive a profile's
- * workload through a fresh engine on the caller's thread (arrival times on
- * the wall clock, closed loop refills), collect every request's outcome, and
+ * workload through a fresh engine on the caller's thread (the submissions
+ * come from the workload driver, engine/driver.h: arrival times on the
+ * engine's clock, closed loop refills), collect every request's outcome, and
  * render the result as a table, a side-by-side comparison, JSON or JSONL.
- * No curses here, so tests drive it directly (tests/tui/test_bench.c). */
+ * No curses here, so tests drive it directly (tests/cli/test_bench.c). */
 #ifndef KV_TUI_BENCH_H
 #define KV_TUI_BENCH_H
 

@@ -96,25 +96,51 @@ static int parse_list(const char *s, char items[][16], int max) {
     return n;
 }
 
-int cmd_bench_kernels(int argc, char **argv) {
-    int threads = 0, do_ref = 1;
-    float min_time = 0.3f;
-    const char *types_s = "f32,f16,bf16,q8_0,q4_0,q4_1", *ns_s = "1,32,512", *isa_s = NULL;
+/* What to time, from the command line. */
+typedef struct bk_opts {
+    int threads;          /* 0: all cores */
+    int do_ref;           /* 1: also time the scalar reference path */
+    float min_time;       /* seconds per case */
+    const char *isa_s;    /* --isa; NULL: the best this CPU runs */
+    const char *types_s;  /* --types as given */
+    const char *ns_s;     /* --n as given */
+    int help;             /* 1: -h / --help was given (and answered) */
+    kv_type types[MAX_LIST];
+    int nt;
+    int ns[MAX_LIST];     /* activation rows per call */
+    int nn;
+} bk_opts;
+
+/* Matmul seconds per token of the whole 110M model, by type and n. */
+typedef struct bk_totals {
+    double layers[MAX_LIST][MAX_LIST]; /* the per-layer matmuls, all layers */
+    double head[MAX_LIST][MAX_LIST];   /* the output head */
+} bk_totals;
+
+/* Reads the flags into o. Returns 0 (with o->help set when the usage went
+ * to stdout) or 2 with the error printed. */
+static int parse_args(int argc, char **argv, bk_opts *o /* OUT: */) {
+    memset(o, 0, sizeof *o);
+    o->do_ref = 1;
+    o->min_time = 0.3f;
+    o->types_s = "f32,f16,bf16,q8_0,q4_0,q4_1";
+    o->ns_s = "1,32,512";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t")) {
-            if (cli_int(argc, argv, &i, 1, KV_CPU_MAX_THREADS, &threads)) return 2;
+            if (cli_int(argc, argv, &i, 1, KV_CPU_MAX_THREADS, &o->threads)) return 2;
         } else if (!strcmp(argv[i], "--types")) {
-            if (cli_str(argc, argv, &i, &types_s)) return 2;
+            if (cli_str(argc, argv, &i, &o->types_s)) return 2;
         } else if (!strcmp(argv[i], "--n")) {
-            if (cli_str(argc, argv, &i, &ns_s)) return 2;
+            if (cli_str(argc, argv, &i, &o->ns_s)) return 2;
         } else if (!strcmp(argv[i], "--isa")) {
-            if (cli_str(argc, argv, &i, &isa_s)) return 2;
+            if (cli_str(argc, argv, &i, &o->isa_s)) return 2;
         } else if (!strcmp(argv[i], "--min-time")) {
-            if (cli_float(argc, argv, &i, 0.0, 60.0, &min_time)) return 2;
+            if (cli_float(argc, argv, &i, 0.0, 60.0, &o->min_time)) return 2;
         } else if (!strcmp(argv[i], "--no-ref")) {
-            do_ref = 0;
+            o->do_ref = 0;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
+            o->help = 1;
             return 0;
         } else {
             fprintf(stderr, "kvtop bench-kernels: unexpected argument '%s'\n", argv[i]);
@@ -122,44 +148,64 @@ int cmd_bench_kernels(int argc, char **argv) {
             return 2;
         }
     }
+    return 0;
+}
+
+/* Resolves --types and --n into o->types and o->ns. Returns 0 or 2 with
+ * the error printed. */
+static int parse_lists(bk_opts *o) {
     char tnames[MAX_LIST][16], nnames[MAX_LIST][16];
-    int nt = parse_list(types_s, tnames, MAX_LIST), nn = parse_list(ns_s, nnames, MAX_LIST);
-    if (nt <= 0 || nn <= 0) {
+    o->nt = parse_list(o->types_s, tnames, MAX_LIST);
+    o->nn = parse_list(o->ns_s, nnames, MAX_LIST);
+    if (o->nt <= 0 || o->nn <= 0) {
         fprintf(stderr, "kvtop bench-kernels: bad --types or --n list\n");
         return 2;
     }
-    kv_type types[MAX_LIST];
-    int ns[MAX_LIST];
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < o->nt; i++) {
         const kv_type_traits *tr;
-        if (kv_type_from_name(tnames[i], &types[i]) != 0 || !(tr = kv_type_get((int)types[i])) || !tr->supported ||
-            !(types[i] == KV_TYPE_F32 || types[i] == KV_TYPE_F16 || types[i] == KV_TYPE_BF16 ||
-              types[i] == KV_TYPE_Q8_0 || types[i] == KV_TYPE_Q4_0 || types[i] == KV_TYPE_Q4_1)) {
+        kv_type t;
+        if (kv_type_from_name(tnames[i], &t) != 0 || !(tr = kv_type_get((int)t)) || !tr->supported ||
+            !(t == KV_TYPE_F32 || t == KV_TYPE_F16 || t == KV_TYPE_BF16 || t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 ||
+              t == KV_TYPE_Q4_1)) {
             fprintf(stderr, "kvtop bench-kernels: type '%s' is not one of f32,f16,bf16,q8_0,q4_0,q4_1\n", tnames[i]);
             return 2;
         }
+        o->types[i] = t;
     }
-    for (int i = 0; i < nn; i++) {
+    for (int i = 0; i < o->nn; i++) {
         char *end;
         long v = strtol(nnames[i], &end, 10);
         if (*end || v < 1 || v > 4096) {
             fprintf(stderr, "kvtop bench-kernels: --n value '%s' is not in 1..4096\n", nnames[i]);
             return 2;
         }
-        ns[i] = (int)v;
+        o->ns[i] = (int)v;
     }
+    return 0;
+}
+
+/* The CPU backend with the ISA asked for. Returns 0, 1 (no backend) or 2
+ * (an ISA this CPU cannot run), with the error printed. */
+static int open_backend(const bk_opts *o, kv_backend **be /* OUT: */, kv_cpu_isa *isa /* OUT: */) {
     kv_err err = {0};
-    kv_backend *be = kv_backend_create("cpu", threads, &err);
-    if (!be) {
+    *be = kv_backend_create("cpu", o->threads, &err);
+    if (!*be) {
         fprintf(stderr, "kvtop bench-kernels: %s\n", err.msg);
         return 1;
     }
-    kv_cpu_isa isa = kv_cpu_get_isa(be);
-    if (isa_s && (kv_cpu_isa_from_name(isa_s, &isa) != 0 || kv_cpu_set_isa(be, isa) != 0)) {
-        fprintf(stderr, "kvtop bench-kernels: ISA '%s' is unknown or not supported by this CPU\n", isa_s);
-        kv_backend_free(be);
+    *isa = kv_cpu_get_isa(*be);
+    if (o->isa_s && (kv_cpu_isa_from_name(o->isa_s, isa) != 0 || kv_cpu_set_isa(*be, *isa) != 0)) {
+        fprintf(stderr, "kvtop bench-kernels: ISA '%s' is unknown or not supported by this CPU\n", o->isa_s);
+        kv_backend_free(*be);
+        *be = NULL;
         return 2;
     }
+    return 0;
+}
+
+/* Prints the backend line, measures and prints the memory bandwidth, and
+ * prints the table's legend and heading. Returns the bandwidth in GB/s. */
+static double print_header(kv_backend *be, kv_cpu_isa isa) {
     int nth = be->n_threads;
     printf("kvtop bench-kernels: cpu backend, %d thread%s, kernels %s (best here: %s)\n", nth, nth == 1 ? "" : "s",
            kv_cpu_isa_name(isa), kv_cpu_isa_name(kv_cpu_isa_best()));
@@ -172,82 +218,108 @@ int cmd_bench_kernels(int argc, char **argv) {
            COLD_BYTES >> 20);
     printf("%-13s %-11s %-5s %5s %11s %8s %6s %9s %12s\n", "shape", "MxK", "type", "n", "time/call", "GB/s", "%bw",
            "GFLOP/s", "scalar GF/s");
+    return bw;
+}
 
+/* Times every n of one shape in weight type o->types[ti] (random weights in
+ * copies of >= COLD_BYTES, random activations), printing a row each and
+ * adding the times to tot. Returns 0 or 1 (out of memory, printed). */
+static int bench_shape(kv_backend *be, kv_cpu_isa isa, const bk_opts *o, const shape *sh, int ti, double bw,
+                       uint64_t *seed, bk_totals *tot) {
+    kv_type t = o->types[ti];
+    size_t rs = kv_type_row_size(t, sh->K), wbytes = rs * (size_t)sh->M;
+    int copies = (int)KV_MAX((size_t)1, (COLD_BYTES + wbytes - 1) / wbytes);
+    int maxn = 0;
+    for (int i = 0; i < o->nn; i++) maxn = KV_MAX(maxn, o->ns[i]);
+    kv_tensor *w = calloc((size_t)copies, sizeof *w);
+    uint8_t *data = malloc(wbytes * (size_t)copies);
+    float *row = malloc((size_t)sh->K * sizeof(float));
+    float *x = malloc((size_t)maxn * sh->K * sizeof(float));
+    float *y = malloc((size_t)maxn * sh->M * sizeof(float));
     int rc = 0;
-    uint64_t seed = 0x9E3779B97F4A7C15ull;
-    /* per type and n: seconds per token for the matmuls of the whole model */
-    double tok_s[MAX_LIST][MAX_LIST] = {{0}};
-    double head_s[MAX_LIST][MAX_LIST] = {{0}};
-    for (int si = 0; si < N_SHAPES && rc == 0; si++) {
-        const shape *sh = &shapes[si];
-        for (int ti = 0; ti < nt && rc == 0; ti++) {
-            kv_type t = types[ti];
-            size_t rs = kv_type_row_size(t, sh->K), wbytes = rs * (size_t)sh->M;
-            int copies = (int)KV_MAX((size_t)1, (COLD_BYTES + wbytes - 1) / wbytes);
-            kv_tensor *w = calloc((size_t)copies, sizeof *w);
-            uint8_t *data = malloc(wbytes * (size_t)copies);
-            float *row = malloc((size_t)sh->K * sizeof(float));
-            int maxn = 0;
-            for (int i = 0; i < nn; i++) maxn = KV_MAX(maxn, ns[i]);
-            float *x = malloc((size_t)maxn * sh->K * sizeof(float));
-            float *y = malloc((size_t)maxn * sh->M * sizeof(float));
-            if (!w || !data || !row || !x || !y) {
-                fprintf(stderr, "kvtop bench-kernels: out of memory for %s %s\n", sh->what, kv_type_name(t));
-                rc = 1;
+    if (!w || !data || !row || !x || !y) {
+        fprintf(stderr, "kvtop bench-kernels: out of memory for %s %s\n", sh->what, kv_type_name(t));
+        rc = 1;
+        goto fail;
+    }
+    for (int64_t r = 0; r < sh->M; r++) {
+        for (int64_t k = 0; k < sh->K; k++) row[k] = (float)(rnd(seed) * 0.05);
+        kv_quantize_row(t, row, data + (size_t)r * rs, sh->K);
+    }
+    for (int c = 1; c < copies; c++) memcpy(data + (size_t)c * wbytes, data, wbytes);
+    for (int c = 0; c < copies; c++) w[c] = (kv_tensor){t, sh->K, sh->M, rs, data + (size_t)c * wbytes, NULL};
+    /* the ops' scratch is sized up front (ops.reserve), never inside a call */
+    kv_backend_limits lim = {.max_rows = maxn, .max_k = sh->K, .weight_types = (uint64_t)1 << t};
+    kv_err rerr = {0};
+    if (kv_backend_reserve(be, &lim, &rerr) != 0) {
+        fprintf(stderr, "kvtop bench-kernels: %s\n", rerr.msg);
+        rc = 1;
+        goto fail;
+    }
+    for (size_t i = 0; i < (size_t)maxn * sh->K; i++) x[i] = (float)rnd(seed);
+    for (int ni = 0; ni < o->nn; ni++) {
+        int n = o->ns[ni];
+        double flops = 2.0 * n * (double)sh->M * (double)sh->K;
+        double sec = time_matmul(be, isa, w, copies, x, y, n, o->min_time, 1000, 1);
+        char ref[32] = "-";
+        if (o->do_ref && isa != KV_CPU_ISA_SCALAR) {
+            if (flops / 2 <= REF_MAX_MACS) {
+                double rs_ = time_matmul(be, KV_CPU_ISA_SCALAR, w, copies, x, y, n, 0.0, 1, 0);
+                snprintf(ref, sizeof ref, "%.2f", flops / rs_ * 1e-9);
             } else {
-                for (int64_t r = 0; r < sh->M; r++) {
-                    for (int64_t k = 0; k < sh->K; k++) row[k] = (float)(rnd(&seed) * 0.05);
-                    kv_quantize_row(t, row, data + (size_t)r * rs, sh->K);
-                }
-                for (int c = 1; c < copies; c++) memcpy(data + (size_t)c * wbytes, data, wbytes);
-                for (int c = 0; c < copies; c++)
-                    w[c] = (kv_tensor){t, sh->K, sh->M, rs, data + (size_t)c * wbytes, NULL};
-                for (size_t i = 0; i < (size_t)maxn * sh->K; i++) x[i] = (float)rnd(&seed);
-                for (int ni = 0; ni < nn; ni++) {
-                    int n = ns[ni];
-                    double flops = 2.0 * n * (double)sh->M * (double)sh->K;
-                    double sec = time_matmul(be, isa, w, copies, x, y, n, min_time, 1000, 1);
-                    char ref[32] = "-";
-                    if (do_ref && isa != KV_CPU_ISA_SCALAR) {
-                        if (flops / 2 <= REF_MAX_MACS) {
-                            double rs_ = time_matmul(be, KV_CPU_ISA_SCALAR, w, copies, x, y, n, 0.0, 1, 0);
-                            snprintf(ref, sizeof ref, "%.2f", flops / rs_ * 1e-9);
-                        } else {
-                            snprintf(ref, sizeof ref, "skip");
-                        }
-                    }
-                    double gbs = (double)wbytes / sec * 1e-9;
-                    char mk[24];
-                    snprintf(mk, sizeof mk, "%lldx%lld", (long long)sh->M, (long long)sh->K);
-                    printf("%-13s %-11s %-5s %5d %9.1f us %8.1f %5.0f%% %9.1f %12s\n", sh->what, mk, kv_type_name(t), n,
-                           sec * 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, flops / sec * 1e-9, ref);
-                    fflush(stdout);
-                    if (sh->per_layer)
-                        tok_s[ti][ni] += sec * sh->per_layer * N_LAYERS;
-                    else
-                        head_s[ti][ni] = sec;
-                }
+                snprintf(ref, sizeof ref, "skip");
             }
-            free(w);
-            free(data);
-            free(row);
-            free(x);
-            free(y);
         }
+        double gbs = (double)wbytes / sec * 1e-9;
+        char mk[24];
+        snprintf(mk, sizeof mk, "%lldx%lld", (long long)sh->M, (long long)sh->K);
+        printf("%-13s %-11s %-5s %5d %9.1f us %8.1f %5.0f%% %9.1f %12s\n", sh->what, mk, kv_type_name(t), n, sec * 1e6,
+               gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, flops / sec * 1e-9, ref);
+        fflush(stdout);
+        if (sh->per_layer)
+            tot->layers[ti][ni] += sec * sh->per_layer * N_LAYERS;
+        else
+            tot->head[ti][ni] = sec;
     }
-    if (rc == 0) {
-        printf("\n110M-model matmul-only rates (12 layers x 7 matmuls, + the 32000x768 head):\n");
-        for (int ti = 0; ti < nt; ti++)
-            for (int ni = 0; ni < nn; ni++) {
-                int n = ns[ni];
-                /* decode: every row needs logits; prompt processing: only the
-                 * last row does (as llama-bench's pp) */
-                double dec = tok_s[ti][ni] + head_s[ti][ni];
-                printf("  %-5s n=%-4d %8.1f tok/s with every row's logits", kv_type_name(types[ti]), n, n / dec);
-                if (n > 1) printf(", %8.1f tok/s prompt (head on the last row only)", n / tok_s[ti][ni]);
-                printf("\n");
-            }
-    }
+fail:
+    free(w);
+    free(data);
+    free(row);
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* The matmul-only token rates of the whole model, per type and n. */
+static void print_rates(const bk_opts *o, const bk_totals *tot) {
+    printf("\n110M-model matmul-only rates (12 layers x 7 matmuls, + the 32000x768 head):\n");
+    for (int ti = 0; ti < o->nt; ti++)
+        for (int ni = 0; ni < o->nn; ni++) {
+            int n = o->ns[ni];
+            /* decode: every row needs logits; prompt processing: only the
+             * last row does (as llama-bench's pp) */
+            double dec = tot->layers[ti][ni] + tot->head[ti][ni];
+            printf("  %-5s n=%-4d %8.1f tok/s with every row's logits", kv_type_name(o->types[ti]), n, n / dec);
+            if (n > 1) printf(", %8.1f tok/s prompt (head on the last row only)", n / tot->layers[ti][ni]);
+            printf("\n");
+        }
+}
+
+int cmd_bench_kernels(int argc, char **argv) {
+    bk_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc || o.help) return rc;
+    if ((rc = parse_lists(&o))) return rc;
+    kv_backend *be;
+    kv_cpu_isa isa;
+    if ((rc = open_backend(&o, &be, &isa))) return rc;
+    double bw = print_header(be, isa);
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    bk_totals tot;
+    memset(&tot, 0, sizeof tot);
+    for (int si = 0; si < N_SHAPES && rc == 0; si++)
+        for (int ti = 0; ti < o.nt && rc == 0; ti++) rc = bench_shape(be, isa, &o, &shapes[si], ti, bw, &seed, &tot);
+    if (rc == 0) print_rates(&o, &tot);
     kv_backend_free(be);
     return rc;
 }

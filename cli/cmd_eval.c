@@ -169,180 +169,246 @@ static int write_json(FILE *f, const kv_eval_report *rep, const char *model_path
     return rc;
 }
 
-int cmd_eval(int argc, char **argv) {
-    const char *profile = NULL, *model_path = NULL, *tok_path = NULL, *text_path = NULL, *json_path = NULL;
-    const char *weights_arg = NULL, *kv_arg = NULL, *backend = NULL, *tmp_dir = NULL;
-    int ctx = 0, threads = -1, bos = -1, quiet = 0, grid = 0;
-    int rc = 2;
-    char *text = NULL, *wbuf = NULL, *kbuf = NULL;
-    kv_eval_report rep = {0};
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    if (!sets) return 1;
-    int n_sets = 0;
+/* The command line (strings borrowed from argv, or from the profile's
+ * kv_config once apply_profile has run). */
+typedef struct eval_opts {
+    const char *profile, *model_path, *tok_path, *text_path, *json_path;
+    const char *weights_arg, *kv_arg, *backend, *tmp_dir;
+    int ctx;         /* 0: the default window */
+    int threads;     /* -1: the profile's, else all cores */
+    int bos;         /* -1: the tokenizer's add_bos */
+    int quiet, grid;
+    int help;        /* 1: -h / --help was given (and answered) */
+    const char **sets; /* (n_sets) --set overrides; owned, room for argc */
+    int n_sets;
+} eval_opts;
+
+/* --weights and --kv split and checked (wl points into wbuf). */
+typedef struct eval_lists {
+    char *wbuf, *kbuf; /* owned copies of the lists */
+    char *wl[MAX_LIST];
+    int n_w;           /* -1: the default set */
+    kv_cache_dtype kvs[MAX_LIST];
+    int n_kv;          /* -1: the default set */
+} eval_lists;
+
+/* Reads the options into o; free o->sets afterwards, also on failure.
+ * Returns 0 (with o->help set when the usage went to stdout), 1 when
+ * out of memory, or 2 with a usage error printed. */
+static int parse_args(int argc, char **argv, eval_opts *o /* OUT: */) {
+    memset(o, 0, sizeof *o);
+    o->threads = -1;
+    o->bos = -1;
+    if (!(o->sets = calloc((size_t)argc + 1, sizeof *o->sets))) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            free(sets);
+            o->help = 1;
             return 0;
-        } else if (!strncmp(a, "--set=", 6)) sets[n_sets++] = a + 6;
-        else if (!strcmp(a, "--set")) bad = cli_str(argc, argv, &i, &sets[n_sets++]);
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) bad = cli_str(argc, argv, &i, &model_path);
-        else if (!strcmp(a, "--tokenizer")) bad = cli_str(argc, argv, &i, &tok_path);
-        else if (!strcmp(a, "--text")) bad = cli_str(argc, argv, &i, &text_path);
-        else if (!strcmp(a, "--weights")) bad = cli_str(argc, argv, &i, &weights_arg);
-        else if (!strcmp(a, "--kv")) bad = cli_str(argc, argv, &i, &kv_arg);
-        else if (!strcmp(a, "--ctx")) bad = cli_int(argc, argv, &i, 2, 1 << 24, &ctx);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) bad = cli_int(argc, argv, &i, 0, 1024, &threads);
-        else if (!strcmp(a, "--backend")) bad = cli_str(argc, argv, &i, &backend);
-        else if (!strcmp(a, "--tmp-dir")) bad = cli_str(argc, argv, &i, &tmp_dir);
-        else if (!strcmp(a, "--json")) bad = cli_str(argc, argv, &i, &json_path);
-        else if (!strcmp(a, "--bos")) bos = 1;
-        else if (!strcmp(a, "--no-bos")) bos = 0;
-        else if (!strcmp(a, "--grid")) grid = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) quiet = 1;
+        } else if (!strncmp(a, "--set=", 6)) o->sets[o->n_sets++] = a + 6;
+        else if (!strcmp(a, "--set")) bad = cli_str(argc, argv, &i, &o->sets[o->n_sets++]);
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) bad = cli_str(argc, argv, &i, &o->model_path);
+        else if (!strcmp(a, "--tokenizer")) bad = cli_str(argc, argv, &i, &o->tok_path);
+        else if (!strcmp(a, "--text")) bad = cli_str(argc, argv, &i, &o->text_path);
+        else if (!strcmp(a, "--weights")) bad = cli_str(argc, argv, &i, &o->weights_arg);
+        else if (!strcmp(a, "--kv")) bad = cli_str(argc, argv, &i, &o->kv_arg);
+        else if (!strcmp(a, "--ctx")) bad = cli_int(argc, argv, &i, 2, 1 << 24, &o->ctx);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) bad = cli_int(argc, argv, &i, 0, 1024, &o->threads);
+        else if (!strcmp(a, "--backend")) bad = cli_str(argc, argv, &i, &o->backend);
+        else if (!strcmp(a, "--tmp-dir")) bad = cli_str(argc, argv, &i, &o->tmp_dir);
+        else if (!strcmp(a, "--json")) bad = cli_str(argc, argv, &i, &o->json_path);
+        else if (!strcmp(a, "--bos")) o->bos = 1;
+        else if (!strcmp(a, "--no-bos")) o->bos = 0;
+        else if (!strcmp(a, "--grid")) o->grid = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o->quiet = 1;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "kvtop eval: unknown option '%s'\n", a);
             usage(stderr);
-            goto done;
-        } else if (!profile) profile = a;
+            return 2;
+        } else if (!o->profile) o->profile = a;
         else {
-            fprintf(stderr, "kvtop eval: more than one profile given ('%s' and '%s')\n", profile, a);
-            goto done;
+            fprintf(stderr, "kvtop eval: more than one profile given ('%s' and '%s')\n", o->profile, a);
+            return 2;
         }
-        if (bad) goto done;
+        if (bad) return 2;
     }
-    if (!profile && !model_path) {
+    return 0;
+}
+
+/* The options that must or must not come together. Returns 0 or 2. */
+static int check_opts(const eval_opts *o) {
+    if (!o->profile && !o->model_path) {
         fprintf(stderr, "kvtop eval: give a profile or -m MODEL\n");
         usage(stderr);
-        goto done;
+        return 2;
     }
-    if (profile && model_path) {
+    if (o->profile && o->model_path) {
         fprintf(stderr, "kvtop eval: give a profile or -m MODEL, not both\n");
-        goto done;
+        return 2;
     }
-    if (!text_path) {
+    if (!o->text_path) {
         fprintf(stderr, "kvtop eval: --text FILE is required (e.g. data/eval/kvtop-eval.txt)\n");
-        goto done;
+        return 2;
     }
-    if (n_sets && !profile) {
+    if (o->n_sets && !o->profile) {
         fprintf(stderr, "kvtop eval: --set needs a profile\n");
-        goto done;
+        return 2;
     }
+    return 0;
+}
 
-    /* Every name is checked before anything is loaded. */
-    char *wl[MAX_LIST], *kl[MAX_LIST];
-    int n_w = -1, n_kv = -1;
-    kv_cache_dtype kvs[MAX_LIST];
-    kv_err err = {0};
-    if (weights_arg) {
-        if (!(wbuf = strdup(weights_arg))) goto oom;
-        if ((n_w = split_list(wbuf, wl, MAX_LIST)) < 0) {
+/* Splits and checks --weights and --kv: every name is checked before
+ * anything is loaded. Returns 0, 1 (out of memory) or 2 (a bad list). */
+static int parse_lists(const eval_opts *o, eval_lists *l /* OUT: */) {
+    l->n_w = l->n_kv = -1;
+    if (o->weights_arg) {
+        if (!(l->wbuf = strdup(o->weights_arg))) goto oom;
+        if ((l->n_w = split_list(l->wbuf, l->wl, MAX_LIST)) < 0) {
             fprintf(stderr, "kvtop eval: --weights lists more than %d types\n", MAX_LIST);
-            goto done;
+            return 2;
         }
-        for (int i = 0; i < n_w; i++) {
+        for (int i = 0; i < l->n_w; i++) {
             kv_quant_target t;
-            if (kv_quant_target_from_name(wl[i], &t, &err)) {
+            kv_err err = {0};
+            if (kv_quant_target_from_name(l->wl[i], &t, &err)) {
                 fprintf(stderr, "kvtop eval: --weights: %s\n", err.msg);
-                goto done;
+                return 2;
             }
         }
     }
-    if (kv_arg) {
-        if (!(kbuf = strdup(kv_arg))) goto oom;
-        if ((n_kv = split_list(kbuf, kl, MAX_LIST)) < 0) {
+    if (o->kv_arg) {
+        char *kl[MAX_LIST];
+        if (!(l->kbuf = strdup(o->kv_arg))) goto oom;
+        if ((l->n_kv = split_list(l->kbuf, kl, MAX_LIST)) < 0) {
             fprintf(stderr, "kvtop eval: --kv lists more than %d dtypes\n", MAX_LIST);
-            goto done;
+            return 2;
         }
-        for (int i = 0; i < n_kv; i++)
-            if (kv_cache_dtype_from_name(kl[i], &kvs[i]) != 0) {
+        for (int i = 0; i < l->n_kv; i++)
+            if (kv_cache_dtype_from_name(kl[i], &l->kvs[i]) != 0) {
                 fprintf(stderr,
                         "kvtop eval: --kv: unknown KV dtype '%s' (f32, f16, int8, int8_asym, fp8_e4m3, fp8_e5m2)\n",
                         kl[i]);
-                goto done;
+                return 2;
             }
     }
-    if (n_w == 0 && n_kv == 0) {
+    if (l->n_w == 0 && l->n_kv == 0) {
         fprintf(stderr, "kvtop eval: --weights none and --kv none leave nothing to evaluate\n");
-        goto done;
+        return 2;
     }
-
-    kv_config cfg;
-    if (profile) {
-        if (kv_profile_load_with_sets(profile, sets, n_sets, &cfg, &err)) {
-            fprintf(stderr, "kvtop eval: %s\n", err.msg);
-            goto done;
-        }
-        model_path = cfg.model.path;
-        if (cfg.model.tokenizer[0]) tok_path = cfg.model.tokenizer;
-        if (threads < 0) threads = cfg.threads;
-        if (!backend) backend = cfg.backend;
-    }
-    if (threads < 0) threads = 0;
-
-    rc = 1;
-    size_t len = 0;
-    text = cli_read_file(text_path, &len);
-    if (!text) {
-        fprintf(stderr, "kvtop eval: cannot read the text file %s\n", text_path);
-        goto done;
-    }
-    if (len == 0) {
-        fprintf(stderr, "kvtop eval: the text file %s is empty\n", text_path);
-        goto done;
-    }
-
-    kv_eval_params p = {
-        .model_path = model_path,
-        .tokenizer_path = tok_path,
-        .backend = backend,
-        .n_threads = threads,
-        .ctx = ctx,
-        .grid = grid,
-        .bos = bos,
-        .weights = n_w >= 0 ? (const char *const *)wl : NULL,
-        .n_weights = n_w,
-        .kv = n_kv >= 0 ? kvs : NULL,
-        .n_kv = n_kv,
-        .tmp_dir = tmp_dir,
-        .log = quiet ? NULL : isatty(2) ? log_progress : log_lines,
-    };
-    int erc = kv_eval_run(&p, text, len, &rep, &err);
-    if (!quiet && isatty(2)) fputs("\r\033[K", stderr);
-    if (erc) {
-        fprintf(stderr, "kvtop eval: %s\n", err.msg);
-        goto done;
-    }
-    if (ctx > rep.ctx)
-        fprintf(stderr, "kvtop eval: note: --ctx %d is more than the model's context; windows of %d used\n", ctx,
-                rep.ctx);
-    print_table(stdout, &rep, model_path, text_path);
-    fflush(stdout);
-    if (json_path) {
-        FILE *jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
-        if (!jf) {
-            fprintf(stderr, "kvtop eval: cannot write %s\n", json_path);
-            goto done;
-        }
-        int jrc = write_json(jf, &rep, model_path, text_path);
-        if (jf != stdout && fclose(jf) != 0) jrc = -1;
-        if (jrc) {
-            fprintf(stderr, "kvtop eval: writing %s failed\n", json_path);
-            goto done;
-        }
-    }
-    rc = 0;
-    goto done;
+    return 0;
 oom:
     fprintf(stderr, "kvtop eval: out of memory\n");
-    rc = 1;
-done:
+    return 1;
+}
+
+/* With a profile, takes the model, tokenizer, threads and backend from it
+ * (options given win); cfg holds the strings o then points to. Returns 0
+ * or 2. */
+static int apply_profile(eval_opts *o, kv_config *cfg /* OUT: */) {
+    if (o->profile) {
+        kv_err err = {0};
+        if (kv_profile_load_with_sets(o->profile, o->sets, o->n_sets, cfg, &err)) {
+            fprintf(stderr, "kvtop eval: %s\n", err.msg);
+            return 2;
+        }
+        o->model_path = cfg->model.path;
+        if (cfg->model.tokenizer[0]) o->tok_path = cfg->model.tokenizer;
+        if (o->threads < 0) o->threads = cfg->threads;
+        if (!o->backend) o->backend = cfg->backend;
+    }
+    if (o->threads < 0) o->threads = 0;
+    return 0;
+}
+
+/* The text file, NUL-terminated, or NULL with the error printed. */
+static char *read_text(const char *path, size_t *len /* OUT: */) {
+    char *text = cli_read_file(path, len);
+    if (!text) {
+        fprintf(stderr, "kvtop eval: cannot read the text file %s\n", path);
+        return NULL;
+    }
+    if (*len == 0) {
+        fprintf(stderr, "kvtop eval: the text file %s is empty\n", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The table on stdout and, with --json, the JSON file. Returns 0 or 1. */
+static int print_results(const eval_opts *o, const kv_eval_report *rep) {
+    if (o->ctx > rep->ctx)
+        fprintf(stderr, "kvtop eval: note: --ctx %d is more than the model's context; windows of %d used\n", o->ctx,
+                rep->ctx);
+    print_table(stdout, rep, o->model_path, o->text_path);
+    fflush(stdout);
+    if (!o->json_path) return 0;
+    FILE *jf = strcmp(o->json_path, "-") ? fopen(o->json_path, "w") : stdout;
+    if (!jf) {
+        fprintf(stderr, "kvtop eval: cannot write %s\n", o->json_path);
+        return 1;
+    }
+    int jrc = write_json(jf, rep, o->model_path, o->text_path);
+    if (jf != stdout && fclose(jf) != 0) jrc = -1;
+    if (jrc) {
+        fprintf(stderr, "kvtop eval: writing %s failed\n", o->json_path);
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs the evaluation the options describe and prints it. Returns 0 or 1. */
+static int run_eval(const eval_opts *o, const eval_lists *l, const char *text, size_t len) {
+    kv_eval_params p = {
+        .model_path = o->model_path,
+        .tokenizer_path = o->tok_path,
+        .backend = o->backend,
+        .n_threads = o->threads,
+        .ctx = o->ctx,
+        .grid = o->grid,
+        .bos = o->bos,
+        .weights = l->n_w >= 0 ? (const char *const *)l->wl : NULL,
+        .n_weights = l->n_w,
+        .kv = l->n_kv >= 0 ? l->kvs : NULL,
+        .n_kv = l->n_kv,
+        .tmp_dir = o->tmp_dir,
+        .log = o->quiet ? NULL : isatty(2) ? log_progress : log_lines,
+    };
+    kv_eval_report rep = {0};
+    kv_err err = {0};
+    int erc = kv_eval_run(&p, text, len, &rep, &err);
+    if (!o->quiet && isatty(2)) fputs("\r\033[K", stderr);
+    if (erc) {
+        fprintf(stderr, "kvtop eval: %s\n", err.msg);
+        return 1;
+    }
+    int rc = print_results(o, &rep);
     kv_eval_report_free(&rep);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_opts o;
+    eval_lists l;
+    memset(&l, 0, sizeof l);
+    kv_config cfg;
+    char *text = NULL;
+    size_t len = 0;
+    /* Each step returns 0 to go on, else the exit status. */
+    int rc = parse_args(argc, argv, &o);
+    if (rc || o.help) goto done;
+    if ((rc = check_opts(&o)) || (rc = parse_lists(&o, &l)) || (rc = apply_profile(&o, &cfg))) goto done;
+    if (!(text = read_text(o.text_path, &len))) {
+        rc = 1;
+        goto done;
+    }
+    rc = run_eval(&o, &l, text, len);
+done:
     free(text);
-    free(wbuf);
-    free(kbuf);
-    free(sets);
+    free(l.wbuf);
+    free(l.kbuf);
+    free(o.sets);
     return rc;
 }

@@ -18,5 +18,7 @@ int cmd_keys(int argc, char **argv);
 
 /* The ncurses front end's entry points (cmd_tui, cmd_replay). */
 #include "../tui/tui.h"
+/* The HTTP front end's entry point (cmd_serve). */
+#include "../server/server.h"
 
 #endif

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"eval", cmd_eval, "perplexity and accuracy vs an f32 reference, per weight type and KV dtype"},
     {"tui", cmd_tui, "open the ncurses application (default)"},
     {"replay", cmd_replay, "step through a recorded TUI trace; --export writes Chrome trace JSON"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with Prometheus /metrics on the profile's engine"},
     {"keys", cmd_keys, "every profile key (type, range, meaning); with a PROFILE, it as it resolves, as YAML"},
     {NULL, NULL, NULL},
 };

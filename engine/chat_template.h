@@ -51,7 +51,7 @@ const char *kv_chat_end_of_turn(kv_chat_tmpl t);
  * 2.5's), read from the string literal that holds a whole ChatML system
  * turn. Writes it NUL-terminated (cut to cap) and returns its length, or 0
  * when the template has none. */
-size_t kv_chat_default_system(const char *template_text, char *out, size_t cap);
+size_t kv_chat_default_system(const char *template_text, char *out /* OUT: (cap) */, size_t cap);
 
 /* Renders n messages (roles system/user/assistant) in format t and, with
  * add_generation_prompt, the opening of the assistant's reply.
@@ -63,12 +63,12 @@ size_t kv_chat_default_system(const char *template_text, char *out, size_t cap);
  * cut; out may be NULL with cap 0 to measure. Returns KV_ERR_INVAL for an
  * unknown role, a NULL content or bad arguments. */
 int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg *msgs, int n,
-                   int add_generation_prompt, char *out, size_t cap);
+                   int add_generation_prompt, char *out /* OUT: (cap), may be NULL */, size_t cap);
 /* Same, choosing whether the template's default system message is used
  * when the conversation has none (default_system = 0 leaves it out, as
  * llama.cpp's chat formatting does; the front ends do this so a session's
  * system prompt is only ever what the user set). */
 int kv_chat_format_ex(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs,
-                      int n, int add_generation_prompt, char *out, size_t cap);
+                      int n, int add_generation_prompt, char *out /* OUT: (cap), may be NULL */, size_t cap);
 
 #endif

@@ -42,6 +42,7 @@ static const char *const arrival_names[] = {"poisson", "burst", "closed", NULL};
 static const char *const dist_names[] = {"fixed", "uniform", "lognormal", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", "sim", NULL};
 static const char *const theme_names[] = {"auto", "mono", NULL};
+static const char *const metrics_prefix_names[] = {"kvtop", "vllm", NULL};
 static const char *const dist_fields[] = {"dist", "value", "min", "max", "mean", "sigma", NULL};
 
 #define OFF(f) offsetof(kv_config, f)
@@ -98,7 +99,8 @@ static const kv_config_key keys[] = {
     K_INT("sampling.top_k", sampling.top_k, 0, 1048576, "0 = off"),
     K_FLT("sampling.top_p", sampling.top_p, 0, 1, KV_KEY_MIN_OPEN, "nucleus sampling; 1 = off"),
     K_FLT("sampling.min_p", sampling.min_p, 0, 1, KV_KEY_MAX_OPEN, "drop tokens below min_p * p(best); 0 = off"),
-    K_FLT("sampling.repeat_penalty", sampling.repeat_penalty, 0, 100, KV_KEY_MIN_OPEN, "1 = off"),
+    /* the upper bound is kv_sampling_validate's: a request the engine refuses is no valid setting */
+    K_FLT("sampling.repeat_penalty", sampling.repeat_penalty, 0, 10, KV_KEY_MIN_OPEN, "1 = off"),
     K_INT("sampling.repeat_last_n", sampling.repeat_last_n, 0, 1048576, "tokens the repeat penalty looks back over"),
     K_U64("sampling.seed", sampling.seed, "sampler seed (every value, 0 included, is a fixed seed)"),
 
@@ -134,6 +136,25 @@ static const kv_config_key keys[] = {
     K_STR("ui.theme", ui.theme, 0, theme_names, "colours"),
     K_INT("ui.step_delay_ms", ui.step_delay_ms, 0, 60000, "slow motion: pause after each engine step"),
     K_BOOL("ui.show_token_source", ui.show_token_source, "colour tokens by how they were produced"),
+
+    K_STR("server.host", server.host, KV_KEY_NONEMPTY, NULL, "kvtop serve: listen address (127.0.0.1, ::1, 0.0.0.0)"),
+    K_INT("server.port", server.port, 0, 65535, "kvtop serve: TCP port; 0 = any free port"),
+    K_STR("server.api_key", server.api_key, 0, NULL,
+          "kvtop serve: Bearer key the API needs; empty = none (KVTOP_API_KEY, --api-key override)"),
+    K_INT("server.max_connections", server.max_connections, 1, 65536, "kvtop serve: open connections at once"),
+    K_SIZE("server.max_body", server.max_body, 1024, GIB, "kvtop serve: request body bytes; larger gets 413"),
+    K_INT("server.max_queue", server.max_queue, 0, 1048576,
+          "kvtop serve: requests waiting beyond scheduler.max_seqs; more get 429"),
+    K_INT("server.header_timeout_ms", server.header_timeout_ms, 100, 3600000,
+          "kvtop serve: a request's headers must arrive within this; slower clients are dropped"),
+    K_INT("server.idle_timeout_ms", server.idle_timeout_ms, 100, 3600000,
+          "kvtop serve: a connection silent this long is closed"),
+    K_STR("server.metrics_prefix", server.metrics_prefix, 0, metrics_prefix_names,
+          "kvtop serve: /metrics names kvtop:... or vllm:... (for vLLM dashboards)"),
+    K_BOOL("server.auth_health", server.auth_health, "kvtop serve: /health needs the API key too"),
+    K_BOOL("server.auth_metrics", server.auth_metrics, "kvtop serve: /metrics needs the API key too"),
+    K_INT("server.shutdown_grace_ms", server.shutdown_grace_ms, 0, 3600000,
+          "kvtop serve: on SIGINT/SIGTERM, in-flight requests get this long to finish before they are cancelled"),
 };
 
 void kv_config_default(kv_config *c) {
@@ -196,6 +217,16 @@ void kv_config_default(kv_config *c) {
     snprintf(c->ui.theme, sizeof c->ui.theme, "%s", "auto");
     c->ui.step_delay_ms = 0;
     c->ui.show_token_source = 1;
+
+    snprintf(c->server.host, sizeof c->server.host, "%s", "127.0.0.1");
+    c->server.port = 8000;
+    c->server.max_connections = 256;
+    c->server.max_body = 4ull << 20;
+    c->server.max_queue = 256;
+    c->server.header_timeout_ms = 10000;
+    c->server.idle_timeout_ms = 60000;
+    snprintf(c->server.metrics_prefix, sizeof c->server.metrics_prefix, "%s", "kvtop");
+    c->server.shutdown_grace_ms = 5000;
 }
 
 const kv_config_key *kv_config_keys(int *n) {

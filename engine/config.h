@@ -115,6 +115,20 @@ typedef struct kv_config {
         int step_delay_ms;       /* slow motion */
         int show_token_source;   /* bool: color tokens by how they were produced */
     } ui;
+    struct {                     /* kvtop serve: the HTTP front end (server/) */
+        char host[64];           /* listen address (numeric IPv4 or IPv6) */
+        int port;                /* 0 = any free port (printed at start) */
+        char api_key[128];       /* "" = no key (KVTOP_API_KEY and --api-key override) */
+        int max_connections;     /* open connections at once; more are refused */
+        uint64_t max_body;       /* request body bytes; larger gets 413 */
+        int max_queue;           /* requests waiting beyond scheduler.max_seqs; more get 429 */
+        int header_timeout_ms;   /* a request's headers must arrive within this */
+        int idle_timeout_ms;     /* a connection silent this long is closed */
+        char metrics_prefix[16]; /* Prometheus names: "kvtop" (kvtop:...) or "vllm" (vllm:...) */
+        int auth_health;         /* bool: /health needs the key too */
+        int auth_metrics;        /* bool: /metrics needs the key too */
+        int shutdown_grace_ms;   /* on SIGINT/SIGTERM, in-flight requests get this long before they are cancelled */
+    } server;
 } kv_config;
 
 /* The defaults every profile starts from. */

@@ -1,7 +1,12 @@
 /* engine.h - the public face of the inference engine: submit requests, poll
  * their token events, step or run the continuous-batching loop, and take
  * plain-data snapshots of everything it decided. Front ends (TUI, bench,
- * chat, a server) use only this header.
+ * chat, a server) generate only through this header; beside it they use the
+ * engine's data modules, never its internals (engine_internal.h): config.h
+ * (the key table), tokenizer.h, unicode.h and chat_template.h (prompts,
+ * `kvtop tokenize`), workload.h and driver.h (bench and the TUI's load
+ * key), json.h, trace.h (recording, replay, export), and for the model
+ * tools model.h, gguf.h, quantize.h, mkmodel.h and eval.h.
  *
  * Thread safety: submit, cancel, poll, wait, snapshot, pause/resume and the
  * step controls may be called from any thread while the engine thread runs.
@@ -21,11 +26,21 @@ typedef struct kv_engine kv_engine;
 /* Loads the model(s) named by cfg, creates the backend, sizes the KV cache
  * and scratch. cfg is copied. NULL with err filled on failure. */
 kv_engine *kv_engine_new(const kv_config *cfg, kv_err *err);
+/* The same on a backend the caller made instead of the one cfg names
+ * (cfg->backend, cfg->sim_device and cfg->threads are not used for it): the
+ * seam for tests that inject a failing backend and for embedders with a
+ * backend of their own. Takes ownership of be (NULL: KV_ERR_INVAL), also
+ * when creation fails; kv_engine_free frees it. */
+kv_engine *kv_engine_new_with_backend(const kv_config *cfg, kv_backend *be, kv_err *err);
 void kv_engine_free(kv_engine *e); /* stops the thread; NULL is a no-op */
 
 /* Borrowed views, valid until kv_engine_free. */
 const kv_model *kv_engine_model(const kv_engine *e);
 const kv_config *kv_engine_config(const kv_engine *e);
+/* The engine's compute backend (borrowed, valid until kv_engine_free): for a
+ * front end's own figures (the sim backend's device time, the cpu pool a
+ * bandwidth probe runs on). Ops on it must not run while a step does. */
+kv_backend *kv_engine_backend(kv_engine *e);
 
 /* ---- requests ---- */
 
@@ -41,10 +56,12 @@ typedef struct kv_request_params {
     int priority;            /* higher runs first; preemption picks the lowest */
     int ignore_eos;          /* bool: keep generating past end-of-generation tokens */
     int session;             /* owner tag for display (TUI tab), >= 0 */
+    int seed_exact;          /* bool: seed the sampler with sampling.seed itself (an API client's
+                                `seed`: same seed, same text), not seed + request id */
 } kv_request_params;
 
 /* Defaults: max_tokens 128, sampling from the engine's config, priority 0. */
-void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p);
+void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p /* OUT: */);
 
 /* Queues a request. Returns its id (> 0), or a negative KV_ERR_* with err
  * naming the reason when it is rejected (prompt empty or over the context,
@@ -92,7 +109,7 @@ typedef struct kv_event {
 
 /* Copies up to cap pending events (oldest first) and returns how many.
  * Never blocks. */
-int kv_engine_poll(kv_engine *e, kv_event *out, int cap);
+int kv_engine_poll(kv_engine *e, kv_event *out /* OUT: (cap) */, int cap);
 /* Blocks until an event is pending or timeout_ms passes; returns 1 / 0. */
 int kv_engine_wait(kv_engine *e, int timeout_ms);
 
@@ -201,6 +218,8 @@ typedef struct kv_stat {
 typedef struct kv_metrics_summary {
     double elapsed_s;               /* since the first request arrived */
     uint64_t requests_submitted, requests_completed, requests_cancelled, requests_rejected;
+    uint64_t requests_errored;      /* ended by a failure (KV_FINISH_ERROR, e.g. a backend op): once
+                                       idle, completed + cancelled + rejected + errored = submitted */
     uint64_t input_tokens, output_tokens;
     uint64_t prefill_tokens_computed; /* prompt tokens actually run through the model */
     double input_tokens_per_s, output_tokens_per_s, requests_per_s;
@@ -284,26 +303,28 @@ typedef struct kv_snapshot {
 kv_snapshot *kv_snapshot_new(void);
 void kv_snapshot_free(kv_snapshot *s); /* NULL is a no-op */
 /* Fills s (growing its arrays as needed). Returns 0 or KV_ERR_NOMEM. */
-int kv_engine_snapshot(kv_engine *e, kv_snapshot *s);
+int kv_engine_snapshot(kv_engine *e, kv_snapshot *s /* OUT: arrays reused */);
 
 /* Per-request record of a finished request (for bench --outputs and
  * metrics): its generated text. Returns bytes written (NUL-terminated,
- * truncated to cap), or -1 when unknown. Finished requests are kept until
+ * truncated to cap), or KV_ERR_INVAL when the id is not a finished request
+ * (unknown, still running, or forgotten). Finished requests are kept until
  * kv_engine_forget(). */
-int kv_engine_request_text(kv_engine *e, int64_t id, char *buf, size_t cap);
+int kv_engine_request_text(kv_engine *e, int64_t id, char *buf /* OUT: (cap), may be NULL */, size_t cap);
 void kv_engine_forget(kv_engine *e, int64_t id);
 
 /* Metrics over everything finished so far (the same numbers the snapshot
  * carries), and a reset for a new measurement window. */
-void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out);
+void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out /* OUT: */);
 void kv_engine_metrics_reset(kv_engine *e);
 
 /* Consistency check for tests (between steps): the scheduler's and the
  * block manager's checkers over every live sequence, the draft model's
  * cache likewise, and every registered prefix block of a running request
  * found again by its verified tokens (nothing unverified was registered).
- * Returns 0, or -1 with msg naming the first violation. */
-int kv_engine_check(kv_engine *e, char *msg, size_t cap);
+ * Returns 0, or KV_ERR_INVAL with msg naming the first violation (also for
+ * a NULL engine), or KV_ERR_NOMEM when it could not check. */
+int kv_engine_check(kv_engine *e, char *msg /* OUT: (cap) */, size_t cap);
 
 /* Step trace recording (for `kvtop replay` and Chrome trace export): when
  * enabled the engine keeps every step record and decision. */

@@ -2,7 +2,9 @@
  * sequences: embeddings, then per layer RMSNorm, Q/K/V projections, RoPE,
  * paged K/V store and attention, output projection, SwiGLU feed-forward, and
  * finally the output head for the requested rows only. Every buffer is sized
- * at creation; a run allocates nothing. */
+ * at creation, the backend's scratch too (ops.reserve); a run allocates
+ * nothing. A run asks the backend once, at its end, whether an op failed
+ * (ops.status) and fails with the op's name when one did. */
 #include "forward.h"
 
 #include <math.h>
@@ -42,6 +44,26 @@ void kv_forward_free(kv_forward *f) {
     free(f);
 }
 
+/* What the ops of a forward over this model ask of the backend: rows of
+ * up to max_tokens, matmul rows as long as the longest weight row, and the
+ * weight types present. */
+static kv_backend_limits forward_limits(const kv_model *m, int max_tokens) {
+    const kv_hparams *hp = &m->hp;
+    kv_backend_limits lim = {.max_rows = max_tokens, .max_k = hp->dim, .weight_types = 0};
+    const kv_tensor *w = &m->output;
+    lim.max_k = KV_MAX(lim.max_k, w->ne0);
+    lim.weight_types |= (uint64_t)1 << ((unsigned)w->type & 63);
+    for (int l = 0; l < hp->n_layers; l++) {
+        const kv_layer *L = &m->layers[l];
+        const kv_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < KV_ARRAY_LEN(ws); i++) {
+            lim.max_k = KV_MAX(lim.max_k, ws[i]->ne0);
+            lim.weight_types |= (uint64_t)1 << ((unsigned)ws[i]->type & 63);
+        }
+    }
+    return lim;
+}
+
 kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int max_logits, kv_err *err) {
     if (!m || !b || max_tokens <= 0 || max_logits <= 0 || max_logits > max_tokens) {
         kv_err_set(err, KV_ERR_INVAL, "forward: bad sizes (max_tokens %d, max_logits %d)", max_tokens, max_logits);
@@ -78,6 +100,11 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
         kv_forward_free(f);
         return NULL;
     }
+    kv_backend_limits lim = forward_limits(m, max_tokens);
+    if (kv_backend_reserve(b, &lim, err) != 0) {
+        kv_forward_free(f);
+        return NULL;
+    }
     return f;
 }
 
@@ -108,6 +135,16 @@ static int check_batch(const kv_forward *f, const kv_pages *kv, const kv_batch *
         if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
             return kv_err_set(err, KV_ERR_RANGE, "forward: logit row %d out of range", bt->logit_rows[i]);
     return 0;
+}
+
+/* Whether every op of the batch worked (once per batch: an asynchronous
+ * backend waits here for its queue). KV_ERR_BACKEND names the backend and
+ * the op that failed first. */
+static int backend_status(const kv_forward *f, kv_err *err) {
+    kv_err be;
+    kv_err_clear(&be);
+    if (kv_backend_status(f->b, &be) == 0) return 0;
+    return kv_err_set(err, KV_ERR_BACKEND, "forward: %s backend: %s", f->b->ops->name, be.msg);
 }
 
 int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logits, kv_err *err) {
@@ -144,7 +181,7 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
         o->matmul(b, &L->w_down, f->gate, f->xb, n);
         o->add(b, f->x, f->xb, (int64_t)n * dim);
     }
-    if (bt->n_logits == 0) return 0;
+    if (bt->n_logits == 0) return backend_status(f, err);
     /* Only the rows that sample go through the (large) output head: gather
      * them with get_rows over the residual stream viewed as an f32 matrix. */
     kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
@@ -154,5 +191,5 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
     o->rmsnorm(b, f->xl, m->output_norm, f->xl, bt->n_logits, dim, hp->rms_eps);
     o->matmul(b, &m->output, f->xl, f->logits, bt->n_logits);
     o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));
-    return 0;
+    return backend_status(f, err);
 }

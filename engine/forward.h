@@ -24,7 +24,9 @@ typedef struct kv_batch {
 typedef struct kv_forward kv_forward; /* buffers sized once at creation */
 
 /* Creates the scratch for batches of up to max_tokens tokens and max_logits
- * logit rows. The model and backend are borrowed and must outlive it. */
+ * logit rows, and reserves the backend's op scratch for them (ops.reserve:
+ * the model's longest weight row and its weight types). The model and
+ * backend are borrowed and must outlive it. NULL with err filled on failure. */
 kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int max_logits,
                            kv_err *err);
 void kv_forward_free(kv_forward *f);
@@ -33,7 +35,12 @@ uint64_t kv_forward_activation_bytes(const kv_forward *f);
 
 /* Runs the batch. logits: (n_logits, n_vocab) floats, host memory. Checks
  * token ids, positions and sizes first; on bad input returns KV_ERR_INVAL or
- * KV_ERR_RANGE with err filled and touches nothing. */
+ * KV_ERR_RANGE with err filled and touches nothing. After the batch it asks
+ * the backend whether an op failed (ops.status, also a failure left by an
+ * op called between batches, such as copy_block): then it returns
+ * KV_ERR_BACKEND with err saying "forward: <backend> backend: <op>:
+ * <message>", and the logits and the K/V rows written for the batch's
+ * tokens are not to be used. */
 int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *batch, float *logits, kv_err *err);
 
 #endif

@@ -10,6 +10,7 @@
 #include "gguf.h"
 
 #include "../base/cleanup.h"
+#include "../base/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,16 +118,6 @@ static const char *safe_name(const char *p, uint64_t len, char out[96]) {
     }
     out[o] = '\0';
     return out;
-}
-
-static uint64_t fnv1a(const void *p, size_t n) {
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 1099511628211ull;
-    }
-    return h;
 }
 
 /* Bounded cursor over the input; invariant pos <= size. */
@@ -291,7 +282,7 @@ static kv_gguf_str t_name_of(const kv_gguf *g, int64_t i) { return g->tensors[i]
 static size_t hash_probe(const kv_gguf *g, const int64_t *tab, size_t cap, name_of_fn nf, const char *s,
                          size_t len, int *found) {
     size_t m = cap - 1;
-    size_t i = (size_t)fnv1a(s, len) & m;
+    size_t i = (size_t)kv_hash_fnv1a(s, len) & m;
     for (;;) {
         if (tab[i] < 0) {
             *found = 0;

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/utf8.h"
+#include "../base/vec.h"
+
 struct kv_json {
     kv_json_type type;
     union {
@@ -113,14 +116,7 @@ static void skip_ws(parser *P) {
 }
 
 static int buf_reserve(parser *P, size_t n) {
-    if (n <= P->bcap) return 0;
-    size_t cap = P->bcap ? P->bcap : 256;
-    while (cap < n) cap *= 2;
-    char *b = realloc(P->buf, cap);
-    if (!b) return oom(P);
-    P->buf = b;
-    P->bcap = cap;
-    return 0;
+    return kv_grow_size((void **)&P->buf, &P->bcap, n, 1) ? oom(P) : 0;
 }
 
 static int hex4(const unsigned char *s, unsigned *out) {
@@ -135,46 +131,6 @@ static int hex4(const unsigned char *s, unsigned *out) {
     }
     *out = v;
     return 0;
-}
-
-static size_t put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static int utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    int len;
-    unsigned cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
 }
 
 /* Parses a string at P->pos (on the opening quote) into arena memory. */
@@ -212,14 +168,14 @@ static int parse_string(parser *P, char **out, size_t *out_len) {
                 P->pos += 6;
             }
             P->pos += 6;
-            n += put_utf8(P->buf + n, cp);
+            n += kv_utf8_encode(cp, P->buf + n);
             continue;
         }
-        int l = utf8_len(P->s + P->pos, P->len - P->pos);
+        size_t l = kv_utf8_valid_len(P->s + P->pos, P->len - P->pos);
         if (!l) return fail(P, P->pos, "invalid UTF-8 in string");
-        memcpy(P->buf + n, P->s + P->pos, (size_t)l);
-        n += (size_t)l;
-        P->pos += (size_t)l;
+        memcpy(P->buf + n, P->s + P->pos, l);
+        n += l;
+        P->pos += l;
     }
     char *s = arena_alloc(&P->arena, n + 1);
     if (!s) return oom(P);
@@ -266,25 +222,13 @@ static int parse_number(parser *P, double *out) {
 }
 
 static int push(parser *P, const kv_json *v) {
-    if (P->sp == P->cap) {
-        size_t cap = P->cap ? P->cap * 2 : 64;
-        kv_json *s = realloc(P->stack, cap * sizeof *s);
-        if (!s) return oom(P);
-        P->stack = s;
-        P->cap = cap;
-    }
+    if (kv_grow_size((void **)&P->stack, &P->cap, P->sp + 1, sizeof *P->stack)) return oom(P);
     P->stack[P->sp++] = *v;
     return 0;
 }
 
 static int push_key(parser *P, char *k, size_t klen) {
-    if (P->ksp == P->kcap) {
-        size_t cap = P->kcap ? P->kcap * 2 : 64;
-        member *s = realloc(P->keys, cap * sizeof *s);
-        if (!s) return oom(P);
-        P->keys = s;
-        P->kcap = cap;
-    }
+    if (kv_grow_size((void **)&P->keys, &P->kcap, P->ksp + 1, sizeof *P->keys)) return oom(P);
     P->keys[P->ksp].key = k;
     P->keys[P->ksp++].klen = klen;
     return 0;
@@ -616,13 +560,13 @@ static void put_escaped(FILE *f, const char *s, size_t n) {
             else fprintf(f, "\\u%04x", c);
             i++;
         } else {
-            int l = utf8_len(p + i, n - i);
+            size_t l = kv_utf8_valid_len(p + i, n - i);
             if (!l) {
                 fputs("\\ufffd", f);
                 i++;
             } else {
-                fwrite(p + i, 1, (size_t)l, f);
-                i += (size_t)l;
+                fwrite(p + i, 1, l, f);
+                i += l;
             }
         }
     }

@@ -46,13 +46,13 @@ int kv_json_bool(const kv_json *v);
 double kv_json_number(const kv_json *v);
 /* NUL-terminated UTF-8; *len (if not NULL) gets the byte length, which
  * counts embedded NULs that a \u0000 escape produced. */
-const char *kv_json_str(const kv_json *v, size_t *len);
+const char *kv_json_str(const kv_json *v, size_t *len /* OUT: may be NULL */);
 /* Elements of an array or members of an object (0 for anything else). */
 size_t kv_json_len(const kv_json *v);
 /* Element i of an array, or the value of member i of an object. */
 const kv_json *kv_json_at(const kv_json *v, size_t i);
 /* Key of member i of an object (NUL-terminated; *len as for kv_json_str). */
-const char *kv_json_key_at(const kv_json *v, size_t i, size_t *len);
+const char *kv_json_key_at(const kv_json *v, size_t i, size_t *len /* OUT: may be NULL */);
 /* The value of member `key` of an object, or NULL. */
 const kv_json *kv_json_get(const kv_json *obj, const char *key);
 

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/hash.h"
+#include "../base/vec.h"
+
 /* Root of every hash chain (the "parent hash" of a sequence's first block). */
 #define KV_HASH_ROOT 0x6b76746f702d6b76ull
 
@@ -109,22 +112,13 @@ int kv_cache_blocks_for_bytes(const kv_cache_params *p, uint64_t bytes) {
 
 /* ---- hashing ---- */
 
-static uint64_t mix64(uint64_t h) {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 /* Chain hash of one block: depends on every token of the prefix through
  * the parent hash. Collisions are harmless (lookups compare tokens and the
  * parent block), they only cost a comparison. */
 static uint64_t chain_hash(const kv_cache *c, uint64_t parent, const int32_t *t, int n) {
-    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+    uint64_t h = kv_hash_mix64(parent ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 0x100000001b3ull + (h >> 29);
-    return mix64(h ^ (uint64_t)n) & c->hash_mask;
+    return kv_hash_mix64(h ^ (uint64_t)n) & c->hash_mask;
 }
 
 /* Finds the registered block holding tokens t under parent block `par`
@@ -387,19 +381,15 @@ void kv_seq_init(kv_seq *s, int id, int tag) {
     s->tag = tag;
 }
 
-/* Grows s's arrays to hold `need` blocks. 0, or -1 with s unchanged in
- * meaning (a grown blocks array is kept; cap only moves when both grew). */
+/* Grows s's arrays to hold `need` blocks. 0, or KV_ERR_NOMEM with s
+ * unchanged in meaning (a grown blocks array is kept; cap only moves when
+ * both grew). */
 static int seq_grow(kv_seq *s, int need) {
-    if (need <= s->cap) return 0;
-    int cap = s->cap > 0 ? s->cap : 8;
-    while (cap < need) cap = cap > INT_MAX / 2 ? need : cap * 2;
-    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-    if (!nb) return -1;
-    s->blocks = nb;
-    uint64_t *nh = realloc(s->hashes, (size_t)cap * sizeof *nh);
-    if (!nh) return -1;
-    s->hashes = nh;
-    s->cap = cap;
+    int cap_blocks = s->cap, cap_hashes = s->cap;
+    if (kv_grow((void **)&s->blocks, &cap_blocks, need, sizeof *s->blocks) ||
+        kv_grow((void **)&s->hashes, &cap_hashes, need, sizeof *s->hashes))
+        return KV_ERR_NOMEM;
+    s->cap = cap_blocks; /* == cap_hashes: both grew from the same capacity */
     return 0;
 }
 
@@ -799,7 +789,7 @@ static int check_fail(char *msg, size_t cap, const char *fmt, ...) {
         vsnprintf(msg, cap, fmt, ap);
         va_end(ap);
     }
-    return -1;
+    return KV_ERR_INVAL;
 }
 
 #define FAIL(...)                                  \

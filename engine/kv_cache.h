@@ -96,7 +96,8 @@ int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new);
  * blocks attaching removes from the evictable pool. Both succeed exactly
  * when the result is <= kv_cache_n_available(). *n_reused (may be NULL)
  * gets what attach would return. */
-int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, int n_slots, int *n_reused);
+int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, int n_slots,
+                             int *n_reused /* OUT: may be NULL */);
 
 /* Physical slot (block * block_size + offset) of position pos of s. */
 int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos);
@@ -137,7 +138,7 @@ typedef struct kv_cache_stats {
     uint64_t swapped_in;    /* blocks moved back */
 } kv_cache_stats;
 
-void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out);
+void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out /* OUT: */);
 
 typedef enum kv_block_state {
     KV_BLOCK_FREE = 0,
@@ -155,7 +156,7 @@ typedef struct kv_block_info {
 } kv_block_info;
 
 /* Per-block state for the block map (n = n_blocks entries). */
-void kv_cache_block_map(const kv_cache *c, kv_block_info *out);
+void kv_cache_block_map(const kv_cache *c, kv_block_info *out /* OUT: (n_blocks) */);
 
 /* Testing aid: keep only the low `bits` (1..64) bits of every chain hash,
  * so that collisions are frequent and the exact token/parent comparison is
@@ -165,8 +166,8 @@ int kv_cache_set_hash_bits(kv_cache *c, int bits);
 /* Consistency checker: reference counts equal table references over the
  * given live sequences; no block both free and referenced; the free list,
  * cached set and used set partition the pool; the hash index points only at
- * full blocks whose hash matches. Returns 0, or -1 with msg describing the
- * first violation. */
-int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg, size_t cap);
+ * full blocks whose hash matches. Returns 0, or KV_ERR_INVAL with msg
+ * describing the first violation. */
+int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg /* OUT: (cap) */, size_t cap);
 
 #endif

@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/vec.h"
+
 typedef struct samples {
     double *v; /* (cap) */
-    uint64_t n, cap;
+    size_t n, cap;
 } samples;
 
 enum { S_QUEUE, S_TTFT, S_TPOT, S_ITL, S_E2E, S_COUNT };
@@ -18,7 +20,7 @@ struct kv_metrics {
     double sla_ttft_ms, sla_tpot_ms;
     samples s[S_COUNT];
     double *scratch; /* (cap_scratch) sorted copy for percentiles */
-    uint64_t cap_scratch;
+    size_t cap_scratch;
     int oom;         /* a sample could not be stored */
 
     double first_arrival_ms; /* < 0: none in this window */
@@ -79,7 +81,7 @@ void kv_metrics_reset(kv_metrics *m) {
     samples keep[S_COUNT];
     memcpy(keep, m->s, sizeof keep);
     double *scratch = m->scratch;
-    uint64_t cap_scratch = m->cap_scratch;
+    size_t cap_scratch = m->cap_scratch;
     double ttft = m->sla_ttft_ms, tpot = m->sla_tpot_ms;
     memset(m, 0, sizeof *m);
     for (int i = 0; i < S_COUNT; i++) { /* keep the buffers, drop the samples */
@@ -96,15 +98,9 @@ void kv_metrics_reset(kv_metrics *m) {
 
 static void add(kv_metrics *m, int kind, double v) {
     samples *s = &m->s[kind];
-    if (s->n == s->cap) {
-        uint64_t nc = s->cap ? s->cap * 2 : 256;
-        double *p = realloc(s->v, nc * sizeof *p);
-        if (!p) {
-            m->oom = 1;
-            return;
-        }
-        s->v = p;
-        s->cap = nc;
+    if (kv_grow_size((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) {
+        m->oom = 1;
+        return;
     }
     s->v[s->n++] = v;
 }
@@ -252,6 +248,7 @@ int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics
     out->requests_completed = m->completed;
     out->requests_cancelled = m->cancelled;
     out->requests_rejected = m->rejected;
+    out->requests_errored = m->errors;
     out->input_tokens = m->input_tokens;
     out->output_tokens = m->output_tokens;
     out->prefill_tokens_computed = m->prefill_tokens;
@@ -284,14 +281,9 @@ int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics
     out->sim_output_tokens_per_s = m->sim_ms > 0 ? (double)m->sim_tokens_out / (m->sim_ms / 1000.0) : 0;
     out->spec_verify_ms = m->spec_verify_ms;
 
-    uint64_t need = 0;
+    size_t need = 0;
     for (int i = 0; i < S_COUNT; i++) need = m->s[i].n > need ? m->s[i].n : need;
-    if (need > m->cap_scratch) {
-        double *p = realloc(m->scratch, need * sizeof *p);
-        if (!p) return KV_ERR_NOMEM;
-        m->scratch = p;
-        m->cap_scratch = need;
-    }
+    if (kv_grow_size((void **)&m->scratch, &m->cap_scratch, need, sizeof *m->scratch)) return KV_ERR_NOMEM;
     kv_stat *stats[S_COUNT] = {&out->queue_ms, &out->ttft_ms, &out->tpot_ms, &out->itl_ms, &out->e2e_ms};
     for (int i = 0; i < S_COUNT; i++) {
         if (m->s[i].n) memcpy(m->scratch, m->s[i].v, m->s[i].n * sizeof(double));

@@ -24,7 +24,7 @@ typedef struct kv_req_metrics {
     int n_prefix_hit;      /* prompt tokens reused at the first admission */
 } kv_req_metrics;
 
-void kv_req_metrics_init(kv_req_metrics *rm, double arrival_ms, int n_in);
+void kv_req_metrics_init(kv_req_metrics *rm /* OUT: */, double arrival_ms, int n_in);
 /* Derived values, < 0 while unknown. */
 double kv_req_queue_ms(const kv_req_metrics *rm);
 double kv_req_ttft_ms(const kv_req_metrics *rm);
@@ -72,13 +72,13 @@ void kv_metrics_spec_time(kv_metrics *m, double draft_ms, double verify_ms);
 /* Fills out. in_flight: requests waiting or running now (the window then
  * ends at now_ms, otherwise at the last finish). Returns 0 or KV_ERR_NOMEM
  * (out then has the counters but no percentiles). */
-int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics_summary *out);
+int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics_summary *out /* OUT: */);
 
 /* Bytes the stored samples take (the memory breakdown's "other"). */
 uint64_t kv_metrics_bytes(const kv_metrics *m);
 
 /* Exact statistics of n samples (sorted in place): mean, max and linearly
  * interpolated P50/P90/P99. valid = 0 when n == 0. */
-void kv_stat_compute(kv_stat *st, double *samples, uint64_t n);
+void kv_stat_compute(kv_stat *st /* OUT: */, double *samples /* sorted in place */, uint64_t n);
 
 #endif

@@ -2,7 +2,8 @@
  * and shapes, llama.* metadata, a synthetic SentencePiece-style vocabulary,
  * and weights produced row by row at write time (seeded per tensor and row,
  * quantized with kv_quantize_row), so a 110M model takes seconds and little
- * memory and the same seed always gives the same bytes. */
+ * memory and the same seed always gives the same bytes; and a model's first
+ * layers as a smaller model of the same vocabulary (a draft). */
 #include "mkmodel.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "../base/hash.h"
 #include "gguf.h"
 
 #define MK_MIN_VOCAB 259 /* <unk>, <s>, </s> and the 256 byte tokens */
@@ -124,12 +126,6 @@ static uint64_t splitmix64(uint64_t *s) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
 }
 
 /* One weight tensor's producer: rows are independent streams seeded by
@@ -347,7 +343,7 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
         f->type = p.type;                                                                          \
         f->ne0 = (in);                                                                             \
         f->row_bytes = kv_type_row_size(p.type, (in));                                             \
-        uint64_t s_ = p.seed ^ hash_str(name_);                                                    \
+        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
         f->seed = splitmix64(&s_);                                                                 \
         f->amp = (std) * 1.7320508f;                                                               \
         f->scratch = scratch;                                                                      \
@@ -386,5 +382,51 @@ fail:
     free(ones);
     free(scratch);
     free(fills);
+    return rc;
+}
+
+/* ---- a truncated copy (a same-vocabulary draft) ------------------------- */
+
+static int skip_one_key(const char *key, void *ctx) { return strcmp(key, (const char *)ctx) == 0; }
+
+int kv_mkmodel_truncate(const char *src, const char *dst, int n_layers, kv_err *err) {
+    if (!src || !dst) return kv_err_set(err, KV_ERR_INVAL, "truncate: NULL path");
+    kv_gguf *g = kv_gguf_open(src, err);
+    if (!g) return err && err->code < 0 ? err->code : KV_ERR_IO;
+    kv_gguf_writer *w = NULL;
+    kv_gguf_str arch;
+    char key[96];
+    uint32_t have = 0;
+    int rc = kv_gguf_get_str(g, "general.architecture", &arch, err);
+    if (rc == 1) rc = kv_err_set(err, KV_ERR_FORMAT, "%s: missing 'general.architecture'", src);
+    if (rc) goto fail;
+    snprintf(key, sizeof key, "%.*s.block_count", (int)KV_MIN(arch.len, 64), arch.data);
+    rc = kv_gguf_get_u32(g, key, &have, err);
+    if (rc == 1) rc = kv_err_set(err, KV_ERR_FORMAT, "%s: missing '%s'", src, key);
+    if (rc) goto fail;
+    if (n_layers < 1 || (uint32_t)n_layers > have) {
+        rc = kv_err_set(err, KV_ERR_INVAL, "truncate: %d layers asked for; %s has %u", n_layers, src, have);
+        goto fail;
+    }
+    if (!(w = kv_gguf_writer_new())) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "truncate: out of memory");
+        goto fail;
+    }
+    kv_gguf_writer_copy_kv(w, g, skip_one_key, key);
+    kv_gguf_writer_add_u32(w, key, (uint32_t)n_layers);
+    for (int64_t i = 0; i < kv_gguf_n_tensors(g); i++) {
+        const kv_gguf_tensor *t = kv_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        int blk;
+        if (sscanf(name, "blk.%d.", &blk) == 1 && blk >= n_layers) continue;
+        kv_gguf_writer_add_tensor_ref(w, name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    /* any add that failed above is remembered by the writer and reported here */
+    rc = kv_gguf_writer_write(w, dst, err);
+
+fail:
+    kv_gguf_writer_free(w);
+    kv_gguf_close(g);
     return rc;
 }

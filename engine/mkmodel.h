@@ -1,7 +1,8 @@
 /* mkmodel.h - writes a deterministic random-weight llama model of any shape
  * and weight type as a GGUF file, with the tensor names, shapes and metadata
  * llama.cpp uses, and a SentencePiece-style vocabulary (or one copied from
- * another GGUF). For benchmarks and tests that need a model of a given size. */
+ * another GGUF). For benchmarks and tests that need a model of a given size;
+ * and the first layers of a GGUF model as a same-vocabulary draft. */
 #ifndef KV_MKMODEL_H
 #define KV_MKMODEL_H
 
@@ -49,5 +50,14 @@ int kv_mkmodel_file_type(kv_type t);
  * (KV_ERR_INVAL bad parameters, KV_ERR_IO, KV_ERR_FORMAT bad vocab_from
  * file) with err filled; on error no file is left at path. */
 int kv_mkmodel_write(const kv_mkmodel_params *p, const char *path, kv_err *err);
+
+/* Writes the first n_layers blocks of the GGUF model at src, with all its
+ * metadata (block_count changed), embeddings, final norm and head, to dst:
+ * a smaller model with the same vocabulary, e.g. a draft for speculative
+ * decoding. Tensors are copied as stored. Returns 0, or KV_ERR_INVAL
+ * (n_layers not in 1..the model's block count), KV_ERR_IO / KV_ERR_FORMAT
+ * (src unreadable or not a model, dst not writable) with err filled; on
+ * error no file is left at dst. */
+int kv_mkmodel_truncate(const char *src, const char *dst, int n_layers, kv_err *err);
 
 #endif

@@ -1,7 +1,8 @@
 /* runner.h - one sequence through the forward pass with its own small paged
  * cache (identity block table): the shortest path from a prompt to logits.
- * `kvtop generate`, perplexity evaluation and kernel-level tests use it; the
- * multi-request engine (engine.h) is the path for everything batched. */
+ * Perplexity evaluation (it needs every position's raw logits) and
+ * kernel-level tests use it; generation, in every front end, goes through
+ * the engine (engine.h), where sampling and stop rules live once. */
 #ifndef KV_RUNNER_H
 #define KV_RUNNER_H
 
@@ -27,7 +28,10 @@ int kv_runner_max_ctx(const kv_runner *r);
 /* Appends n tokens. When all_logits is NULL the logits of the last token go
  * to logits (n_vocab floats); otherwise the logits of every token go to
  * all_logits (n * n_vocab floats) and logits may be NULL. Fails with
- * KV_ERR_RANGE (nothing changed) when the context would overflow. */
+ * KV_ERR_RANGE (nothing changed) when the context would overflow, and with
+ * KV_ERR_BACKEND (err naming the backend's failed op, see kv_forward_run)
+ * when a backend op failed: the position then stays after the last chunk
+ * that worked, so the failed tokens can be evaluated again. */
 int kv_runner_eval(kv_runner *r, const int32_t *tokens, int n, float *logits, float *all_logits, kv_err *err);
 /* Bytes of the runner's KV cache and activations. */
 uint64_t kv_runner_bytes(const kv_runner *r);

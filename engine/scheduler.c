@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/vec.h"
+
 struct kv_sched {
     kv_sched_params p;
     kv_cache *c;
@@ -83,19 +85,8 @@ void kv_sreq_free(kv_sreq *r) {
 
 /* ---- small helpers ---- */
 
-static int grow(void **arr, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    void *p = realloc(*arr, (size_t)nc * elem);
-    if (!p) return KV_ERR_NOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
-}
-
 static int push(kv_sreq ***q, int *n, int *cap, kv_sreq *r) {
-    if (grow((void **)q, cap, *n + 1, sizeof **q)) return KV_ERR_NOMEM;
+    if (kv_grow((void **)q, cap, *n + 1, sizeof **q)) return KV_ERR_NOMEM;
     (*q)[(*n)++] = r;
     return 0;
 }
@@ -116,7 +107,7 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * failed growth drops the decision rather than the step. */
 static void __attribute__((format(printf, 4, 5)))
 decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *fmt, ...) {
-    if (grow((void **)&s->dec, &s->cap_dec, s->n_dec + 1, sizeof *s->dec)) return;
+    if (kv_grow((void **)&s->dec, &s->cap_dec, s->n_dec + 1, sizeof *s->dec)) return;
     kv_decision *d = &s->dec[s->n_dec++];
     d->step = s->step;
     d->kind = kind;
@@ -217,7 +208,7 @@ kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
     if (!s->out.tokens || !s->out.pos || !s->out.seq || !s->out.slot || !s->out.logit_rows || !s->out.reqs ||
         !s->out.tables || !s->sched)
         goto nomem;
-    if (grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
+    if (kv_grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
     return s;
 nomem:
     kv_sched_free(s);
@@ -267,10 +258,10 @@ int kv_sched_add(kv_sched *s, kv_sreq *r) {
     /* Every queue gets room for every live request now, so moving requests
      * between queues later (preemption, swap, admission) cannot fail. */
     int live = s->n_waiting + s->n_running + s->n_swapped + 1;
-    if (grow((void **)&s->waiting, &s->cap_waiting, live, sizeof *s->waiting) ||
-        grow((void **)&s->running, &s->cap_running, live, sizeof *s->running) ||
-        grow((void **)&s->swapped, &s->cap_swapped, live, sizeof *s->swapped) ||
-        grow((void **)&s->order, &s->cap_order, live, sizeof *s->order))
+    if (kv_grow((void **)&s->waiting, &s->cap_waiting, live, sizeof *s->waiting) ||
+        kv_grow((void **)&s->running, &s->cap_running, live, sizeof *s->running) ||
+        kv_grow((void **)&s->swapped, &s->cap_swapped, live, sizeof *s->swapped) ||
+        kv_grow((void **)&s->order, &s->cap_order, live, sizeof *s->order))
         return KV_ERR_NOMEM;
     s->waiting[s->n_waiting++] = r;
     r->seq.id = (int)r->id;
@@ -840,21 +831,21 @@ int kv_sched_check(const kv_sched *s, char *msg, size_t cap) {
     kv_seq **seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
     if (!seqs) {
         snprintf(msg, cap, "out of memory");
-        return -1;
+        return KV_ERR_NOMEM;
     }
     int k = 0, rc = 0;
     for (int i = 0; i < s->n_running; i++) {
         const kv_sreq *r = s->running[i];
         if (r->state != KV_REQ_RUNNING) {
             snprintf(msg, cap, "running #%lld has state %d", (long long)r->id, r->state);
-            rc = -1;
+            rc = KV_ERR_INVAL;
             goto out;
         }
         if (r->seq.swapped || r->n_computed != r->seq.n_tokens || r->seq.n_reserved < r->n_computed ||
             r->n_computed > r->n_tokens) {
             snprintf(msg, cap, "running #%lld: n_computed %d, seq.n_tokens %d, reserved %d, n_tokens %d",
                      (long long)r->id, r->n_computed, r->seq.n_tokens, r->seq.n_reserved, r->n_tokens);
-            rc = -1;
+            rc = KV_ERR_INVAL;
             goto out;
         }
         seqs[k++] = (kv_seq *)&r->seq;
@@ -864,7 +855,7 @@ int kv_sched_check(const kv_sched *s, char *msg, size_t cap) {
         if (r->state != KV_REQ_SWAPPED || !r->seq.swapped) {
             snprintf(msg, cap, "swapped #%lld has state %d, swapped flag %d", (long long)r->id, r->state,
                      r->seq.swapped);
-            rc = -1;
+            rc = KV_ERR_INVAL;
             goto out;
         }
         seqs[k++] = (kv_seq *)&r->seq;
@@ -875,18 +866,18 @@ int kv_sched_check(const kv_sched *s, char *msg, size_t cap) {
             r->n_computed != 0) {
             snprintf(msg, cap, "waiting #%lld: state %d, %d blocks, n_computed %d", (long long)r->id, r->state,
                      r->seq.n_blocks, r->n_computed);
-            rc = -1;
+            rc = KV_ERR_INVAL;
             goto out;
         }
     }
     if (s->n_running > s->p.max_seqs) {
         snprintf(msg, cap, "%d running > max_seqs %d", s->n_running, s->p.max_seqs);
-        rc = -1;
+        rc = KV_ERR_INVAL;
         goto out;
     }
     if (s->out.n_tokens > s->p.max_batched_tokens) {
         snprintf(msg, cap, "%d batch tokens > max_batched_tokens %d", s->out.n_tokens, s->p.max_batched_tokens);
-        rc = -1;
+        rc = KV_ERR_INVAL;
         goto out;
     }
     rc = kv_cache_check(s->c, seqs, k, msg, cap);

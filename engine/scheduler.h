@@ -78,7 +78,7 @@ typedef struct kv_sreq {
 /* Allocates the token arrays for a prompt of n tokens that may generate up
  * to max_tokens more plus spec_k drafted ones, copies the prompt and clears
  * the state. Returns 0 or KV_ERR_NOMEM. */
-int kv_sreq_init(kv_sreq *r, int64_t id, const int32_t *prompt, int n, int max_tokens, int spec_k);
+int kv_sreq_init(kv_sreq *r /* OUT: */, int64_t id, const int32_t *prompt, int n, int max_tokens, int spec_k);
 /* Frees the arrays (the KV blocks must be released: kv_sched_finish). */
 void kv_sreq_free(kv_sreq *r);
 /* Generated tokens so far. */
@@ -99,7 +99,7 @@ typedef struct kv_sched_params {
 
 /* Fills p from a config; max_seq_len is resolved against the model context
  * (ctx_len), the watermark is 1% of n_blocks. */
-void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int ctx_len, int n_blocks);
+void kv_sched_params_from_config(kv_sched_params *p /* OUT: */, const kv_config *cfg, int ctx_len, int n_blocks);
 
 typedef struct kv_sched kv_sched;
 
@@ -140,7 +140,7 @@ typedef struct kv_sched_out {
  * out), swaps requests back in, admits waiting ones, and builds the batch.
  * Returns the number of scheduled tokens (0: nothing to run), or a negative
  * KV_ERR_* on an internal inconsistency. *out is set in both cases. */
-int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out);
+int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out /* OUT: borrowed */);
 
 /* Speculative decoding with a model draft: the drafter learns how many
  * drafts the scheduler kept (r->n_sched_draft) only from the plan, so it
@@ -162,16 +162,17 @@ void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why);
 /* Ends the step: fills the counters of rec (the caller adds times) and
  * returns the step's decisions (owned by the scheduler, valid until the
  * next kv_sched_begin_step). */
-void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **decisions, int *n_decisions);
+void kv_sched_end_step(kv_sched *s, kv_step_record *rec /* OUT: */, const kv_decision **decisions /* OUT: borrowed */,
+                       int *n_decisions /* OUT: */);
 
 /* Adds a decision of the owner's (reject, spec) to this step's list. */
 void kv_sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *text);
 
 /* Queues, in scheduling order (borrowed, valid until the next call that
  * changes them). */
-int kv_sched_running(const kv_sched *s, kv_sreq *const **out);
-int kv_sched_waiting(const kv_sched *s, kv_sreq *const **out);
-int kv_sched_swapped(const kv_sched *s, kv_sreq *const **out);
+int kv_sched_running(const kv_sched *s, kv_sreq *const **out /* OUT: borrowed */);
+int kv_sched_waiting(const kv_sched *s, kv_sreq *const **out /* OUT: borrowed */);
+int kv_sched_swapped(const kv_sched *s, kv_sreq *const **out /* OUT: borrowed */);
 /* True when nothing is waiting, running or swapped. */
 int kv_sched_idle(const kv_sched *s);
 
@@ -183,12 +184,13 @@ typedef struct kv_sched_counters {
     uint64_t prefix_lookups, prefix_hit_tokens, prefix_hit_blocks;
     int max_running;            /* most requests running at once */
 } kv_sched_counters;
-void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out);
+void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out /* OUT: */);
 
 /* Consistency check for tests: the cache's checker over every live
  * sequence, plus the scheduler's own invariants (queues partition the
  * requests, n_computed == seq.n_tokens on device, budgets respected by the
- * last plan). Returns 0 or -1 with msg. */
-int kv_sched_check(const kv_sched *s, char *msg, size_t cap);
+ * last plan). Returns 0, or KV_ERR_INVAL with msg naming the first
+ * violation (KV_ERR_NOMEM: could not check). */
+int kv_sched_check(const kv_sched *s, char *msg /* OUT: (cap) */, size_t cap);
 
 #endif

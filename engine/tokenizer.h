@@ -86,7 +86,7 @@ const char *kv_tokenizer_chat_template(const kv_tokenizer *t);
  * fail: invalid UTF-8 goes through SPM byte fallback or BPE byte-level
  * encoding and decodes back to the same bytes. */
 int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int add_bos,
-                        int parse_special, int32_t *out, int cap, kv_err *err);
+                        int parse_special, int32_t *out /* OUT: (cap) ids */, int cap, kv_err *err);
 
 /* The pre-tokenizer's view of text, for debugging and tests: the byte
  * lengths of the pieces encoding works on, in order and covering all of
@@ -94,15 +94,15 @@ int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int
  * pattern is one piece; for SPM (which has no pre-tokenizer) each stretch
  * of text between special tokens is one. Writes up to cap lengths and
  * returns the count, or a negative KV_ERR_*. */
-int kv_tokenizer_split(const kv_tokenizer *t, const char *text, size_t len, int parse_special, int32_t *lens,
-                       int cap, kv_err *err);
+int kv_tokenizer_split(const kv_tokenizer *t, const char *text, size_t len, int parse_special,
+                       int32_t *lens /* OUT: (cap) */, int cap, kv_err *err);
 
 /* Bytes token id decodes to: SPM "▁" -> " " and <0xNN> -> that byte, BPE
  * byte-level unmapping. Control and unknown-type tokens decode to their text
  * only if include_special (else to nothing); user-defined tokens always to
  * their text. Writes up to cap bytes (no NUL) and returns the piece's full
  * length (> cap means it was cut), or KV_ERR_RANGE for an id out of range. */
-int kv_tokenizer_piece(const kv_tokenizer *t, int32_t id, int include_special, char *buf,
+int kv_tokenizer_piece(const kv_tokenizer *t, int32_t id, int include_special, char *buf /* OUT: (cap) */,
                        size_t cap);
 /* Upper bound of any piece's length in bytes. */
 int kv_tokenizer_max_piece(const kv_tokenizer *t);
@@ -124,7 +124,7 @@ int32_t kv_tokenizer_find(const kv_tokenizer *t, const char *text);
  * cap > 0) and returns the full length excluding the NUL (>= cap means the
  * text was cut), or a negative KV_ERR_* for a bad id. */
 int kv_tokenizer_decode(const kv_tokenizer *t, const int32_t *ids, int n, int include_special,
-                        char *buf, size_t cap);
+                        char *buf /* OUT: (cap) */, size_t cap);
 
 /* --- streaming detokenizer --- *
  * Feed generated ids one at a time; receives only complete UTF-8 characters.
@@ -152,13 +152,13 @@ enum {
     KV_DETOK_SPECIAL = 2 /* control tokens decode to their text */
 };
 
-void kv_detok_init(kv_detok *d, const kv_tokenizer *t, int flags);
+void kv_detok_init(kv_detok *d /* OUT: */, const kv_tokenizer *t, int flags);
 /* Appends token id's piece. Writes the complete UTF-8 bytes now available to
  * out and returns their count, or KV_ERR_RANGE for a bad id or when cap is
  * below kv_tokenizer_max_piece(t) + 8 (the state is then unchanged). */
-int kv_detok_push(const kv_tokenizer *t, kv_detok *d, int32_t id, char *out, size_t cap);
+int kv_detok_push(const kv_tokenizer *t, kv_detok *d, int32_t id, char *out /* OUT: (cap) */, size_t cap);
 /* Emits whatever is held back (an unfinished sequence at the end of a
  * stream) and resets the pending state; returns the byte count (cap >= 8). */
-int kv_detok_flush(const kv_tokenizer *t, kv_detok *d, char *out, size_t cap);
+int kv_detok_flush(const kv_tokenizer *t, kv_detok *d, char *out /* OUT: (cap) */, size_t cap);
 
 #endif

@@ -1,7 +1,8 @@
 /* trace.c - trace files of engine snapshots: recording (one delta-encoded
  * frame per engine step), loading for replay (frames materialised on
  * demand from the nearest keyframe), and Chrome trace-event JSON export
- * (see trace.h for the format). */
+ * (see trace.h for the format). Reads and writes only engine types, so
+ * every front end shares one copy. */
 #include "trace.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/vec.h"
 #include "json.h"
 
 #define TRACE_MAGIC "KVTRACE1"
@@ -102,19 +104,6 @@ static void header_sizes(uint32_t sizes[6]) {
     sizes[3] = (uint32_t)sizeof(kv_step_record);
     sizes[4] = (uint32_t)sizeof(kv_decision);
     sizes[5] = (uint32_t)sizeof(int64_t);
-}
-
-/* Grows *p to hold n elements of size el (doubling); 0 or KV_ERR_NOMEM
- * with *p unchanged. */
-static int grow(void **p, size_t *cap, size_t n, size_t el) {
-    if (n <= *cap) return 0;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < n) nc *= 2;
-    void *q = realloc(*p, nc * el);
-    if (!q) return KV_ERR_NOMEM;
-    *p = q;
-    *cap = nc;
-    return 0;
 }
 
 /* ---- writing ---- */
@@ -225,12 +214,12 @@ int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s) {
     for (int a = 0; a < N_ARR; a++) {
         mirror *m = &w->prev[a];
         size_t cap = m->cap;
-        if (grow((void **)&m->v, &cap, n[a], arr_elem[a])) return KV_ERR_NOMEM;
+        if (kv_grow_size((void **)&m->v, &cap, n[a], arr_elem[a])) return KV_ERR_NOMEM;
         m->cap = (uint32_t)cap;
         most = KV_MAX(most, n[a]);
     }
     size_t cap_chg = w->cap_chg;
-    if (grow((void **)&w->chg, &cap_chg, most, sizeof *w->chg)) return KV_ERR_NOMEM;
+    if (kv_grow_size((void **)&w->chg, &cap_chg, most, sizeof *w->chg)) return KV_ERR_NOMEM;
     w->cap_chg = (uint32_t)cap_chg;
 
     /* New step records: newer than the newest written. New decisions: of
@@ -370,7 +359,7 @@ static int read_records(loader *L, int frame, const char *what, void **arr, size
     if (!n) return 0;
     if (n > MAX_COUNT || !fits(L, (uint64_t)n * el))
         return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
-    if (grow(arr, cap, *len + n, el))
+    if (kv_grow_size(arr, cap, *len + n, el))
         return kv_err_set(L->err, KV_ERR_NOMEM, "trace: out of memory at frame %d", frame);
     if (fread((char *)*arr + *len * el, el, n, L->f) != n)
         return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
@@ -416,7 +405,7 @@ static int read_array(loader *L, int fi, int a, trace_arr *x, size_t *used) {
     if (!fits(L, bytes))
         return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (array %s has %u entries)", L->path, fi,
                           names[a], n);
-    if (grow((void **)&L->buf, &L->cap_buf, *used + (size_t)bytes, 1))
+    if (kv_grow_size((void **)&L->buf, &L->cap_buf, *used + (size_t)bytes, 1))
         return kv_err_set(L->err, KV_ERR_NOMEM, "trace: out of memory at frame %d", fi);
     unsigned char *p = L->buf + *used;
     if (bytes && fread(p, 1, (size_t)bytes, L->f) != bytes)
@@ -542,15 +531,9 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
             kv_err_set(err, KV_ERR_FORMAT, "%s: frame %d: bad frame marker", path, t->n);
             goto fail;
         }
-        if (t->n == t->cap) {
-            int nc = t->cap ? t->cap * 2 : 64;
-            trace_frame *nf = nc > t->cap ? realloc(t->frames, (size_t)nc * sizeof *nf) : NULL;
-            if (!nf) {
-                kv_err_set(err, KV_ERR_NOMEM, "trace: out of memory at frame %d", t->n);
-                goto fail;
-            }
-            t->frames = nf;
-            t->cap = nc;
+        if (t->n == INT32_MAX || kv_grow((void **)&t->frames, &t->cap, t->n + 1, sizeof *t->frames)) {
+            kv_err_set(err, KV_ERR_NOMEM, "trace: out of memory at frame %d", t->n);
+            goto fail;
         }
         if (read_frame(&L, t)) {
             free(t->frames[t->n].blob);
@@ -812,7 +795,7 @@ static void req_note(req_table *rt, const kv_snap_request *q, double now_ms) {
         else hi = mid;
     }
     if (lo == rt->n || rt->v[lo].q.id != q->id) {
-        if (grow((void **)&rt->v, &rt->cap, rt->n + 1, sizeof *rt->v)) return;
+        if (kv_grow_size((void **)&rt->v, &rt->cap, rt->n + 1, sizeof *rt->v)) return;
         memmove(rt->v + lo + 1, rt->v + lo, (rt->n - lo) * sizeof *rt->v);
         rt->n++;
     }

@@ -3,7 +3,9 @@
  * through the recorded steps), and exporting it as Chrome trace-event JSON
  * (opens in Perfetto or chrome://tracing): engine steps with their forward
  * pass, decisions as instant events, per-request spans and counters for
- * blocks and queues.
+ * blocks and queues. Engine data, not a screen: it lives in engine/ so any
+ * front end can record, load or export a trace without curses (today the
+ * TUI records and its replay viewer loads).
  *
  * File format, version 2 (NOTE: a binary dump tied to this build's struct
  * layouts; the header records every struct size and the loader rejects a
@@ -30,8 +32,8 @@
  *   keyframes' bytes at most), and stores any array in full whenever that
  *   is smaller than its delta. A file cut at a frame boundary loads with
  *   the frames before the cut. */
-#ifndef KV_TUI_TRACE_H
-#define KV_TUI_TRACE_H
+#ifndef KV_TRACE_H
+#define KV_TRACE_H
 
 #include <stdio.h>
 
@@ -50,12 +52,13 @@ kv_trace_writer *kv_trace_writer_open(const char *path, const char *profile_yaml
  * writer then stays failed). Not thread safe: one thread adds at a time
  * (the engine's step hook, say). */
 int kv_trace_writer_add(kv_trace_writer *w, const kv_snapshot *s);
-/* Frames written so far; safe to call from any thread while another adds. */
 /* The frames after this come from a new engine (its steps start again):
  * the next one is written as a restart even when its step number does not
  * go down. No-op before the first frame. */
 void kv_trace_writer_restart(kv_trace_writer *w);
+/* Frames written so far; safe to call from any thread while another adds. */
 int kv_trace_writer_frames(const kv_trace_writer *w);
+/* The file being written (borrowed, valid until close). */
 const char *kv_trace_writer_path(const kv_trace_writer *w);
 /* Flushes and closes; returns 0 or KV_ERR_IO. NULL is a no-op returning 0. */
 int kv_trace_writer_close(kv_trace_writer *w);
@@ -71,6 +74,7 @@ kv_trace *kv_trace_load(const char *path, kv_err *err);
  * it in messages. */
 kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err);
 void kv_trace_free(kv_trace *t); /* NULL is a no-op */
+/* Frames in the trace (0 for NULL). */
 int kv_trace_n_frames(const kv_trace *t);
 /* Frame i, materialised from the nearest keyframe into a snapshot the trace
  * owns (a walk forward from the frame shown before costs one delta a

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/file.h"
 #include "json.h"
 #include "sampler.h"
 
@@ -304,41 +305,19 @@ fail:
 }
 
 static int read_prompts_file(const char *path, char ***out, int *n, kv_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kv_err_set(err, KV_ERR_IO, "workload.prompts_file: %s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (len == cap) {
-            if (cap >= PROMPTS_MAX_BYTES) {
-                rc = kv_err_set(err, KV_ERR_FORMAT, "%s: larger than 1 GiB", path);
-                goto done;
-            }
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = kv_err_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
-                goto done;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (!got) break;
-    }
-    if (ferror(f)) {
-        rc = kv_err_set(err, KV_ERR_IO, "%s: cannot read", path);
-        goto done;
-    }
+    char *buf;
+    size_t len;
+    kv_err ferr;
+    int rc = kv_read_file(path, PROMPTS_MAX_BYTES, &buf, &len, &ferr);
+    if (rc == KV_ERR_FORMAT) return kv_err_set(err, rc, "%s: larger than 1 GiB", path);
+    if (rc == KV_ERR_IO) return kv_err_set(err, rc, "workload.prompts_file: %.480s", ferr.msg);
+    if (rc) return kv_err_set(err, rc, "%s", ferr.msg);
     rc = kv_workload_parse_prompts(buf, len, path, out, n, err);
     if (!rc && *n == 0) {
         kv_workload_free_prompts(*out, 0);
         rc = kv_err_set(err, KV_ERR_FORMAT, "%s: no prompts in the file", path);
     }
-done:
     free(buf);
-    fclose(f);
     return rc;
 }
 

@@ -63,3 +63,23 @@ const char *const *kv_backend_names(void) {
     pthread_once(&names_once, names_init);
     return names;
 }
+
+int kv_backend_status(kv_backend *b, kv_err *err) {
+    if (!b || !b->ops || !b->ops->status) return 0;
+    return b->ops->status(b, err);
+}
+
+int kv_backend_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
+    if (!b || !lim) return kv_err_set(err, KV_ERR_INVAL, "backend: reserve without a backend or limits");
+    if (lim->max_rows < 1 || lim->max_k < 1)
+        return kv_err_set(err, KV_ERR_INVAL, "backend %s: reserve for %d rows of %lld", b->ops->name, lim->max_rows,
+                          (long long)lim->max_k);
+    return b->ops->reserve ? b->ops->reserve(b, lim, err) : 0;
+}
+
+int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out) {
+    memset(out, 0, sizeof *out);
+    if (!b || !b->ops || !b->ops->clock) return 0;
+    b->ops->clock(b, out);
+    return 1;
+}

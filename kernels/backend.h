@@ -4,7 +4,14 @@
  *
  * Buffers passed to ops are the backend's own (from ops.alloc); for the CPU
  * backend they are plain host memory. Weights are kv_tensor views whose data
- * lives in the model file mapping (CPU) or a device copy (ops.upload_weight). */
+ * lives in the model file mapping (CPU) or a device copy (ops.upload_weight).
+ *
+ * The contract can fail: an op that cannot do its work records the failure
+ * on the backend (the first one since the last status call is kept, with
+ * the op's name), and ops.status hands it over. The forward pass asks once
+ * per batch, so a failed op ends the requests of that batch with a reason
+ * instead of producing wrong tokens. Scratch is sized once by ops.reserve
+ * when the model and the batch limits are known; ops do not allocate. */
 #ifndef KV_BACKEND_H
 #define KV_BACKEND_H
 
@@ -99,6 +106,23 @@ typedef struct kv_backend_mem {
     uint64_t used_bytes;
 } kv_backend_mem;
 
+/* What the ops of a backend must be ready for, known once the model and the
+ * batch limits are (kv_forward_new asks for it). Ops called within these
+ * limits do not allocate; an op asked for more records a failure. */
+typedef struct kv_backend_limits {
+    int max_rows;           /* activation rows of one op (tokens of a batch), >= 1 */
+    int64_t max_k;          /* longest activation row a matmul reads (the largest
+                               weight ne0), >= 1 */
+    uint64_t weight_types;  /* bit t set: some matmul weight has kv_type t; 0:
+                               any type (size for the most demanding) */
+} kv_backend_limits;
+
+/* A backend that models a device's time instead of taking it (sim). */
+typedef struct kv_backend_clock {
+    const char *device; /* the modelled device ("h100-sxm"); static */
+    double elapsed_s;   /* modelled device seconds of the ops so far */
+} kv_backend_clock;
+
 typedef struct kv_backend_ops {
     const char *name; /* "cpu", "cuda", "sim" */
 
@@ -141,6 +165,27 @@ typedef struct kv_backend_ops {
 
     void (*mem_info)(kv_backend *b, kv_backend_mem *out);
     void (*destroy)(kv_backend *b);
+
+    /* NOTE: ops stay void and failures are sticky, read by status once per
+     * forward batch, as CUDA reports errors: a device op fails after it was
+     * queued, so a return code from the op itself could not carry it, and
+     * one check per batch costs nothing per op (the CPU backend keeps the
+     * same contract so callers need one code path). */
+
+    /* The first failure of an op since the last call: waits for the work
+     * queued so far (asynchronous backends), then returns 0 when every op
+     * succeeded, or KV_ERR_BACKEND with err (may be NULL) saying
+     * "<op>: <the backend's message>", and forgets it. Required. */
+    int (*status)(kv_backend *b, kv_err *err);
+    /* Sizes the backend's scratch for ops within *lim; reservations only
+     * grow (the largest of all calls holds). 0, or KV_ERR_NOMEM / INVAL with
+     * err filled, and then the earlier reservation stands. NULL: the backend
+     * needs none. */
+    int (*reserve)(kv_backend *b, const kv_backend_limits *lim, kv_err *err);
+    /* Fills *out with the modelled device and its clock. NULL for backends
+     * whose time is the host's (cpu, cuda). Safe from another thread than
+     * the one running ops. */
+    void (*clock)(kv_backend *b, kv_backend_clock *out);
 } kv_backend_ops;
 
 struct kv_backend {
@@ -159,5 +204,13 @@ kv_backend *kv_backend_create_on(const char *name, const char *device, int n_thr
 void kv_backend_free(kv_backend *b); /* NULL is a no-op */
 /* Names of the compiled-in backends, NULL-terminated. */
 const char *const *kv_backend_names(void);
+
+/* ops.status, NULL-safe: 0 for a NULL backend or one without the entry. */
+int kv_backend_status(kv_backend *b, kv_err *err);
+/* ops.reserve, NULL-safe: 0 when the backend needs no reservation. */
+int kv_backend_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err);
+/* 1 and *out (OUT) filled when b models a device clock (ops.clock), else 0
+ * and *out zeroed. */
+int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out);
 
 #endif

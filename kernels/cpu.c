@@ -1,22 +1,23 @@
-/* cpu.c - the "cpu" backend table: host buffers, per-thread scratch, ISA
- * selection, and the element-wise ops (get_rows, rmsnorm, rope, silu_mul,
- * add). The matmul lives in matmul*.c, the KV-cache ops in cpu_attention.c.
- * Every op keeps a scalar path; silu_mul and rmsnorm have AVX2 / AVX-512
- * variants chosen with the backend's ISA. */
+/* cpu.c - the "cpu" backend table and everything it owns: host buffers,
+ * the thread pool, the ISA choice, the scratch that ops.reserve sizes, the
+ * failure record that ops.status reads, and the element-wise ops
+ * (get_rows, rmsnorm, rope, silu_mul, add) with their scalar references.
+ * The matmul kernels live in matmul*.c, the KV-cache kernels in
+ * cpu_attention*.c, the element-wise AVX2 paths in cpu_avx2.c; they get the
+ * pool, the ISA and the scratch as arguments (cpu_internal.h). */
 #include "cpu.h"
-#include "quant_ext.h"
 
 #include <math.h>
-#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#ifdef KV_HAVE_X86_KERNELS
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
+#include "cpu_attention.h"
+#include "cpu_internal.h"
+#include "quant_ext.h"
 
 /* Element-wise ops go parallel above this many elements. */
 #define KV_CPU_MIN_PAR_ELEMS (1 << 16)
@@ -26,61 +27,44 @@ typedef struct cpu_ctx {
     kv_threadpool *pool;
     int n_threads;
     kv_cpu_isa isa;
-    void *scratch[KV_CPU_MAX_THREADS];     /* per-thread scratch */
-    size_t scratch_cap[KV_CPU_MAX_THREADS]; /* bytes */
-    void *act;                               /* shared activation scratch */
-    size_t act_cap;                          /* bytes */
-    atomic_ullong used;                      /* bytes held by alloc() and scratch */
+    void *scratch[KV_CPU_MAX_THREADS]; /* per-thread scratch, scratch_cap bytes each */
+    size_t scratch_cap;                /* bytes per thread (0: nothing reserved) */
+    void *act;                         /* shared activation scratch */
+    size_t act_cap;                    /* bytes */
+    atomic_ullong used;                /* bytes held by alloc() and scratch */
+    /* the first failure since the last status call (ops run on one caller
+     * thread; workers report through their op, which records here) */
+    int err_code;                      /* 0: none */
+    char err_op[24];                   /* "matmul" */
+    char err_msg[400];
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(const kv_backend *b) { return (cpu_ctx *)b->ctx; }
 
+/* ---- failures ------------------------------------------------------------ */
+
+/* Records that op failed (the first failure since the last status call is
+ * the one kept: later ones are usually its consequences). */
+__attribute__((format(printf, 3, 4))) static void cpu_fail(cpu_ctx *c, const char *op, const char *fmt, ...) {
+    if (c->err_code) return;
+    c->err_code = KV_ERR_BACKEND;
+    snprintf(c->err_op, sizeof c->err_op, "%s", op);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
+}
+
+static int cpu_status(kv_backend *b, kv_err *err) {
+    cpu_ctx *c = ctx_of(b);
+    if (!c->err_code) return 0;
+    kv_err_set(err, KV_ERR_BACKEND, "%s: %s", c->err_op, c->err_msg);
+    c->err_code = 0;
+    c->err_op[0] = c->err_msg[0] = '\0';
+    return KV_ERR_BACKEND;
+}
+
 /* ---- ISA ----------------------------------------------------------------- */
-
-/* Probes the CPU once: cpuid traps to the hypervisor in a VM (tens of
- * microseconds), and ops ask for every call. */
-static int isa_ok[KV_CPU_ISA_COUNT]; /* written once under isa_once */
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
-
-static void isa_probe(void) {
-    isa_ok[KV_CPU_ISA_SCALAR] = 1;
-#ifdef KV_HAVE_X86_KERNELS
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-    isa_ok[KV_CPU_ISA_AVX2] = f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    isa_ok[KV_CPU_ISA_AVX512] = isa_ok[KV_CPU_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
-#endif
-}
-
-int kv_cpu_isa_supported(kv_cpu_isa isa) {
-    if ((int)isa < 0 || isa >= KV_CPU_ISA_COUNT) return 0;
-    pthread_once(&isa_once, isa_probe);
-    return isa_ok[isa];
-}
-
-kv_cpu_isa kv_cpu_isa_best(void) {
-    for (int i = KV_CPU_ISA_COUNT - 1; i > 0; i--)
-        if (kv_cpu_isa_supported((kv_cpu_isa)i)) return (kv_cpu_isa)i;
-    return KV_CPU_ISA_SCALAR;
-}
-
-static const char *const isa_names[KV_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
-
-const char *kv_cpu_isa_name(kv_cpu_isa isa) {
-    return (int)isa >= 0 && isa < KV_CPU_ISA_COUNT ? isa_names[isa] : "unknown";
-}
-
-int kv_cpu_isa_from_name(const char *name, kv_cpu_isa *out) {
-    for (int i = 0; name && i < KV_CPU_ISA_COUNT; i++)
-        if (!strcmp(name, isa_names[i])) {
-            *out = (kv_cpu_isa)i;
-            return 0;
-        }
-    return -1;
-}
 
 int kv_cpu_set_isa(kv_backend *b, kv_cpu_isa isa) {
     if (!b || !kv_cpu_isa_supported(isa)) return KV_ERR_UNSUPPORTED;
@@ -120,31 +104,72 @@ static void cpu_copy(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
-static void *grow(void **slot, size_t *cap, size_t bytes, atomic_ullong *used) {
-    if (bytes <= *cap && *slot) return *slot;
-    size_t nc = (bytes + 4095) & ~(size_t)4095;
-    if (nc < bytes) return NULL;
-    void *p = aligned_alloc(64, nc);
-    if (!p) return NULL;
-    free(*slot);
-    atomic_fetch_sub(used, *cap);
-    atomic_fetch_add(used, nc);
-    *slot = p;
-    *cap = nc;
-    return p;
-}
-
 void *kv_cpu_scratch(kv_backend *b, int ith, size_t bytes) {
     if (!b) return NULL;
     cpu_ctx *c = ctx_of(b);
-    if (ith < 0 || ith >= c->n_threads) return NULL;
-    return grow(&c->scratch[ith], &c->scratch_cap[ith], bytes, &c->used);
+    if (ith < 0 || ith >= c->n_threads || bytes > c->scratch_cap) return NULL;
+    return c->scratch[ith];
 }
 
 void *kv_cpu_act_scratch(kv_backend *b, size_t bytes) {
     if (!b) return NULL;
     cpu_ctx *c = ctx_of(b);
-    return grow(&c->act, &c->act_cap, bytes, &c->used);
+    return bytes <= c->act_cap ? c->act : NULL;
+}
+
+/* The matmul weight types a reservation covers: every one the kernels
+ * take when the caller did not say. */
+static int reserve_covers(const kv_backend_limits *lim, int t) {
+    if (lim->weight_types) return t < 64 && (lim->weight_types >> t & 1);
+    kv_tensor probe = {.type = (kv_type)t, .ne0 = KV_QK_K, .ne1 = 1, .nb1 = kv_type_row_size((kv_type)t, KV_QK_K),
+                       .data = &probe};
+    return kv_type_get(t) && kv_mm_check(&probe, NULL) == KV_OK;
+}
+
+/* Sizes the matmul scratch for lim: per-thread panels for rows of max_k,
+ * and the activation buffer for max_rows rows of the most demanding weight
+ * type and ISA (the ISA may be changed later). New buffers are allocated
+ * first and swapped in only when all of them could be had. */
+static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
+    cpu_ctx *c = ctx_of(b);
+    /* rounded up to a K-quant super-block: a shorter row of such a type
+     * must fit too, and the sizes only grow with K */
+    const int64_t K = (lim->max_k + KV_QK_K - 1) / KV_QK_K * KV_QK_K;
+    size_t scr = kv_mm_scratch_bytes(K), act = 0;
+    for (int t = 0; t < KV_TYPE_COUNT; t++) {
+        if (!reserve_covers(lim, t)) continue;
+        for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
+            size_t need = kv_mm_act_bytes((kv_type)t, lim->max_rows, K, (kv_cpu_isa)isa);
+            if (need > act) act = need;
+        }
+    }
+    scr = (scr + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of the alignment */
+    act = (act + 63) & ~(size_t)63;
+    void *ns[KV_CPU_MAX_THREADS] = {0}, *na = NULL;
+    int grow_scr = scr > c->scratch_cap, grow_act = act > c->act_cap;
+    for (int i = 0; grow_scr && i < c->n_threads; i++)
+        if (!(ns[i] = aligned_alloc(64, scr))) goto nomem;
+    if (grow_act && !(na = aligned_alloc(64, act))) goto nomem;
+    if (grow_scr) {
+        for (int i = 0; i < c->n_threads; i++) {
+            free(c->scratch[i]);
+            c->scratch[i] = ns[i];
+        }
+        atomic_fetch_add(&c->used, (uint64_t)(scr - c->scratch_cap) * (uint64_t)c->n_threads);
+        c->scratch_cap = scr;
+    }
+    if (grow_act) {
+        free(c->act);
+        c->act = na;
+        atomic_fetch_add(&c->used, act - c->act_cap);
+        c->act_cap = act;
+    }
+    return KV_OK;
+nomem:
+    for (int i = 0; i < c->n_threads; i++) free(ns[i]);
+    free(na);
+    return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: cannot reserve %zu bytes of scratch per thread and %zu shared",
+                      scr, act);
 }
 
 kv_threadpool *kv_cpu_pool(kv_backend *b) { return b ? ctx_of(b)->pool : NULL; }
@@ -203,6 +228,8 @@ typedef struct rows_arg {
     const kv_tensor *w;
     const int32_t *ids;
     float *out;
+    atomic_int bad; /* rows that got NaN; the op records a failure */
+    atomic_int bad_id; /* one of their ids */
 } rows_arg;
 
 static void get_rows_range(void *arg, int64_t i0, int64_t i1) {
@@ -216,14 +243,27 @@ static void get_rows_range(void *arg, int64_t i0, int64_t i1) {
         if (id < 0 || id >= w->ne1 || kv_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)id * w->nb1, o,
                                                         w->ne0) != 0) {
             for (int64_t k = 0; k < w->ne0; k++) o[k] = NAN;
+            atomic_fetch_add_explicit(&a->bad, 1, memory_order_relaxed);
+            atomic_store_explicit(&a->bad_id, id, memory_order_relaxed);
         }
     }
 }
 
 static void cpu_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
-    if (!w || !ids || !out || n <= 0 || kv_mm_check(w, NULL) != KV_OK) return;
-    rows_arg a = {w, ids, out};
+    if (!w || !ids || !out || n <= 0) return;
+    kv_err e;
+    if (kv_mm_check(w, &e) != KV_OK) {
+        cpu_fail(ctx_of(b), "get_rows", "%s", e.msg);
+        return;
+    }
+    rows_arg a = {.w = w, .ids = ids, .out = out};
+    atomic_init(&a.bad, 0);
+    atomic_init(&a.bad_id, 0);
     par_for(b, get_rows_range, &a, n, 1, (int64_t)n * w->ne0);
+    int bad = atomic_load(&a.bad);
+    if (bad)
+        cpu_fail(ctx_of(b), "get_rows", "%d of %d rows could not be read (id %d of %lld rows)", bad, n,
+                 atomic_load(&a.bad_id), (long long)w->ne1);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------- */
@@ -243,25 +283,6 @@ static float sumsq_scalar(const float *x, int dim) {
     return (float)s;
 }
 
-#ifdef KV_HAVE_X86_KERNELS
-__attribute__((target("avx2,fma"))) static float sumsq_avx2(const float *x, int dim) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= dim; i += 16) {
-        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
-        a0 = _mm256_fmadd_ps(v0, v0, a0);
-        a1 = _mm256_fmadd_ps(v1, v1, a1);
-    }
-    a0 = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
-    for (; i < dim; i++) s += x[i] * x[i];
-    return s;
-}
-#endif
-
 static void rmsnorm_range(void *arg, int64_t i0, int64_t i1) {
     norm_arg *a = arg;
     for (int64_t i = i0; i < i1; i++) {
@@ -269,7 +290,7 @@ static void rmsnorm_range(void *arg, int64_t i0, int64_t i1) {
         float *o = a->out + i * a->dim;
         float ss;
 #ifdef KV_HAVE_X86_KERNELS
-        ss = a->isa >= KV_CPU_ISA_AVX2 ? sumsq_avx2(x, a->dim) : sumsq_scalar(x, a->dim);
+        ss = a->isa >= KV_CPU_ISA_AVX2 ? kv_cpu_sumsq_avx2(x, a->dim) : sumsq_scalar(x, a->dim);
 #else
         ss = sumsq_scalar(x, a->dim);
 #endif
@@ -326,10 +347,14 @@ static void rope_range(void *arg, int64_t i0, int64_t i1) {
 
 static void cpu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
                      float base, int neox) {
-    /* Bad shapes are caller bugs; leave x unchanged. */
-    if (!x || !pos || n <= 0 || n_heads <= 0 || head_dim <= 0 || rot_dim <= 0 || rot_dim > head_dim ||
-        rot_dim % 2 || rot_dim / 2 > KV_ROPE_MAX_PAIRS || !(base > 0.0f))
+    /* Bad shapes are caller bugs; leave x unchanged and say so. */
+    if (!x || !pos || n <= 0) return;
+    if (n_heads <= 0 || head_dim <= 0 || rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 ||
+        rot_dim / 2 > KV_ROPE_MAX_PAIRS || !(base > 0.0f)) {
+        cpu_fail(ctx_of(b), "rope", "unsupported shape: %d heads of %d, %d rotated, base %g", n_heads, head_dim,
+                 rot_dim, (double)base);
         return;
+    }
     rope_arg a = {x, pos, n_heads, head_dim, rot_dim, neox != 0, base};
     par_for(b, rope_range, &a, n, 1, (int64_t)n * n_heads * rot_dim * 8);
 }
@@ -346,46 +371,10 @@ static void silu_mul_scalar(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-#ifdef KV_HAVE_X86_KERNELS
-/* exp(x) for x in [-87.3, 88.7] (clamped), Cody-Waite reduction and a
- * degree-6 polynomial: within 2 ulp of expf. */
-__attribute__((target("avx2,fma"))) static inline __m256 exp_avx2(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-__attribute__((target("avx2,fma"))) static void silu_mul_avx2(float *g, const float *u, int64_t n) {
-    int64_t i = 0;
-    const __m256 one = _mm256_set1_ps(1.0f);
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_loadu_ps(g + i);
-        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
-        __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
-    }
-    silu_mul_scalar(g + i, u + i, n - i);
-}
-#endif
-
 static void silu_range(void *arg, int64_t i0, int64_t i1) {
     ew_arg *a = arg;
 #ifdef KV_HAVE_X86_KERNELS
-    if (a->isa >= KV_CPU_ISA_AVX2) {
-        silu_mul_avx2(a->x + i0, a->y + i0, i1 - i0);
-        return;
-    }
+    if (a->isa >= KV_CPU_ISA_AVX2) i0 += kv_cpu_silu_mul_avx2(a->x + i0, a->y + i0, i1 - i0);
 #endif
     silu_mul_scalar(a->x + i0, a->y + i0, i1 - i0);
 }
@@ -405,6 +394,46 @@ static void cpu_add(kv_backend *b, float *x, const float *y, int64_t count) {
     if (!x || !y || count <= 0) return;
     ew_arg a = {x, y, ctx_of(b)->isa};
     par_for(b, add_range, &a, count, 64, count);
+}
+
+/* ---- matmul and the KV-cache ops: the kernels with this backend's state - */
+
+void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
+    if (!b || !w || !x || !y || n <= 0) return;
+    cpu_ctx *c = ctx_of(b);
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap};
+    kv_err e;
+    if (kv_mm_run(&env, isa, w, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul", "%s", e.msg);
+}
+
+void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
+    kv_cpu_matmul_isa(b, kv_cpu_get_isa(b), w, x, y, n);
+}
+
+void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
+                      float *out, int n_heads, float scale) {
+    if (!kv || !ab || ab->n_tokens <= 0) return;
+    if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads || kv->head_dim <= 0 ||
+        kv->head_dim > KV_ATTN_MAX_HEAD_DIM || layer < 0 || layer >= kv->n_layers) {
+        cpu_fail(ctx_of(b), "attention", "unsupported shape: %d query heads over %d kv heads of %d, layer %d of %d",
+                 n_heads, kv->n_kv_heads, kv->head_dim, layer, kv->n_layers);
+        return;
+    }
+    kv_attn_run(kv_cpu_pool(b), kv_cpu_get_isa(b), kv, layer, ab, q, out, n_heads, scale);
+}
+
+void kv_cpu_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch *ab, const float *k,
+                     const float *v) {
+    if (kv && ab && ab->n_tokens > 0 && (layer < 0 || layer >= kv->n_layers)) {
+        cpu_fail(ctx_of(b), "kv_store", "layer %d of %d", layer, kv->n_layers);
+        return;
+    }
+    kv_attn_store(kv_cpu_pool(b), kv_cpu_get_isa(b), kv, layer, ab, k, v);
+}
+
+void kv_cpu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
+    (void)b;
+    kv_attn_copy_block(kv, dst, src);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -439,6 +468,9 @@ static const kv_backend_ops cpu_ops = {
     .copy_block = kv_cpu_copy_block,
     .mem_info = cpu_mem_info,
     .destroy = cpu_destroy,
+    .status = cpu_status,
+    .reserve = cpu_reserve,
+    .clock = NULL, /* host time */
 };
 
 kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {

@@ -1,12 +1,14 @@
-/* cpu_attention.h - extras of the CPU paged-attention kernels (the backend
- * ops themselves, kv_cpu_kv_store / kv_cpu_attention / kv_cpu_copy_block,
- * are declared in cpu.h): an explicit-pool, explicit-ISA entry point for
- * tests and benchmarks, and the batch validator the kernels rely on. */
+/* cpu_attention.h - the CPU paged-attention kernels: explicit-pool,
+ * explicit-ISA entry points (the cpu backend's ops kv_cpu_kv_store /
+ * kv_cpu_attention / kv_cpu_copy_block, declared in cpu.h, call them with
+ * the backend's pool and ISA; tests and benchmarks call them directly), and
+ * the batch validator the kernels rely on. They allocate nothing and read
+ * no backend state. */
 #ifndef KV_CPU_ATTENTION_H
 #define KV_CPU_ATTENTION_H
 
 #include "backend.h"
-#include "matmul.h" /* kv_cpu_isa */
+#include "cpu_isa.h"
 #include "threadpool.h"
 
 /* Largest head_dim the kernels take (larger: they do nothing). */
@@ -19,6 +21,10 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
 /* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
 void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
                    const float *k, const float *v);
+
+/* Copies physical block src to dst in every layer of kv (K and V); out of
+ * range or equal blocks do nothing. */
+void kv_attn_copy_block(kv_pages *kv, int dst, int src);
 
 /* Checks what the kernels assume and do not re-check in the hot path:
  * head_dim <= KV_ATTN_MAX_HEAD_DIM; n_heads a positive multiple of

@@ -1,5 +1,5 @@
 /* matmul.c - the CPU matmul driver and its scalar reference.
- * kv_cpu_matmul quantizes the activations once per call (quantized weights),
+ * kv_mm_run quantizes the activations once per call (quantized weights),
  * then splits the weight rows over the pool's threads; each thread runs the
  * selected ISA's row kernel, which reads each weight row block once for all
  * n activation rows. The scalar kernels here are the oracle of the tests and
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
 #include "quant_ext.h"
 
 /* Below this many multiply-adds a matmul runs on the calling thread alone:
@@ -270,8 +269,15 @@ static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {
     return f ? f : ops->vec_dot;
 }
 
-static int qx_matmul(kv_backend *b, kv_cpu_isa isa, const kv_qext_ops *ops, const kv_tensor *w, const float *x,
-                     float *y, int n, int nth) {
+/* Bytes of activations qx_matmul quantizes n rows of K into (0: K does
+ * not fit the activation blocks). */
+static size_t qx_act_bytes(const kv_qext_ops *ops, int n, int64_t K) {
+    return kv_type_row_size(ops->vec_type, K) * (size_t)n;
+}
+
+/* act: qx_act_bytes(ops, n, K) bytes, or NULL to allocate (the oracle). */
+static int qx_matmul(kv_threadpool *pool, void *act, kv_cpu_isa isa, const kv_qext_ops *ops, const kv_tensor *w,
+                     const float *x, float *y, int n, int nth) {
     qx_task t;
     memset(&t, 0, sizeof t);
     t.dot = qx_dot(ops, isa);
@@ -285,9 +291,8 @@ static int qx_matmul(kv_backend *b, kv_cpu_isa isa, const kv_qext_ops *ops, cons
     t.y = y;
     t.arow = kv_type_row_size(ops->vec_type, w->ne0);
     if (t.arow == 0) return KV_ERR_INVAL; /* K does not fit the activation blocks */
-    t.act = b ? kv_cpu_act_scratch(b, t.arow * (size_t)n) : malloc(t.arow * (size_t)n);
+    t.act = act ? act : malloc(t.arow * (size_t)n);
     if (!t.act) return KV_ERR_NOMEM;
-    kv_threadpool *pool = b ? kv_cpu_pool(b) : NULL;
     if (nth > 1 && n > 1 && (double)n * (double)t.K >= KV_MM_MIN_PAR_QUANT)
         kv_threadpool_run(pool, qx_quant_task, &t);
     else
@@ -298,29 +303,81 @@ static int qx_matmul(kv_backend *b, kv_cpu_isa isa, const kv_qext_ops *ops, cons
         kv_threadpool_run(pool, qx_rows_task, &t);
     else
         qx_rows_task(&t, 0, 1);
-    if (!b) free(t.act);
+    if (!act) free(t.act);
     return KV_OK;
 }
 
-void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
-    if (!w || !x || !y || n <= 0) return;
-    if (kv_mm_check(w, NULL) != KV_OK) {
-        /* NOTE: ops cannot report errors; upload_weight rejects these up
-         * front, so reaching here is a caller bug: make it loud, not silent. */
+/* Offsets of the q8a arrays of n rows of K inside one buffer. */
+typedef struct q8a_layout {
+    size_t off_d, off_i, off_s, total;
+} q8a_layout;
+
+static q8a_layout q8a_layout_of(int n, int64_t K) {
+    int64_t nb = K / KV_QK;
+    size_t qbytes = (size_t)n * (size_t)K;
+    size_t fbytes = (size_t)n * (size_t)nb * sizeof(float);
+    q8a_layout l;
+    l.off_d = (qbytes + 63) & ~(size_t)63;
+    l.off_i = l.off_d + ((fbytes + 63) & ~(size_t)63);
+    l.off_s = l.off_i + ((fbytes + 63) & ~(size_t)63);
+    l.total = l.off_s + fbytes + 64;
+    return l;
+}
+
+static size_t xpack_bytes(int n, int64_t K) {
+    size_t groups = (size_t)(n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
+    return groups * (size_t)K * KV_MM_XGROUP * sizeof(float);
+}
+
+size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
+    if (n <= 0 || K <= 0) return 0;
+    const kv_qext_ops *qx = kv_qext_get(t);
+    if (qx) return qx_act_bytes(qx, n, K);
+    if (is_quant(t)) return q8a_layout_of(n, K).total;
+    if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
+    if (isa_kernels(isa)->xpack && n >= KV_MM_PACK_MIN_N) return xpack_bytes(n, K);
+    return 0;
+}
+
+int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
+              kv_err *err) {
+    if (!env || !w || !x || !y || n <= 0)
+        return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows)", n);
+    int rc = kv_mm_check(w, err);
+    if (rc != KV_OK) {
+        /* upload_weight rejects these up front, so reaching here is a
+         * caller bug: make the result loud as well as the status. */
         if (w->ne1 > 0) fill_nan(y, (size_t)n * (size_t)w->ne1);
-        return;
+        return rc;
     }
     if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
     const kv_mm_isa_kernels *kern = isa_kernels(isa);
-    kv_threadpool *pool = kv_cpu_pool(b);
+    kv_threadpool *pool = env->pool;
     int nth = kv_threadpool_size(pool);
     int64_t K = w->ne0, M = w->ne1;
     double macs = (double)n * (double)K * (double)M;
     if (macs < KV_MM_MIN_PAR_MACS) nth = 1;
+    size_t act_need = kv_mm_act_bytes(w->type, n, K, isa);
+    if (act_need > env->act_bytes || (act_need && !env->act)) {
+        kv_err_set(err, KV_ERR_NOMEM, "matmul: %d x %lld %s activations need %zu bytes of scratch, %zu reserved", n,
+                   (long long)K, kv_type_name((int)w->type), act_need, env->act_bytes);
+        goto fail;
+    }
     const kv_qext_ops *qx = kv_qext_get(w->type);
     if (qx) {
-        if (qx_matmul(b, isa, qx, w, x, y, n, nth) != KV_OK) fill_nan(y, (size_t)n * (size_t)M);
-        return;
+        rc = qx_matmul(pool, env->act, isa, qx, w, x, y, n, nth);
+        if (rc != KV_OK) {
+            kv_err_set(err, rc, "matmul: row length %lld does not fit %s's activation blocks", (long long)K,
+                       kv_type_name((int)w->type));
+            goto fail_rc;
+        }
+        return KV_OK;
+    }
+    size_t need = kv_mm_scratch_bytes(K);
+    if (need > env->scratch_bytes || !env->scratch) {
+        kv_err_set(err, KV_ERR_NOMEM, "matmul: a row of %lld needs %zu bytes of per-thread scratch, %zu reserved",
+                   (long long)K, need, env->scratch_bytes);
+        goto fail;
     }
 
     mm_task t;
@@ -336,37 +393,22 @@ void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const 
     t.rows = kern->rows;
     t.quant = kern->quantize;
     t.zp = kv_mm_zero_point(w->type);
-
-    /* per-thread scratch: grown here, before any thread starts */
-    void *scr[KV_CPU_MAX_THREADS];
-    size_t need = kv_mm_scratch_bytes(K);
-    for (int i = 0; i < nth; i++) {
-        scr[i] = kv_cpu_scratch(b, i, need);
-        if (!scr[i]) goto nomem;
-    }
-    t.scratch = scr;
+    t.scratch = env->scratch;
 
     if (is_quant(w->type)) {
-        int64_t nb = K / KV_QK;
-        size_t qbytes = (size_t)n * (size_t)K;
-        size_t fbytes = (size_t)n * (size_t)nb * sizeof(float);
-        size_t off_d = (qbytes + 63) & ~(size_t)63;
-        size_t off_i = off_d + ((fbytes + 63) & ~(size_t)63);
-        size_t off_s = off_i + ((fbytes + 63) & ~(size_t)63);
-        uint8_t *buf = kv_cpu_act_scratch(b, off_s + fbytes + 64);
-        if (!buf) goto nomem;
+        q8a_layout l = q8a_layout_of(n, K);
+        uint8_t *buf = env->act;
         t.args.a.qs = (int8_t *)buf;
-        t.args.a.d = (float *)(void *)(buf + off_d);
-        t.args.a.ioff = (int32_t *)(void *)(buf + off_i);
-        t.args.a.ds = (float *)(void *)(buf + off_s);
+        t.args.a.d = (float *)(void *)(buf + l.off_d);
+        t.args.a.ioff = (int32_t *)(void *)(buf + l.off_i);
+        t.args.a.ds = (float *)(void *)(buf + l.off_s);
         if (nth > 1 && (double)n * (double)K >= KV_MM_MIN_PAR_QUANT && n > 1)
             kv_threadpool_run(pool, prep_task, &t);
         else
             prep_task(&t, 0, 1);
     } else if (kern->xpack && n >= KV_MM_PACK_MIN_N) {
         size_t groups = (size_t)(n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
-        t.xp = kv_cpu_act_scratch(b, groups * (size_t)K * KV_MM_XGROUP * sizeof(float));
-        if (!t.xp) goto nomem;
+        t.xp = env->act;
         t.xpack = kern->xpack;
         t.args.xp = t.xp;
         if (nth > 1 && (double)n * (double)K >= KV_MM_MIN_PAR_QUANT && groups > 1)
@@ -382,16 +424,15 @@ void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const 
     t.chunk = KV_MAX(chunk, (int64_t)KV_MM_PANEL);
     atomic_init(&t.next, 0);
     if (nth == 1)
-        t.rows(&t.args, 0, M, scr[0]);
+        t.rows(&t.args, 0, M, env->scratch[0]);
     else
         kv_threadpool_run(pool, rows_task, &t);
-    return;
-nomem:
+    return KV_OK;
+fail:
+    rc = KV_ERR_NOMEM;
+fail_rc:
     fill_nan(y, (size_t)n * (size_t)M);
-}
-
-void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
-    kv_cpu_matmul_isa(b, kv_cpu_get_isa(b), w, x, y, n);
+    return rc;
 }
 
 int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
@@ -400,7 +441,7 @@ int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
     if (rc != KV_OK) return rc;
     if (n == 0) return KV_OK;
     const kv_qext_ops *qx = kv_qext_get(w->type);
-    if (qx) return qx_matmul(NULL, KV_CPU_ISA_SCALAR, qx, w, x, y, n, 1);
+    if (qx) return qx_matmul(NULL, NULL, KV_CPU_ISA_SCALAR, qx, w, x, y, n, 1);
     kv_mm_args a;
     memset(&a, 0, sizeof a);
     a.type = w->type;

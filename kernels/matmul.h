@@ -1,7 +1,12 @@
-/* matmul.h - internal interface between the matmul driver (matmul.c: scalar
- * reference, activation quantization, threading) and the per-ISA kernels
+/* matmul.h - the CPU matmul: the driver (matmul.c: scalar reference,
+ * activation quantization, threading) that the cpu backend calls with the
+ * resources it owns, and the internal interface to the per-ISA kernels
  * (matmul_avx2.c, matmul_avx512.c). Not for engine/ use: the engine calls
- * the backend table (backend.h). */
+ * the backend table (backend.h).
+ *
+ * NOTE: matmul*.c depend on nothing of cpu.c: the pool and the scratch
+ * buffers come in a kv_mm_env the backend lends for one call, so the
+ * dependency runs one way (cpu.c -> matmul.c -> cpu_isa.c, threadpool.c). */
 #ifndef KV_MATMUL_H
 #define KV_MATMUL_H
 
@@ -9,18 +14,13 @@
 #include <stdint.h>
 
 #include "../base/common.h"
+#include "backend.h" /* kv_tensor */
+#include "cpu_isa.h"
+#include "threadpool.h"
 #include "types.h"
 
 #define KV_QK 32       /* elements per block of q8_0 / q4_0 / q4_1 and of the activation blocks */
 #define KV_MM_PANEL 16 /* weight rows per packed panel of the batched kernels */
-
-/* Instruction-set levels of the CPU kernels. */
-typedef enum kv_cpu_isa {
-    KV_CPU_ISA_SCALAR = 0, /* portable C, the reference */
-    KV_CPU_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    KV_CPU_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + VNNI (+ AVX2/FMA/F16C) */
-    KV_CPU_ISA_COUNT
-} kv_cpu_isa;
 
 /* Activations quantized to 8 bits per 32-element block ("q8a"): like GGUF's
  * q8_0/q8_1 activation blocks but with an f32 scale, split into arrays so
@@ -69,7 +69,7 @@ size_t kv_mm_scratch_bytes(int64_t K);
  * kv_mm_scratch_bytes(K) bytes, 64-byte aligned. Contract of every ISA's
  * implementation: y[j][r] depends only on weight row r and activation row
  * j (their values, not n, j's position, r0/r1 or the thread), bit for bit
- * (batch invariance: tests/engine/test_kernels.c checks it). */
+ * (batch invariance: tests/kernels/test_kernels.c checks it). */
 typedef void (*kv_mm_rows_fn)(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 
 /* Quantizes one activation row of K floats (K % 32 == 0) into q8a arrays:
@@ -92,8 +92,7 @@ void kv_mm_rows_ref(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_ref(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                     int zp);
 
-#if defined(__x86_64__) || defined(__i386__)
-#define KV_HAVE_X86_KERNELS 1
+#ifdef KV_HAVE_X86_KERNELS
 void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                      int zp);
@@ -103,6 +102,41 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
                        int zp);
 void kv_mm_xpack_avx512(const float *x, int n, int64_t K, float *xp, int g0, int g1);
 #endif
+
+/* ---- the driver --------------------------------------------------------- */
+
+/* What one matmul may use, lent by its caller (the cpu backend owns these
+ * and sizes them once, see kv_mm_scratch_bytes / kv_mm_act_bytes). */
+typedef struct kv_mm_env {
+    kv_threadpool *pool;   /* NULL: the calling thread only */
+    void *const *scratch;  /* (pool size) per-thread buffers of scratch_bytes, 64-byte aligned */
+    size_t scratch_bytes;
+    void *act;             /* shared activation buffer of act_bytes, 64-byte aligned */
+    size_t act_bytes;
+} kv_mm_env;
+
+/* Bytes of the shared activation buffer a matmul of n rows of K takes for
+ * weights of type t with isa's kernels (0: none). */
+size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa);
+
+/* y(n, w.ne1) = x(n, w.ne0) . w^T with the kernels of isa (an ISA this CPU
+ * lacks falls back to scalar), on env's pool and buffers. Returns 0;
+ * KV_ERR_INVAL / KV_ERR_UNSUPPORTED for a weight kv_mm_check rejects or
+ * bad arguments; KV_ERR_NOMEM when env's buffers are smaller than the call
+ * needs. On failure err (may be NULL) says what, and y is filled with NaN
+ * (when its size is known) so that an unchecked result is loud. */
+int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
+              kv_err *err);
+
+/* Validates a weight for the CPU kernels: 0, or an error naming the type or
+ * the shape (err may be NULL). */
+int kv_mm_check(const kv_tensor *w, kv_err *err);
+
+/* The scalar oracle: same activation quantization and block arithmetic as
+ * the kernels, accumulated in double, one thread. Allocates its own
+ * buffers. Returns 0, KV_ERR_INVAL/UNSUPPORTED for a bad tensor, or
+ * KV_ERR_NOMEM. */
+int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n);
 
 /* Half-precision helpers shared by the kernel files. */
 static inline uint16_t kv_mm_rd16(const uint8_t *p) {

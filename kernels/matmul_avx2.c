@@ -22,12 +22,7 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+KV_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 
 #define KV_AI static inline __attribute__((always_inline))
 #define KV_FKC 256
@@ -553,11 +548,7 @@ void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch)
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
+KV_SIMD_TARGET_END
 
 #else  /* not x86 */
 typedef int kv_matmul_avx2_unused; /* ISO C wants a declaration */

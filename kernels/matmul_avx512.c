@@ -35,13 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
-                             apply_to = function)
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-#endif
+KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
 #define KV_AI static inline __attribute__((always_inline))
 
@@ -811,11 +805,7 @@ void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratc
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
+KV_SIMD_TARGET_END
 
 #else  /* not x86 */
 typedef int kv_matmul_avx512_unused; /* ISO C wants a declaration */

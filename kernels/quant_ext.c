@@ -1,8 +1,8 @@
 /* quant_ext.c - Q5_0, Q5_1, Q8_1 and the K-quants (Q4_K, Q5_K, Q6_K, Q8_K):
  * exact dequantizers, ggml's reference quantizers (including the iterative
  * scale/min search of the K-quants), the activation quantizers, the scalar
- * dot products that are the oracle for the SIMD ones in quant_ext_x86.c,
- * and the run-time choice between them. */
+ * dot products that are the oracle for the SIMD ones (quant_ext_avx2.c,
+ * quant_ext_avx512.c), and the run-time choice between them. */
 #include "quant_ext.h"
 
 #include <float.h>

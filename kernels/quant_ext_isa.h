@@ -1,7 +1,8 @@
 /* quant_ext_isa.h - internal: the per-ISA dot kernels of quant_ext (defined
- * in quant_ext_x86.c, compiled with function target attributes so one
- * binary runs anywhere) and the q8_0 activation block they read. Only
- * quant_ext*.c include this. */
+ * in quant_ext_avx2.c and quant_ext_avx512.c, each compiled for its target
+ * with a file-wide pragma so one binary runs anywhere; quant_ext.c holds
+ * the scalar references and the run-time choice) and the q8_0 activation
+ * block they read. Only quant_ext*.c include this. */
 #ifndef KV_QUANT_EXT_ISA_H
 #define KV_QUANT_EXT_ISA_H
 

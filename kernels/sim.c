@@ -83,8 +83,10 @@ typedef struct sim_ctx {
      * count once. */
     const void **wkeys;
     size_t wcap, wcount;
-    int32_t *seq_ctx;           /* (seq_cap) per-sequence scratch for the attention model */
+    int32_t *seq_ctx;           /* (seq_cap) per-sequence scratch for the attention model,
+                                   sized by reserve */
     int seq_cap;
+    char err[200];              /* the sim's own first failure since status ("" none) */
 } sim_ctx;
 
 static sim_ctx *ctx_of(const kv_backend *b) { return (sim_ctx *)b->ctx; }
@@ -319,10 +321,11 @@ static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv
     if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || !ab->pos || !ab->seq) return;
     sim_ctx *c = ctx_of(b);
     if (ab->n_seqs > c->seq_cap) {
-        int32_t *p = realloc(c->seq_ctx, (size_t)ab->n_seqs * sizeof *p);
-        if (!p) return; /* the result is right; only the clock misses this op */
-        c->seq_ctx = p;
-        c->seq_cap = ab->n_seqs;
+        /* the result is right, but the clock cannot charge this op */
+        if (!c->err[0])
+            snprintf(c->err, sizeof c->err, "attention: %d sequences in a batch, the clock was reserved for %d",
+                     ab->n_seqs, c->seq_cap);
+        return;
     }
     double flops = 0.0, kv_rows = 0.0;
     for (int i = 0; i < ab->n_tokens; i++) {
@@ -352,6 +355,42 @@ static void sim_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
     if (!kv) return;
     double blk = (double)kv->block_size * (double)kv->slot_bytes;
     charge(b, KV_SIM_OTHER, 2.0 * 2.0 * kv->n_layers * blk, 0.0, 0); /* K and V, read and written */
+}
+
+/* ---- failures, sizing, the clock ----------------------------------------- */
+
+/* The sim's own failure first (the clock's), else the inner backend's. */
+static int sim_status(kv_backend *b, kv_err *err) {
+    sim_ctx *c = ctx_of(b);
+    kv_err inner;
+    kv_err_clear(&inner);
+    int rc = kv_backend_status(c->inner, &inner); /* read (and cleared) either way */
+    if (c->err[0]) {
+        kv_err_set(err, KV_ERR_BACKEND, "%s", c->err);
+        c->err[0] = '\0';
+        return KV_ERR_BACKEND;
+    }
+    if (rc) return kv_err_set(err, KV_ERR_BACKEND, "%s", inner.msg);
+    return 0;
+}
+
+/* The inner backend's scratch, and the attention model's per-sequence
+ * table: a batch has at most one sequence per row. */
+static int sim_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
+    sim_ctx *c = ctx_of(b);
+    if (lim->max_rows > c->seq_cap) {
+        int32_t *p = realloc(c->seq_ctx, (size_t)lim->max_rows * sizeof *p);
+        if (!p) return kv_err_set(err, KV_ERR_NOMEM, "sim backend: out of memory");
+        c->seq_ctx = p;
+        c->seq_cap = lim->max_rows;
+    }
+    return kv_backend_reserve(c->inner, lim, err);
+}
+
+static void sim_clock(kv_backend *b, kv_backend_clock *out) {
+    sim_ctx *c = ctx_of(b);
+    out->device = c->dev->name;
+    out->elapsed_s = kv_sim_elapsed_s(b);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -387,6 +426,9 @@ static const kv_backend_ops sim_ops = {
     .copy_block = sim_copy_block,
     .mem_info = sim_mem_info,
     .destroy = sim_destroy,
+    .status = sim_status,
+    .reserve = sim_reserve,
+    .clock = sim_clock,
 };
 
 kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_err *err) {

@@ -6,7 +6,9 @@
  *   t(op) = max(bytes moved / memory bandwidth, flops / peak flops) + launch
  *
  * (host <-> device copies: bytes / link bandwidth + launch). mem_info reports
- * the device's memory, and allocations beyond it fail as they would there. */
+ * the device's memory, and allocations beyond it fail as they would there.
+ * The engine reads the clock through the table (ops.clock, backend.h), not
+ * through this header; status and reserve forward to the inner backend. */
 #ifndef KV_SIM_H
 #define KV_SIM_H
 
@@ -68,7 +70,8 @@ kv_backend *kv_sim_backend_create(int n_threads, kv_err *err);
 
 /* 1 when b is a sim backend. */
 int kv_sim_is(const kv_backend *b);
-/* Simulated seconds since creation or the last reset; 0 for other backends. */
+/* Simulated seconds since creation or the last reset; 0 for other backends
+ * (ops.clock's elapsed_s). */
 double kv_sim_elapsed_s(kv_backend *b);
 /* Zeroes the clock, the per-kind totals and the byte/flop counters (memory
  * in use is kept). No-op for other backends. */

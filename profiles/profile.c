@@ -10,6 +10,9 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "../base/file.h"
+#include "../base/utf8.h"
+
 #define PROFILE_MAX_BYTES (16u << 20) /* a profile is a page of text; refuse anything huge */
 #define KEY_MAX 256                   /* longest dotted key we build */
 
@@ -529,42 +532,11 @@ int kv_profile_set(kv_config *cfg, const char *assignment, kv_err *err) {
 
 /* ---- whole loads ---- */
 
+/* The profile's bytes (NUL-terminated), at most PROFILE_MAX_BYTES. */
 static int read_file(const char *path, char **out, size_t *len, kv_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= PROFILE_MAX_BYTES) {
-                rc = kv_err_set(err, KV_ERR_FORMAT, "%s: larger than %u bytes; not a profile", path,
-                                PROFILE_MAX_BYTES);
-                goto fail;
-            }
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = kv_err_set(err, KV_ERR_NOMEM, "%s: out of memory", path);
-                goto fail;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        rc = kv_err_set(err, KV_ERR_IO, "%s: cannot read: %s", path, strerror(errno ? errno : EIO));
-        goto fail;
-    }
-    fclose(f);
-    *out = buf;
-    *len = n;
-    return 0;
-fail:
-    free(buf);
-    fclose(f);
+    int rc = kv_read_file(path, PROFILE_MAX_BYTES, out, len, err);
+    if (rc == KV_ERR_FORMAT)
+        kv_err_set(err, rc, "%s: larger than %u bytes; not a profile", path, PROFILE_MAX_BYTES);
     return rc;
 }
 
@@ -656,23 +628,6 @@ int kv_profile_load(const char *path, kv_config *cfg, kv_err *err) {
 
 /* ---- dump and help ---- */
 
-/* Decodes one UTF-8 sequence at s (n bytes left); returns its length and
- * the code point, or 0 when the bytes are not valid UTF-8. */
-static int utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
-    if (s[0] < 0x80) return *cp = s[0], 1;
-    int len = (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    uint32_t c = s[0] & (0x7F >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < min_cp[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return len;
-}
-
 /* A YAML double-quoted string. Code points YAML does not allow raw are
  * escaped; bytes that are not UTF-8 cannot be said in YAML and become
  * U+FFFD. */
@@ -682,8 +637,8 @@ static void yaml_quote(FILE *f, const char *s) {
     fputc('"', f);
     while (n) {
         uint32_t cp;
-        int l = utf8_decode(p, n, &cp);
-        if (!l) {
+        size_t l = kv_utf8_decode(p, n, &cp);
+        if (cp == KV_UTF8_INVALID) {
             fputs("\\uFFFD", f);
             p++, n--;
             continue;
@@ -694,8 +649,8 @@ static void yaml_quote(FILE *f, const char *s) {
         else if (cp == '\t') fputs("\\t", f);
         else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0xFEFF || cp == 0xFFFE || cp == 0xFFFF)
             fprintf(f, "\\u%04X", (unsigned)cp);
-        else fwrite(p, 1, (size_t)l, f);
-        p += l, n -= (size_t)l;
+        else fwrite(p, 1, l, f);
+        p += l, n -= l;
     }
     fputc('"', f);
 }

@@ -43,6 +43,11 @@ ORDER = ["base", "kernels", "engine", "profiles", "cli", "tui", "server"]
 # Entry headers a front end may include from another front end (prototypes
 # of its cmd_* functions only).
 ENTRY_HEADERS = {"tui/tui.h", "server/server.h"}
+# Headers of kernels/ that no layer above may include: the CPU backend's
+# private state and ISA plumbing. The sim backend's header is the engine's
+# to avoid too: the engine reaches the sim clock through the backend table.
+KERNELS_PRIVATE = re.compile(r"^kernels/(cpu_internal\.h|cpu_isa\.h|[a-z_]+_isa\.h|quant_ext_simd\.h|cuda/.*)$")
+NOT_IN = {"kernels/sim.h": {"engine", "profiles"}}
 # System headers by library, and the layers allowed to include them.
 SYSTEM = [
     (re.compile(r"^(n?curses|ncursesw/|panel\.h|term\.h)"), "curses", {"tui"}),
@@ -57,6 +62,7 @@ LINK_LIBS = {
     "engine": ["-lm", "-lpthread"],
     "profiles": ["-lyaml", "-lm", "-lpthread"],
     "cli": ["-lreadline", "-lyaml", "-lm", "-lpthread"],
+    "server": ["-lmicrohttpd", "-lyaml", "-lm", "-lpthread"],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
@@ -102,6 +108,13 @@ def check_includes(src):
                         continue
                     to = layer_of(resolved)
                     if to is None or to == layer:
+                        continue
+                    if to == "kernels" and layer != "kernels" and KERNELS_PRIVATE.match(resolved):
+                        bad.append(f'{where}: {layer}/ includes "{target}", private to kernels/')
+                        continue
+                    if layer in NOT_IN.get(resolved, ()):
+                        bad.append(f'{where}: {layer}/ includes "{target}" (it reaches that backend '
+                                   f"through the backend table)")
                         continue
                     if to in LOWER[layer]:
                         continue

@@ -15,10 +15,10 @@
 # table, not across runs. Environment: BUDGET_110M (default 768MiB),
 # BUDGET_SMOLLM2 (default 640MiB: f32 weights leave room for ~14 requests), SEQ_TOKENS
 # (default 256: prompt 128 + output 128, the requests of the runs), REQUESTS
-# (default 64), KVS (default "f16 int8 fp8_e4m3").
+# (default 64), KVS (default "f16 int8 fp8_e4m3"), KVTOP_BIN (default ./kvtop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-K=./kvtop
+K=${KVTOP_BIN:-./kvtop}
 BUDGET_110M=${BUDGET_110M:-768MiB}
 BUDGET_SMOLLM2=${BUDGET_SMOLLM2:-640MiB}
 SEQ_TOKENS=${SEQ_TOKENS:-256}

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/utf8.h"
+
 /* snprintf that returns the bytes actually written (never more than cap-1). */
 static int put(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int put(char *buf, size_t cap, const char *fmt, ...) {
@@ -23,21 +25,6 @@ static int put(char *buf, size_t cap, const char *fmt, ...) {
         return 0;
     }
     return (size_t)n >= cap ? (int)cap - 1 : n;
-}
-
-int kv_format_bytes(char *buf, size_t cap, uint64_t bytes) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < 1024) return put(buf, cap, "%llu B", (unsigned long long)bytes);
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 6) {
-        v /= 1024.0;
-        u++;
-    }
-    /* Three significant digits, like `ls -h` but one more. */
-    if (v < 10.0) return put(buf, cap, "%.2f %s", v, units[u]);
-    if (v < 100.0) return put(buf, cap, "%.1f %s", v, units[u]);
-    return put(buf, cap, "%.0f %s", v, units[u]);
 }
 
 int kv_format_ms(char *buf, size_t cap, double ms, int valid) {
@@ -224,46 +211,12 @@ int kv_format_sparkline(char *buf, size_t cap, const double *v, int n, int width
 
 /* ---- UTF-8 ---- */
 
-/* Decodes one code point from s[0..len); returns its byte length (1 for an
- * invalid byte, with *cp = -1). */
+/* Decodes one code point from s[0..len) (len >= 1) with the strict decoder;
+ * returns its byte length (1 for an invalid byte, with *cp = -1). */
 static int utf8_decode(const unsigned char *s, int len, long *cp) {
-    unsigned c = s[0];
-    int n;
-    long v;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if ((c & 0xE0) == 0xC0) {
-        n = 2;
-        v = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        n = 3;
-        v = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        n = 4;
-        v = c & 0x07;
-    } else {
-        *cp = -1;
-        return 1;
-    }
-    if (n > len) {
-        *cp = -1;
-        return 1;
-    }
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *cp = -1;
-            return 1;
-        }
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    /* Overlong forms and surrogates are invalid. */
-    if ((n == 2 && v < 0x80) || (n == 3 && v < 0x800) || (n == 4 && v < 0x10000) || v > 0x10FFFF ||
-        (v >= 0xD800 && v <= 0xDFFF)) {
-        *cp = -1;
-        return 1;
-    }
-    *cp = v;
+    uint32_t c;
+    int n = (int)kv_utf8_decode(s, (size_t)len, &c);
+    *cp = c == KV_UTF8_INVALID ? -1 : (long)c;
     return n;
 }
 

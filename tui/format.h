@@ -1,7 +1,8 @@
-/* format.h - pure text formatting for the TUI panels: byte sizes, durations,
- * rates, counts, bars, sparklines, UTF-8 display widths and word wrapping,
- * plus the small ring buffers the panels plot from. No curses here, so every
- * function is unit-tested without a terminal (tests/tui/test_format.c).
+/* format.h - pure text formatting for the TUI panels (byte sizes come from
+ * base/fmt.h, shared with the CLI): durations, rates, counts, bars,
+ * sparklines, UTF-8 display widths and word wrapping, plus the small ring
+ * buffers the panels plot from. No curses here, so every function is
+ * unit-tested without a terminal (tests/tui/test_format.c).
  *
  * All kv_format_* writers behave like snprintf into (buf, cap): they never
  * write past cap, always NUL-terminate when cap > 0, and return the bytes
@@ -12,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* "0 B", "512 B", "1.5 KiB", "12.0 MiB", "1.20 GiB" (binary units). */
-int kv_format_bytes(char *buf, size_t cap, uint64_t bytes);
+#include "../base/fmt.h" /* kv_format_bytes, shared with the CLI */
+
 /* A duration given in ms: "N/A" when !valid or not finite, "850us",
  * "12.3ms", "1.25s", "2m05s". */
 int kv_format_ms(char *buf, size_t cap, double ms, int valid);

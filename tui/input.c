@@ -12,6 +12,8 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
+#include "../base/utf8.h"
+
 static unsigned char queue[256]; /* bytes waiting for readline */
 static int q_head, q_tail;
 static int dirty;
@@ -110,34 +112,12 @@ static void push(const char *bytes, int n) {
     }
 }
 
-/* UTF-8 encoding of a code point; returns its length. */
-static int utf8_encode(int cp, char *out) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 void kv_input_feed(kv_key k) {
     if (!active) return;
     q_head = q_tail = 0;
     const char *seq = NULL;
+    char b[4];
+    int nb = 0;
     switch (k.code) {
     case KV_KEY_UP: seq = "\033[A"; break;
     case KV_KEY_DOWN: seq = "\033[B"; break;
@@ -153,9 +133,8 @@ void kv_input_feed(kv_key k) {
     if (k.alt) push("\033", 1);
     if (seq) {
         push(seq, (int)strlen(seq));
-    } else if (k.code >= 0 && k.code < KV_KEY_BASE && !(k.code >= 0xD800 && k.code <= 0xDFFF)) {
-        char b[4];
-        push(b, utf8_encode(k.code, b));
+    } else if (k.code >= 0 && k.code < KV_KEY_BASE && (nb = (int)kv_utf8_encode((uint32_t)k.code, b)) > 0) {
+        push(b, nb); /* a code point: its UTF-8 (a surrogate has none) */
     } else {
         return; /* a special key readline has no use for */
     }

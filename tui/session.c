@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/vec.h"
+
 kv_session *kv_session_new(int tag, const char *name, const kv_sampling *sampling, int max_tokens) {
     kv_session *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -57,13 +59,7 @@ int kv_session_set_system(kv_session *s, const char *text) {
 int kv_session_add(kv_session *s, kv_role role, const char *text) {
     if (!s) return -1;
     if (!text) text = "";
-    if (s->n_turns == s->cap_turns) {
-        int nc = s->cap_turns ? s->cap_turns * 2 : 16;
-        kv_turn *nt = realloc(s->turns, (size_t)nc * sizeof *nt);
-        if (!nt) return -1;
-        s->turns = nt;
-        s->cap_turns = nc;
-    }
+    if (kv_grow((void **)&s->turns, &s->cap_turns, s->n_turns + 1, sizeof *s->turns)) return -1;
     size_t len = strlen(text);
     size_t cap = len + 64;
     char *t = malloc(cap);
@@ -144,15 +140,6 @@ int kv_session_messages(const kv_session *s, int first, const char **roles, cons
     return n;
 }
 
-static int grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    char *nb = realloc(*buf, need);
-    if (!nb) return -1;
-    *buf = nb;
-    *cap = need;
-    return 0;
-}
-
 int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tmpl, const char *template_text,
                       char **buf, size_t *cap) {
     if (!s || !buf || !cap) return -1;
@@ -162,7 +149,7 @@ int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tm
             if (s->turns[i].role == KV_ROLE_USER) u = &s->turns[i];
         if (!u) return -1;
         size_t sl = s->system ? strlen(s->system) : 0;
-        if (grow(buf, cap, sl + 2 + u->len + 1)) return -1;
+        if (kv_grow_size((void **)buf, cap, sl + 2 + u->len + 1, 1)) return -1;
         int n = snprintf(*buf, *cap, "%s%s%s", s->system ? s->system : "", s->system ? "\n\n" : "", u->text);
         return n;
     }
@@ -173,7 +160,7 @@ int kv_session_render(const kv_session *s, int first, int plain, kv_chat_tmpl tm
     if (n <= 0) return -1;
     for (int i = 0; i < n; i++) msgs[i] = (kv_chat_msg){roles[i], texts[i]};
     int len = kv_chat_format_ex(tmpl, template_text, 0, msgs, n, 1, NULL, 0);
-    if (len < 0 || grow(buf, cap, (size_t)len + 1)) return -1;
+    if (len < 0 || kv_grow_size((void **)buf, cap, (size_t)len + 1, 1)) return -1;
     kv_chat_format_ex(tmpl, template_text, 0, msgs, n, 1, *buf, *cap);
     return len;
 }

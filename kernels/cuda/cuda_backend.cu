@@ -34,14 +34,15 @@ struct cuda_ctx {
     cudaStream_t stream;           /* every op is queued here, in call order */
     char name[256];                /* device name, for messages */
     int err_code;                  /* first recorded failure, 0 when none */
+    char err_op[32];               /* the op it happened in ("matmul") */
     char err_msg[512];
-    int err_printed;               /* 1 once a failure went to stderr */
+    const char *cur_op;            /* the op running now (static string), for the record */
     int sync_each;                 /* KVTOP_CUDA_SYNC=1: wait after every op, so a
                                       failing kernel is named by its op */
     host_copy *copies;             /* open addressing, power-of-two capacity, at most half full */
     size_t ccap, ccount;
     dev_buf stage[STAGE_COUNT];    /* host inputs copied in (ids, positions, batch meta) */
-    dev_buf xq, xd, xs;            /* q8 activations of the last quantized matmul */
+    dev_buf xq, xd, xs;            /* q8 activations of a quantized matmul, sized by reserve */
     int32_t *hmeta;                /* (hmeta_cap) host side of the batch meta */
     size_t hmeta_cap;
     int32_t *seq_len, *seq_off;    /* (seq_cap) per-sequence table length / offset */
@@ -56,19 +57,17 @@ static cuda_ctx *ctx_of(const kv_backend *b) { return (cuda_ctx *)b->ctx; }
 
 /* ---- errors ---------------------------------------------------------------- */
 
+/* Records a failure of the running op; the first one since the last status
+ * call is kept (later ones are usually its consequences). The forward pass
+ * reads it through ops.status after each batch. */
 __attribute__((format(printf, 3, 4))) static void fail(cuda_ctx *c, int code, const char *fmt, ...) {
-    if (c->err_code) return; /* the first failure is the informative one */
+    if (c->err_code) return;
     c->err_code = code;
+    snprintf(c->err_op, sizeof c->err_op, "%s", c->cur_op ? c->cur_op : "cuda");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
     va_end(ap);
-    /* NOTE: ops have no error return; one line on stderr makes a broken GPU
-     * run visible to a person even when the caller never asks. */
-    if (!c->err_printed) {
-        fprintf(stderr, "kvtop: cuda backend: %s\n", c->err_msg);
-        c->err_printed = 1;
-    }
 }
 
 /* 0 on success; else records what failed and returns -1. */
@@ -86,9 +85,11 @@ static int done(cuda_ctx *c, cudaError_t e, const char *what) {
 }
 
 /* Makes this backend's device current for the calling thread (the engine
- * may run ops on another thread than the one that created the backend). */
-static cuda_ctx *enter(kv_backend *b) {
+ * may run ops on another thread than the one that created the backend) and
+ * names the op that runs now for the failure record. */
+static cuda_ctx *enter(kv_backend *b, const char *op) {
     cuda_ctx *c = ctx_of(b);
+    c->cur_op = op;
     ck(c, cudaSetDevice(c->device), "cudaSetDevice");
     return c;
 }
@@ -126,6 +127,14 @@ static void *grow(cuda_ctx *c, dev_buf *d, size_t bytes, const char *what) {
     d->p = p;
     d->cap = nc;
     return p;
+}
+
+/* The reserved buffer d when it holds bytes; else records the failure and
+ * returns NULL (ops do not grow what reserve sized). */
+static void *reserved(cuda_ctx *c, dev_buf *d, size_t bytes, const char *what) {
+    if (d->p && d->cap >= bytes) return d->p;
+    fail(c, KV_ERR_NOMEM, "%s: %zu bytes needed, %zu reserved (kv_backend_reserve)", what, bytes, d->cap);
+    return NULL;
 }
 
 /* Device view of n bytes at p: p itself when it is device memory, else a
@@ -235,7 +244,7 @@ static const void *host_copy_get(cuda_ctx *c, const void *host, size_t bytes, in
 }
 
 static void *cu_alloc(kv_backend *b, size_t bytes) {
-    enter(b);
+    enter(b, "alloc");
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         cudaGetLastError(); /* out of memory is reported by the NULL; the context stays usable */
@@ -246,19 +255,19 @@ static void *cu_alloc(kv_backend *b, size_t bytes) {
 
 static void cu_free(kv_backend *b, void *p) {
     if (!p) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "free");
     ck(c, cudaFree(p), "cudaFree");
 }
 
 static void cu_upload(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src || !dst || !src) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "upload");
     ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "upload");
 }
 
 static void cu_download(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src || !dst || !src) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "download");
     if (ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "download")) return;
     ck(c, cudaStreamSynchronize(c->stream), "download (sync)"); /* the host reads dst next */
 }
@@ -266,7 +275,7 @@ static void cu_download(kv_backend *b, void *dst, const void *src, size_t bytes)
 static void cu_mem_info(kv_backend *b, kv_backend_mem *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "mem_info");
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
         cudaGetLastError();
@@ -328,7 +337,7 @@ static const uint8_t *weight_ptr(cuda_ctx *c, const kv_tensor *w) {
 static int cu_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
     int rc = check_weight(w, err);
     if (rc) return rc;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "upload_weight");
     if (!w->data) return KV_OK; /* already a device view */
     if (is_dev_ptr(w->data)) {
         w->dev = (void *)w->data;
@@ -347,7 +356,7 @@ static int cu_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
 
 static void cu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
     if (!w || !x || !y || n <= 0) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "matmul");
     kv_err e = {0, ""};
     if (check_weight(w, &e)) {
         fail(c, e.code, "matmul: %s", e.msg);
@@ -362,9 +371,9 @@ static void cu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *
     }
     if (is_q(w->type)) {
         const size_t nblk = (size_t)n * (size_t)(K / KVC_QK);
-        int8_t *xq = (int8_t *)grow(c, &c->xq, (size_t)n * (size_t)K, "matmul activations");
-        float *xd = (float *)grow(c, &c->xd, nblk * sizeof(float), "matmul activations");
-        float *xs = (float *)grow(c, &c->xs, nblk * sizeof(float), "matmul activations");
+        int8_t *xq = (int8_t *)reserved(c, &c->xq, (size_t)n * (size_t)K, "matmul activations");
+        float *xd = (float *)reserved(c, &c->xd, nblk * sizeof(float), "matmul activations");
+        float *xs = (float *)reserved(c, &c->xs, nblk * sizeof(float), "matmul activations");
         if (!xq || !xd || !xs) {
             nan_out(c, y, (int64_t)n * M);
             return;
@@ -378,7 +387,7 @@ static void cu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *
 
 static void cu_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
     if (!w || !ids || !out || n <= 0) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "get_rows");
     kv_err e = {0, ""};
     if (check_weight(w, &e)) {
         fail(c, e.code, "get_rows: %s", e.msg);
@@ -396,7 +405,7 @@ static void cu_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, f
 
 static void cu_rmsnorm(kv_backend *b, const float *x, const float *weight, float *out, int n, int dim, float eps) {
     if (!x || !weight || !out || n <= 0 || dim <= 0) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "rmsnorm");
     /* NOTE: the forward pass passes RMSNorm weights as host pointers into
      * the model; they are copied once and cached by address (see
      * kv_cuda_forget_host_copies). Device pointers are used as they are. */
@@ -422,7 +431,7 @@ static void cu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_he
     if (!x || !pos || n <= 0 || n_heads <= 0 || head_dim <= 0 || rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 ||
         !(base > 0.0f))
         return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "rope");
     const int half = rot_dim / 2;
     if (c->rope_rot != rot_dim || c->rope_base != base) {
         float *h = (float *)realloc(c->hrope, (size_t)half * sizeof(float));
@@ -449,13 +458,13 @@ static void cu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_he
 
 static void cu_silu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
     if (!gate || !up || count <= 0) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "silu_mul");
     done(c, kvc_launch_silu_mul(c->stream, gate, up, count), "silu_mul");
 }
 
 static void cu_add(kv_backend *b, float *x, const float *y, int64_t count) {
     if (!x || !y || count <= 0) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "add");
     done(c, kvc_launch_add(c->stream, x, y, count), "add");
 }
 
@@ -545,7 +554,7 @@ static void cu_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_ba
                         const float *v) {
     if (!kv || !ab || ab->n_tokens <= 0 || !ab->slot || !k || !v || layer < 0 || layer >= kv->n_layers)
         return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "kv_store");
     const int32_t *meta = batch_meta(c, kv, ab, 0);
     if (!meta) return;
     done(c, kvc_launch_kv_store(c->stream, *kv, layer, meta, ab->n_tokens, k, v), "kv_store");
@@ -556,7 +565,7 @@ static void cu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_
     if (!kv || !ab || ab->n_tokens <= 0 || !ab->pos || !ab->seq || !ab->slot || !q || !out || n_heads <= 0 ||
         kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads || kv->head_dim <= 0 || layer < 0 || layer >= kv->n_layers)
         return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "attention");
     const int64_t count = (int64_t)ab->n_tokens * n_heads * kv->head_dim;
     if (kv->head_dim > KVC_MAX_HEAD_DIM) {
         fail(c, KV_ERR_UNSUPPORTED, "attention: head_dim %d is above the %d the kernel takes", kv->head_dim,
@@ -574,7 +583,7 @@ static void cu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_
 
 static void cu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
     if (!kv || dst == src || dst < 0 || src < 0 || dst >= kv->n_blocks || src >= kv->n_blocks) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "copy_block");
     /* A block is one contiguous run of block_size slots in each layer. */
     const size_t bb = (size_t)kv->block_size * kv->slot_bytes;
     for (int l = 0; l < kv->n_layers; l++) {
@@ -587,6 +596,49 @@ static void cu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
                "copy_block"))
             return;
     }
+}
+
+/* ---- failures and sizing --------------------------------------------------------- */
+
+/* Waits for the queued work (a kernel that failed while running is seen
+ * here), then hands over the first failure and forgets it. */
+static int take_failure(cuda_ctx *c, kv_err *err, int with_op) {
+    const char *op = c->cur_op;
+    c->cur_op = "kernel execution (KVTOP_CUDA_SYNC=1 names the op)";
+    ck(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    c->cur_op = op;
+    int code = c->err_code;
+    if (code && with_op)
+        kv_err_set(err, KV_ERR_BACKEND, "%s: %s", c->err_op, c->err_msg);
+    else if (code)
+        kv_err_set(err, code, "cuda backend: %s: %s", c->err_op, c->err_msg);
+    c->err_code = 0;
+    c->err_op[0] = c->err_msg[0] = '\0';
+    return code;
+}
+
+static int cu_status(kv_backend *b, kv_err *err) {
+    return take_failure(enter(b, "status"), err, 1) ? KV_ERR_BACKEND : 0;
+}
+
+/* The quantized matmul's activation buffers and the staging of token ids
+ * and positions, for lim->max_rows rows of lim->max_k. NOTE: the batch
+ * meta (block tables) and the rope table still grow on first use: their
+ * sizes depend on the sequences' lengths, which no limit bounds here. */
+static int cu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
+    cuda_ctx *c = enter(b, "reserve");
+    const size_t rows = (size_t)lim->max_rows, K = (size_t)(lim->max_k + KVC_QK - 1) / KVC_QK * KVC_QK;
+    const size_t nblk = rows * (K / KVC_QK);
+    if (!grow(c, &c->xq, rows * K, "reserve") || !grow(c, &c->xd, nblk * sizeof(float), "reserve") ||
+        !grow(c, &c->xs, nblk * sizeof(float), "reserve") ||
+        !grow(c, &c->stage[STAGE_IDS], rows * sizeof(int32_t), "reserve") ||
+        !grow(c, &c->stage[STAGE_POS], rows * sizeof(int32_t), "reserve")) {
+        kv_err e;
+        take_failure(c, &e, 1);
+        return kv_err_set(err, KV_ERR_NOMEM, "cuda backend: cannot reserve scratch for %zu rows of %zu: %s", rows, K,
+                          e.msg);
+    }
+    return KV_OK;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------ */
@@ -622,10 +674,12 @@ static void cu_destroy(kv_backend *b) {
     free(b);
 }
 
+/* (positional: C++17 has no designated initializers; the order of backend.h) */
 static const kv_backend_ops cuda_ops = {
     "cuda",           cu_alloc,   cu_free,     cu_upload,     cu_download,  cu_upload_weight,
     cu_matmul,        cu_get_rows, cu_rmsnorm, cu_rope,       cu_silu_mul,  cu_add,
     cu_kv_store,      cu_attention, cu_copy_block, cu_mem_info, cu_destroy,
+    cu_status,        cu_reserve,  NULL, /* clock: host time */
 };
 
 extern "C" int kv_cuda_device_count(void) {
@@ -670,7 +724,6 @@ extern "C" kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err) {
     b->ctx = c;
     b->n_threads = 1;
     c->device = dev;
-    c->err_printed = 1; /* creation reports through err, not stderr */
     snprintf(c->name, sizeof c->name, "device %d", dev);
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess ||
@@ -695,7 +748,6 @@ extern "C" kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err) {
         return NULL;
     }
     cudaFree(probe);
-    c->err_printed = 0;
     const char *sync = getenv("KVTOP_CUDA_SYNC");
     c->sync_each = sync && *sync && strcmp(sync, "0");
     return b;
@@ -703,18 +755,12 @@ extern "C" kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err) {
 
 extern "C" int kv_cuda_last_error(kv_backend *b, kv_err *err) {
     if (!b || b->ops != &cuda_ops) return 0;
-    cuda_ctx *c = enter(b);
-    ck(c, cudaStreamSynchronize(c->stream), "kernel execution");
-    int code = c->err_code;
-    if (code) kv_err_set(err, code, "cuda backend: %s", c->err_msg);
-    c->err_code = 0;
-    c->err_msg[0] = '\0';
-    return code;
+    return take_failure(enter(b, "last_error"), err, 0);
 }
 
 extern "C" void kv_cuda_forget_host_copies(kv_backend *b) {
     if (!b || b->ops != &cuda_ops) return;
-    cuda_ctx *c = enter(b);
+    cuda_ctx *c = enter(b, "forget_host_copies");
     ck(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     drop_copies(c);
 }

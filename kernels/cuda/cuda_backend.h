@@ -3,10 +3,13 @@
  * CUDA kernel per op of backend.h, each in three layers (__global__ kernel
  * -> launcher taking a stream -> the table's op).
  *
- * Ops cannot return errors (backend.h); a failing CUDA call is recorded on
- * the backend (the first one is kept, and printed once to stderr), outputs
- * of a failed op are NaN where that can be arranged, and
- * kv_cuda_last_error() hands the record to the caller. Nothing aborts. */
+ * A failing CUDA call or launch is recorded on the backend under its op's
+ * name (the first one since the last ops.status is kept), outputs of a
+ * failed op are NaN where that can be arranged, and ops.status (backend.h)
+ * hands the record to the forward pass after each batch, which fails that
+ * batch with KV_ERR_BACKEND. Nothing aborts and nothing is printed. The
+ * quantized matmul's activations and the id / position staging are sized
+ * by ops.reserve; an op asked for more fails instead of allocating. */
 #ifndef KV_CUDA_BACKEND_H
 #define KV_CUDA_BACKEND_H
 
@@ -26,8 +29,9 @@ kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err);
 int kv_cuda_device_count(void);
 
 /* The first error recorded since the last call (copied into err when not
- * NULL), then forgets it. Returns its code, 0 when none. Waits for the
- * work queued so far, so errors of running kernels are seen too. */
+ * NULL, "cuda backend: <op>: <message>"), then forgets it. Returns its
+ * code, 0 when none. Waits for the work queued so far, so errors of running
+ * kernels are seen too. ops.status is the same record with KV_ERR_BACKEND. */
 int kv_cuda_last_error(kv_backend *b, kv_err *err);
 
 /* NOTE: weights and RMSNorm vectors that arrive as host pointers (the model

@@ -36,12 +36,14 @@ inject() { # NAME FILE LINE PATTERN-EXPECTED
 }
 inject "kernels/ including engine/ fails" kernels/backend.c '#include "../engine/engine.h"' 'kernels/ includes "../engine/engine.h" from engine/'
 inject "base/ including kernels/ fails" base/common.c '#include "../kernels/types.h"' 'base/ includes "../kernels/types.h" from kernels/'
-inject "engine/ including profiles/ fails" engine/engine.c '#include "../profiles/profile.h"' 'from profiles/'
+inject "engine/ including profiles/ fails" engine/model.c '#include "../profiles/profile.h"' 'from profiles/'
 inject "engine/ including yaml.h fails" engine/model.c '#include <yaml.h>' 'engine/ includes <yaml.h> (libyaml'
 inject "engine/ including readline fails" engine/json.c '#include <readline/readline.h>' 'readline'
 inject "cli/ including curses fails" cli/cmd_chat.c '#include <ncurses.h>' 'cli/ includes <ncurses.h> (curses belongs to tui/ only)'
 inject "cli/ including a tui/ header fails" cli/cmd_info.c '#include "../tui/panels.h"' 'cli/ includes "../tui/panels.h" from tui/'
 inject "tui/ including cli/ fails" tui/app.c '#include "../cli/bench.h"' 'tui/ includes "../cli/bench.h" from cli/'
+inject "engine/ including the sim backend's header fails" engine/model.c '#include "../kernels/sim.h"' 'through the backend table'
+inject "cli/ including a kernels-private header fails" cli/cmd_info.c '#include "../kernels/cpu_internal.h"' 'private to kernels/'
 inject "a .c file of kernels/ including the CUDA runtime fails" kernels/cpu.c '#include <cuda_runtime.h>' 'the CUDA runtime'
 
 # Link rules on copies of the built libraries with one extra object each.

@@ -1,7 +1,8 @@
 /* test_mkmodel.c - random-weight llama GGUFs: tensor names, shapes and types
  * as llama.cpp writes them, llama.* metadata, the synthetic vocabulary,
  * weight statistics, byte-identical output for a seed, quantized types that
- * dequantize back to the same underlying weights, and argument validation. */
+ * dequantize back to the same underlying weights, argument validation, and
+ * truncated copies (drafts). */
 #include "../harness.h"
 
 #include <unistd.h>
@@ -389,5 +390,45 @@ static void test_validation(void) {
     CHECK(kv_mkmodel_validate(&d, &err) == 0);
 }
 
+/* kv_mkmodel_truncate: the first layers, every other tensor and key as they
+ * were (block_count changed), bad layer counts and sources refused with no
+ * file left behind. */
+static void test_truncate(void) {
+    kv_err err;
+    kv_mkmodel_params p = small_params();
+    p.n_layers = 3;
+    const char *src = tmp_path("tsrc"), *dst = tmp_path("tdst");
+    REQUIRE(kv_mkmodel_write(&p, src, &err) == 0);
+    CHECKF(kv_mkmodel_truncate(src, dst, 1, &err) == 0, "%s", err.msg);
+    kv_gguf *a = kv_gguf_open(src, &err), *b = kv_gguf_open(dst, &err);
+    REQUIRE(a && b);
+    CHECK(get_u32(b, "llama.block_count") == 1 && get_u32(b, "llama.embedding_length") == 64);
+    CHECK(kv_gguf_n_kv(b) == kv_gguf_n_kv(a));
+    CHECK(kv_gguf_n_tensors(b) == kv_gguf_n_tensors(a) - 2 * 9);
+    CHECK(!kv_gguf_find_tensor(b, "blk.1.attn_q.weight") && !kv_gguf_find_tensor(b, "blk.2.ffn_down.weight"));
+    static const char *const kept[] = {"token_embd.weight", "output_norm.weight", "output.weight",
+                                       "blk.0.attn_q.weight", "blk.0.ffn_down.weight"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        const kv_gguf_tensor *x = kv_gguf_find_tensor(a, kept[i]), *y = kv_gguf_find_tensor(b, kept[i]);
+        CHECKF(x && y && x->size == y->size && !memcmp(x->data, y->data, x->size), "%s", kept[i]);
+    }
+    kv_gguf_close(a);
+    kv_gguf_close(b);
+    unlink(dst);
+    CHECK(kv_mkmodel_truncate(src, dst, 0, &err) == KV_ERR_INVAL && strstr(err.msg, "has 3"));
+    CHECK(kv_mkmodel_truncate(src, dst, 4, &err) == KV_ERR_INVAL && access(dst, F_OK) != 0);
+    CHECK(kv_mkmodel_truncate(src, dst, 3, &err) == 0); /* all layers: a copy */
+    unlink(dst);
+    unlink(src);
+    CHECK(kv_mkmodel_truncate(src, dst, 1, &err) == KV_ERR_IO && strstr(err.msg, src) && access(dst, F_OK) != 0);
+    kv_gguf_writer *w = kv_gguf_writer_new();
+    kv_gguf_writer_add_u32(w, "llama.block_count", 2);
+    REQUIRE(kv_gguf_writer_write(w, src, &err) == 0);
+    kv_gguf_writer_free(w);
+    CHECK(kv_mkmodel_truncate(src, dst, 1, &err) == KV_ERR_FORMAT && strstr(err.msg, "general.architecture"));
+    CHECK(access(dst, F_OK) != 0);
+    unlink(src);
+}
+
 TEST_MAIN(T(test_f32_model), T(test_deterministic), T(test_types), T(test_tied_and_vocab), T(test_vocab_from),
-          T(test_validation))
+          T(test_validation), T(test_truncate))

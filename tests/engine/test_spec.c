@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "../../engine/engine.h"
-#include "../../engine/gguf.h"
 #include "../../engine/mkmodel.h"
 #include "../../engine/quantize.h"
 #include "../../engine/runner.h"
@@ -550,34 +549,6 @@ static void test_greedy_identical_llama2c(void) {
     greedy_battery(&c, stories_texts, stories_max, N_STORIES, cases, 1, 0);
 }
 
-static int skip_count(const char *key, void *ctx) {
-    (void)ctx;
-    return strcmp(key, "llama.block_count") == 0;
-}
-
-/* Writes the first n_layers blocks of a GGUF llama model (with its
- * embeddings, final norm and head) as a new model: a same-vocabulary draft. */
-static int write_truncated(const char *src, const char *dst, int n_layers, kv_err *err) {
-    kv_gguf *g = kv_gguf_open(src, err);
-    if (!g) return -1;
-    kv_gguf_writer *w = kv_gguf_writer_new();
-    int rc = w ? 0 : -1;
-    if (rc == 0) rc = kv_gguf_writer_copy_kv(w, g, skip_count, NULL);
-    if (rc == 0) rc = kv_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)n_layers);
-    for (int64_t i = 0; i < kv_gguf_n_tensors(g) && rc == 0; i++) {
-        const kv_gguf_tensor *t = kv_gguf_tensor_at(g, i);
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
-        int blk;
-        if (sscanf(name, "blk.%d.", &blk) == 1 && blk >= n_layers) continue;
-        rc = kv_gguf_writer_add_tensor_ref(w, name, t->type, t->n_dims, t->ne, t->data, t->size);
-    }
-    if (rc == 0) rc = kv_gguf_writer_write(w, dst, err);
-    kv_gguf_writer_free(w);
-    kv_gguf_close(g);
-    return rc;
-}
-
 static void test_greedy_identical_smollm2(void) {
     if (access(SMOL, R_OK) != 0) {
         CHECKF(0, "%s missing: run `make models`", SMOL);
@@ -598,7 +569,7 @@ static void test_greedy_identical_smollm2(void) {
     char trunc[512];
     tmp_path(trunc, sizeof trunc, "smol8.gguf");
     kv_err err;
-    int have = write_truncated(SMOL, trunc, 8, &err) == 0;
+    int have = kv_mkmodel_truncate(SMOL, trunc, 8, &err) == 0;
     CHECKF(have, "truncated draft: %s", err.msg);
     const method_case cases[] = {
         {"ngram k4", KV_SPEC_NGRAM, 4, 0, 1, NULL, 0.05},

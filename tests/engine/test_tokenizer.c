@@ -13,34 +13,16 @@
 #include "../harness.h"
 #include "../../engine/gguf.h"
 #include "../../engine/tokenizer.h"
+#include "../../base/file.h"
 #include "../../engine/unicode.h"
 
 /* ------------------------------------------------------------------ */
 /* helpers */
 
+/* The whole file, NUL-terminated (base/file.h), or NULL. */
 static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2 + 1);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
+    char *buf;
+    return kv_read_file(path, 0, &buf, len, NULL) == 0 ? buf : NULL;
 }
 
 static kv_tokenizer *load_gguf_tok(const char *rel) {

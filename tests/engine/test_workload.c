@@ -2,11 +2,15 @@
  * requests, draws follow their distributions (bounds, means, poisson gaps),
  * aspects draw from independent streams, prompt ids come out exactly the
  * drawn length with a shared system prefix, and JSONL prompt files parse
- * strictly with file:line errors. */
+ * strictly with file:line errors. The workload driver (driver.h) on a real
+ * engine: open-loop arrivals on the caller's clock, closed-loop slots,
+ * repeat, output fitted to a context, session tags, and its one
+ * tokenization rule (special-token texts stay text). */
 #include <stdint.h>
 #include <unistd.h>
 
 #include "../../engine/config.h"
+#include "../../engine/driver.h"
 #include "../../engine/workload.h"
 #include "../harness.h"
 
@@ -435,5 +439,192 @@ static void test_prompts_file_workload(void) {
     CHECK(kv_workload_build(&c, &err) == NULL && err.code == KV_ERR_IO && strstr(err.msg, "workload.prompts_file"));
 }
 
+/* ---- the driver ---- */
+
+static kv_config driver_config(void) {
+    kv_config c = base();
+    harness_shared_copy(c.model.path, sizeof c.model.path, "models/stories260K.gguf");
+    c.threads = 1;
+    c.kv.memory = 4u << 20;
+    c.kv.prefix_sharing = 0;
+    c.scheduler.max_seq_len = 512;
+    c.sampling.temperature = 0;
+    c.workload.requests = 5;
+    c.workload.prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 12};
+    c.workload.output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 4};
+    c.workload.ignore_eos = 1;
+    return c;
+}
+
+static kv_engine *driver_engine(const kv_config *c) {
+    kv_err err;
+    kv_engine *e = kv_engine_new(c, &err);
+    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
+    return e;
+}
+
+static void test_driver_open_loop(void) {
+    kv_config c = driver_config();
+    c.workload.arrival = KV_ARRIVAL_POISSON;
+    c.workload.rate = 10;
+    kv_engine *e = driver_engine(&c);
+    REQUIRE(e);
+    kv_err err;
+    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    REQUIRE(d);
+    const kv_workload *w = kv_driver_workload(d);
+    CHECK(kv_driver_count(d) == 5 && !kv_driver_closed(d) && kv_driver_remaining(d) == 5);
+    int bos = kv_tokenizer_add_bos(kv_engine_model(e)->tok) ? 1 : 0;
+    kv_driver_sub sub[8];
+    /* the first call starts the clock: what arrives at 0 is due */
+    int due0 = 0;
+    while (due0 < 5 && kv_workload_get(w, due0)->arrival_s <= 0) due0++;
+    int n = kv_driver_submit_due(d, 1000, 0, sub, 8, &err);
+    CHECKF(n == due0 && n >= 1, "%d due, %d expected", n, due0);
+    CHECK(sub[0].index == 0 && sub[0].id > 0 && sub[0].prompt_tokens == 12 + bos && !sub[0].skipped);
+    /* the next one waits for its arrival on the caller's clock */
+    double wait = kv_driver_next_wait_ms(d, 1000);
+    CHECK(fabs(wait - kv_workload_get(w, n)->arrival_s * 1000) < 1e-6 && wait > 0);
+    CHECK(kv_driver_submit_due(d, 1000 + wait * 0.5, 0, sub, 8, &err) == 0);
+    CHECK(kv_driver_submit_due(d, 1000 + wait, 0, sub, 8, &err) >= 1 && sub[0].index == n);
+    /* max_in_flight holds back what is due; cap splits a batch */
+    kv_driver_free(d);
+    kv_driver_opts o = {.max_in_flight = 2};
+    d = kv_driver_new(e, &c, &o, &err);
+    REQUIRE(d);
+    CHECK(kv_driver_submit_due(d, 0, 2, sub, 8, &err) == 0);
+    CHECK(kv_driver_submit_due(d, 1e9, 0, sub, 1, &err) == 1 && sub[0].index == 0);
+    CHECK(kv_driver_submit_due(d, 1e9, 0, sub, 8, &err) == 2 && sub[1].index == 2); /* in flight: 0 + 2 */
+    CHECK(kv_driver_submit_due(d, 1e9, 1, sub, 8, &err) == 1 && sub[0].index == 3);
+    CHECK(kv_driver_submit_due(d, 1e9, 0, sub, 8, &err) == 1 && sub[0].index == 4);
+    CHECK(kv_driver_remaining(d) == 0 && kv_driver_next_wait_ms(d, 1e9) == -1);
+    CHECK(kv_driver_submit_due(d, 2e9, 0, sub, 8, &err) == 0); /* runs dry without repeat */
+    kv_driver_free(d);
+    /* repeat: the workload starts over, its arrival times from then */
+    o = (kv_driver_opts){.repeat = 1};
+    d = kv_driver_new(e, &c, &o, &err);
+    REQUIRE(d);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == due0);
+    /* the rest, then item 0 again (it arrives at 0 of the new round), then
+     * item 1 waits for its time in the new round */
+    n = kv_driver_submit_due(d, 1e9, 0, sub, 8, &err);
+    CHECKF(n == 5 - due0 + 1 && sub[0].index == due0 && sub[n - 1].index == 0, "%d records", n);
+    CHECK(kv_driver_remaining(d) == 4 && kv_driver_next_wait_ms(d, 1e9) > 0);
+    kv_driver_free(d);
+    kv_engine_free(e);
+}
+
+static void test_driver_closed_loop(void) {
+    kv_config c = driver_config();
+    c.workload.arrival = KV_ARRIVAL_CLOSED;
+    c.workload.concurrency = 2;
+    kv_engine *e = driver_engine(&c);
+    REQUIRE(e);
+    kv_err err;
+    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    REQUIRE(d);
+    kv_driver_sub sub[8];
+    CHECK(kv_driver_closed(d) && kv_driver_next_wait_ms(d, 0) == -1);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 2 && sub[0].index == 0 && sub[1].index == 1);
+    CHECK(kv_driver_submit_due(d, 0, 2, sub, 8, &err) == 0);
+    CHECK(kv_driver_submit_due(d, 0, 1, sub, 8, &err) == 1 && sub[0].index == 2);
+    kv_driver_free(d);
+    /* the TUI keeps one request per background session in flight, round and round */
+    kv_driver_opts o = {.closed_slots = 3, .repeat = 1};
+    d = kv_driver_new(e, &c, &o, &err);
+    REQUIRE(d);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 3);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 3 && sub[1].index == 4 && sub[2].index == 0);
+    kv_driver_free(d);
+    kv_engine_free(e);
+}
+
+/* Runs e until idle; counts each request's tokens and records its session. */
+static void run_collect(kv_engine *e, const int64_t *ids, int n, int *tokens, int *session) {
+    kv_engine_run_until_idle(e);
+    kv_event ev[64];
+    int k;
+    while ((k = kv_engine_poll(e, ev, 64)) > 0)
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < n; j++)
+                if (ev[i].req == ids[j]) {
+                    if (ev[i].type == KV_EVENT_TOKEN && ev[i].token >= 0) tokens[j]++;
+                    session[j] = ev[i].session;
+                }
+}
+
+static void test_driver_requests(void) {
+    kv_config c = driver_config();
+    c.workload.arrival = KV_ARRIVAL_BURST;
+    kv_engine *e = driver_engine(&c);
+    REQUIRE(e);
+    int bos = kv_tokenizer_add_bos(kv_engine_model(e)->tok) ? 1 : 0, np = 12 + bos;
+    kv_err err;
+    /* fit_ctx: the output cut to what the context leaves, or the item skipped */
+    kv_driver_opts o = {.fit_ctx = np + 2, .session_base = 100, .n_sessions = 2, .pretokenize = 1};
+    kv_driver *d = kv_driver_new(e, &c, &o, &err);
+    REQUIRE(d);
+    kv_driver_sub sub[8];
+    REQUIRE(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 5);
+    int64_t ids[5];
+    int tokens[5] = {0}, session[5] = {0};
+    for (int i = 0; i < 5; i++) {
+        CHECK(sub[i].index == i && sub[i].id > 0 && sub[i].prompt_tokens == np);
+        ids[i] = sub[i].id;
+    }
+    run_collect(e, ids, 5, tokens, session);
+    for (int i = 0; i < 5; i++) CHECKF(tokens[i] == 2 && session[i] == 100 + i % 2, "%d: %d tokens, session %d", i,
+                                       tokens[i], session[i]);
+    kv_driver_free(d);
+    o = (kv_driver_opts){.fit_ctx = np};
+    d = kv_driver_new(e, &c, &o, &err);
+    REQUIRE(d);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 5 && sub[0].skipped && sub[0].id == 0 && !sub[0].reason[0]);
+    kv_driver_free(d);
+    /* without fit_ctx the engine refuses what cannot fit, and says why */
+    c.workload.output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 500};
+    d = kv_driver_new(e, &c, NULL, &err);
+    REQUIRE(d);
+    CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 5 && sub[0].id == 0 && !sub[0].skipped &&
+          strstr(sub[0].reason, "context"));
+    kv_driver_free(d);
+    kv_engine_free(e);
+}
+
+/* The one tokenization rule: BOS as the vocabulary says, then the raw text;
+ * "</s>" in a prompt is those characters, not the end-of-sequence token. */
+static void test_driver_tokenization(void) {
+    char path[512];
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/kvtop-driver-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
+    int fd = mkstemps(path, 6);
+    REQUIRE(fd >= 0);
+    const char *body = "{\"prompt\": \"hi </s> there\"}\n";
+    REQUIRE(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
+    close(fd);
+    kv_config c = driver_config();
+    c.workload.requests = 1;
+    snprintf(c.workload.prompts_file, sizeof c.workload.prompts_file, "%s", path);
+    kv_engine *e = driver_engine(&c);
+    REQUIRE(e);
+    kv_err err;
+    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    REQUIRE(d);
+    const kv_tokenizer *tok = kv_engine_model(e)->tok;
+    int32_t got[64], raw[64], special[64];
+    int n = kv_driver_prompt(kv_driver_workload(d), 0, tok, got, 64, &err);
+    int nr = kv_tokenizer_encode(tok, "hi </s> there", 13, kv_tokenizer_add_bos(tok), 0, raw, 64, &err);
+    int ns = kv_tokenizer_encode(tok, "hi </s> there", 13, kv_tokenizer_add_bos(tok), 1, special, 64, &err);
+    CHECK(n > 0 && n == nr && !memcmp(got, raw, (size_t)n * sizeof *got));
+    CHECK(ns != nr); /* the vocabulary does have </s>: the rule matters */
+    for (int i = 0; i < n; i++) CHECK(got[i] != kv_tokenizer_eos(tok));
+    CHECK(kv_driver_prompt_bound(kv_driver_workload(d), 0, tok) >= n);
+    CHECK(kv_driver_prompt(kv_driver_workload(d), 0, tok, got, n - 1, &err) == KV_ERR_RANGE);
+    kv_driver_free(d);
+    kv_engine_free(e);
+    unlink(path);
+}
+
 TEST_MAIN(T(test_determinism), T(test_streams_independent), T(test_distributions), T(test_arrivals),
-          T(test_system_prompt_use), T(test_tokens_exact), T(test_prompts_parse), T(test_prompts_file_workload))
+          T(test_system_prompt_use), T(test_tokens_exact), T(test_prompts_parse), T(test_prompts_file_workload),
+          T(test_driver_open_loop), T(test_driver_closed_loop), T(test_driver_requests), T(test_driver_tokenization))

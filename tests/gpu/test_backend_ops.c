@@ -3,8 +3,11 @@
  * compared by normalised error ||y - y_cpu|| / ||y_cpu||, then whole forward
  * passes (random models of each weight type, and stories260K's golden greedy
  * ids). The "sim" backend computes with the CPU kernels, so it must match
- * exactly; others (cuda) within per-op tolerances. A backend that cannot be
- * created here (no GPU) is skipped with a note. Built by `make test-gpu`. */
+ * exactly; others (cuda) within per-op tolerances. After every group of
+ * ops each backend's ops.status must report no failure, and an op asked for
+ * more than was reserved must fail there, naming the op. A backend that
+ * cannot be created here (no GPU) is skipped with a note. Built by
+ * `make test-gpu`. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,11 +51,23 @@ static kv_backend *cpu;
 static target targets[8];
 static int n_targets, inited;
 
+/* What every op of these tests fits in (ops.reserve; the forward passes
+ * reserve for themselves). */
+static const kv_backend_limits op_limits = {.max_rows = 128, .max_k = 2048, .weight_types = 0};
+
+static kv_backend *reserve_or_free(kv_backend *b, kv_err *err) {
+    if (b && kv_backend_reserve(b, &op_limits, err) != 0) {
+        kv_backend_free(b);
+        return NULL;
+    }
+    return b;
+}
+
 static void init_targets(void) {
     if (inited) return;
     inited = 1;
     kv_err err = {0};
-    cpu = kv_backend_create("cpu", 2, &err);
+    cpu = reserve_or_free(kv_backend_create("cpu", 2, &err), &err);
     if (!cpu) {
         fprintf(stderr, "  cpu backend: %s\n", err.msg);
         return;
@@ -60,7 +75,7 @@ static void init_targets(void) {
     for (const char *const *n = kv_backend_names(); *n && n_targets < 8; n++) {
         if (!strcmp(*n, "cpu")) continue;
         kv_err e = {0};
-        kv_backend *b = kv_backend_create(*n, 2, &e);
+        kv_backend *b = reserve_or_free(kv_backend_create(*n, 2, &e), &e);
         if (!b) {
             printf("  note: backend '%s' skipped: %s\n", *n, e.msg);
             continue;
@@ -92,15 +107,12 @@ static void report(int op) {
                    targets[i].cases[op], targets[i].worst[op]);
 }
 
-/* Any error a backend recorded (cuda: ops cannot return one). */
+/* A healthy run records no failure: ops.status of the target (and of the
+ * cpu it was compared with) says 0. */
 static void check_backend_error(target *t, const char *what) {
-#ifdef KV_HAVE_CUDA
     kv_err err = {0};
-    if (!strcmp(t->name, "cuda")) CHECKF(kv_cuda_last_error(t->b, &err) == 0, "%s after %s: %s", t->name, what, err.msg);
-#else
-    (void)t;
-    (void)what;
-#endif
+    CHECKF(kv_backend_status(t->b, &err) == 0, "%s after %s: %s", t->name, what, err.msg);
+    CHECKF(kv_backend_status(cpu, &err) == 0, "cpu after %s: %s", what, err.msg);
 }
 
 /* Drops device copies made from host memory that is about to be freed. */
@@ -698,6 +710,48 @@ static void test_forward_golden(void) {
     kv_model_free(m);
 }
 
+/* The failure path on every backend: a quantized matmul of more and longer
+ * rows than were reserved fails at ops.status with KV_ERR_BACKEND naming
+ * the op, the record is then clear, and the next op within the limits
+ * works. */
+static void test_status(void) {
+    init_targets();
+    REQUIRE(cpu);
+    target all[9];
+    int n = 0;
+    all[n++] = (target){.name = "cpu", .b = cpu};
+    for (int i = 0; i < n_targets; i++) all[n++] = targets[i];
+    const int M = 32, K = 2 * (int)op_limits.max_k, rows = op_limits.max_rows + 1;
+    uint8_t *owned, *owned_ok;
+    kv_tensor w = make_weight(KV_TYPE_Q8_0, M, K, &owned);
+    kv_tensor w_ok = make_weight(KV_TYPE_Q8_0, M, K / 2, &owned_ok);
+    REQUIRE(owned && owned_ok);
+    float *hx = malloc((size_t)rows * K * sizeof(float));
+    REQUIRE(hx);
+    harness_fill_rand(hx, (size_t)rows * K, 1.0f);
+    for (int i = 0; i < n; i++) {
+        kv_backend *b = all[i].b;
+        kv_err err = {0};
+        CHECKF(b->ops->status(b, &err) == 0, "%s: %s", all[i].name, err.msg);
+        float *dx = put(b, hx, (size_t)rows * K * sizeof(float)), *dy = put(b, NULL, (size_t)rows * M * sizeof(float));
+        REQUIRE(dx && dy);
+        b->ops->matmul(b, &w, dx, dy, rows);
+        kv_err_clear(&err);
+        int rc = b->ops->status(b, &err);
+        CHECKF(rc == KV_ERR_BACKEND && strncmp(err.msg, "matmul: ", 8) == 0, "%s: rc %d, '%s'", all[i].name, rc,
+               err.msg);
+        CHECKF(b->ops->status(b, &err) == 0, "%s: not cleared: %s", all[i].name, err.msg);
+        b->ops->matmul(b, &w_ok, dx, dy, rows - 1);
+        CHECKF(b->ops->status(b, &err) == 0, "%s within the limits: %s", all[i].name, err.msg);
+        b->ops->free(b, dx);
+        b->ops->free(b, dy);
+        if (i > 0) forget_host(&targets[i - 1]);
+    }
+    free(hx);
+    free(owned);
+    free(owned_ok);
+}
+
 static void test_zz_release(void) {
     for (int i = 0; i < n_targets; i++) kv_backend_free(targets[i].b);
     n_targets = 0;
@@ -707,4 +761,5 @@ static void test_zz_release(void) {
 }
 
 TEST_MAIN(T(test_matmul), T(test_get_rows), T(test_rmsnorm), T(test_rope), T(test_silu_mul_add), T(test_kv_attention),
-          T(test_memory_and_copies), T(test_forward_random_models), T(test_forward_golden), T(test_zz_release))
+          T(test_memory_and_copies), T(test_forward_random_models), T(test_forward_golden), T(test_status),
+          T(test_zz_release))

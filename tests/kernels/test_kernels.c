@@ -37,10 +37,18 @@ static double half_value(uint16_t h) {
     return s ? -v : v;
 }
 
+/* Every op of these tests fits: at most 64 rows of 1024 (any weight type). */
+static const kv_backend_limits test_limits = {.max_rows = 64, .max_k = 1024, .weight_types = 0};
+
 static kv_backend *cpu(int threads) {
     kv_err err = {0};
     kv_backend *b = kv_backend_create("cpu", threads, &err);
     if (!b) fprintf(stderr, "  cpu backend: %s\n", err.msg);
+    if (b && kv_backend_reserve(b, &test_limits, &err) != 0) {
+        fprintf(stderr, "  cpu backend: %s\n", err.msg);
+        kv_backend_free(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -885,6 +893,72 @@ static void test_backend_memory(void) {
     kv_backend_free(b);
 }
 
+/* The failure contract: an op that cannot work records it (its output is
+ * NaN), ops.status reports it once with the op's name and clears it; the
+ * scratch is what reserve sized, and an op asking for more fails there
+ * rather than allocating. */
+static void test_backend_status(void) {
+    kv_err err = {0};
+    kv_backend *b = kv_backend_create("cpu", 2, &err);
+    REQUIRE(b);
+    REQUIRE(b->ops->status && b->ops->reserve && !b->ops->clock);
+    CHECK(b->ops->status(b, &err) == 0);
+    int64_t K = 256, M = 40;
+    float *wf = malloc((size_t)(M * K) * 4);
+    float *x = malloc((size_t)(8 * K) * 4), *y = malloc((size_t)(8 * M) * 4), *ref = malloc((size_t)(8 * M) * 4);
+    REQUIRE(wf && x && y && ref);
+    kv_tensor w;
+    uint8_t *data = make_weight(KV_TYPE_Q8_0, M, K, 4, &w, wf);
+    harness_fill_rand(x, (size_t)(8 * K), 1.0f);
+    REQUIRE(kv_cpu_matmul_ref(&w, x, ref, 8) == 0);
+    /* nothing reserved yet: the matmul fails, loudly and once */
+    CHECK(kv_cpu_scratch(b, 0, 1) == NULL);
+    b->ops->matmul(b, &w, x, y, 8);
+    CHECK(isnan(y[0]) && isnan(y[8 * M - 1]));
+    kv_err_clear(&err);
+    CHECK(b->ops->status(b, &err) == KV_ERR_BACKEND && err.code == KV_ERR_BACKEND);
+    CHECKF(strncmp(err.msg, "matmul: ", 8) == 0 && strstr(err.msg, "reserved"), "message: %s", err.msg);
+    CHECK(b->ops->status(b, &err) == 0);
+    /* reserved for 4 rows of 256: 4 rows work, 8 rows fail */
+    kv_backend_limits lim = {.max_rows = 4, .max_k = K, .weight_types = (uint64_t)1 << KV_TYPE_Q8_0};
+    CHECK(kv_backend_reserve(b, &lim, &err) == 0);
+    b->ops->matmul(b, &w, x, y, 4);
+    CHECK(b->ops->status(b, &err) == 0);
+    CHECK(harness_nerr(y, ref, (size_t)(4 * M)) < 1e-5);
+    b->ops->matmul(b, &w, x, y, 8);
+    CHECK(kv_backend_status(b, &err) == KV_ERR_BACKEND && strstr(err.msg, "matmul"));
+    /* a reservation only grows: a smaller one keeps the larger */
+    lim.max_rows = 8;
+    CHECK(kv_backend_reserve(b, &lim, &err) == 0);
+    kv_backend_limits small = {.max_rows = 1, .max_k = 32, .weight_types = (uint64_t)1 << KV_TYPE_Q8_0};
+    CHECK(kv_backend_reserve(b, &small, &err) == 0);
+    b->ops->matmul(b, &w, x, y, 8);
+    CHECK(kv_backend_status(b, &err) == 0);
+    CHECK(harness_nerr(y, ref, (size_t)(8 * M)) < 1e-5);
+    /* bad limits are refused */
+    kv_backend_limits bad = {.max_rows = 0, .max_k = 1};
+    CHECK(kv_backend_reserve(b, &bad, &err) == KV_ERR_INVAL);
+    /* the first failure is the one kept: get_rows's bad id, then a rope shape */
+    float out[3 * 256];
+    int32_t ids[] = {1, 99, 2};
+    b->ops->get_rows(b, &w, ids, out, 3);
+    CHECK(isnan(out[256]));
+    float q[64] = {0};
+    int32_t pos[1] = {0};
+    b->ops->rope(b, q, pos, 1, 1, 64, 65, 10000.0f, 0);
+    CHECK(kv_backend_status(b, &err) == KV_ERR_BACKEND);
+    CHECKF(strncmp(err.msg, "get_rows: ", 10) == 0 && strstr(err.msg, "id 99"), "message: %s", err.msg);
+    b->ops->rope(b, q, pos, 1, 1, 64, 65, 10000.0f, 0);
+    CHECK(kv_backend_status(b, &err) == KV_ERR_BACKEND && strncmp(err.msg, "rope: ", 6) == 0);
+    CHECK(kv_backend_status(b, &err) == 0 && kv_backend_status(NULL, &err) == 0);
+    free(data);
+    free(wf);
+    free(x);
+    free(y);
+    free(ref);
+    kv_backend_free(b);
+}
+
 static void test_membw(void) {
     kv_threadpool *p = kv_threadpool_new(2);
     REQUIRE(p);
@@ -907,7 +981,7 @@ int main(int argc, char **argv) {
         T(test_matmul_quant_ext),  T(test_matmul_batch_invariance), T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
         T(test_rope),              T(test_silu_mul_add),          T(test_get_rows),
         T(test_threadpool),        T(test_threadpool_latency),    T(test_backend_registry),
-        T(test_backend_memory),    T(test_membw),
+        T(test_backend_memory),    T(test_backend_status),        T(test_membw),
     };
     return harness_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
 }

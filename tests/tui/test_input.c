@@ -110,6 +110,13 @@ static void test_all(void) {
     key(0x4e2d);
     key(KV_KEY_ENTER);
     CHECK(!strcmp(got[5], "\xc3\xa9\xe4\xb8\xad"));
+    /* A surrogate has no UTF-8 (base/utf8.h's encoder says so): the key
+     * inserts nothing; U+10FFFF, the last code point, arrives whole. */
+    key(0xD800);
+    key(0xDFFF);
+    key(0x10FFFF);
+    key(KV_KEY_ENTER);
+    CHECKF(!strcmp(got[6], "\xf4\x8f\xbf\xbf"), "%s", got[6]);
 
     /* set_text prefills. */
     kv_input_set_text("/rename ");

@@ -1,0 +1,192 @@
+/* cpu_attention_avx512.c - AVX-512 (F + BW + VL) kernels of the CPU paged
+ * attention: cpu_attention_avx2.c's kernels on 16 lanes, the last vector of
+ * a row masked instead of a scalar tail. Compiled for that target with a
+ * file-wide pragma, as matmul_avx512.c is; cpu_attention.c calls them only
+ * when the CPU has the features. */
+#include "cpu_attention_isa.h"
+
+#ifdef KV_HAVE_X86_KERNELS
+
+#include <immintrin.h>
+#include <math.h>
+
+KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+
+#define INL static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* Sixteen elements c.. of a row (lanes outside m are zero, no memory past
+ * them is touched), expanded as ld8 does. */
+INL __m512 ld16(const uint8_t *row, const int DT, int c, __mmask16 m, __m512 sc, __m512 mn) {
+    switch (DT) {
+    case KV_CACHE_F32: return _mm512_maskz_loadu_ps(m, row + 4 * (size_t)c);
+    case KV_CACHE_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * (size_t)c));
+    default: break;
+    }
+    __m128i b = _mm_maskz_loadu_epi8(m, row + c);
+    switch (DT) {
+    case KV_CACHE_INT8: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    case KV_CACHE_INT8_ASYM: return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), sc, mn);
+    case KV_CACHE_FP8_E5M2: return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    default: {
+        __m256i w = _mm256_cvtepu8_epi16(b);
+        __m256i lo = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                    _mm256_slli_epi16(lo, 7));
+        __m512 x = _mm512_cvtph_ps(h);
+        /* e4m3's only NaN codes are S.1111.111 */
+        return _mm512_mask_mov_ps(x, _mm256_cmpeq_epi16_mask(lo, _mm256_set1_epi16(0x7f)), _mm512_set1_ps(NAN));
+    }
+    }
+}
+
+/* The four sums of a0..a3 in one vector: each folded to 8 lanes, then
+ * reduced as cpu_attention_avx2.c's hsum4x8 does (the same order). */
+INL __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+#define FOLD(a) _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)))
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(FOLD(a0), FOLD(a1)), _mm256_hadd_ps(FOLD(a2), FOLD(a3)));
+#undef FOLD
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* As scores_avx2_nh, 16 lanes; the last vector of a row is masked. */
+INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_t stride, int nt,
+                             float scale, float *s, int ss, const int NH, const int DT) {
+    for (int t = 0; t < nt; t += 4) {
+        const uint8_t *r[4];
+        float sk[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mk[4] = {0};
+        UNROLL for (int k = 0; k < 4; k++) {
+            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sk[k] = row_scale(r[k], hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mk[k] = row_min(r[k], hd);
+        }
+        __m512 a[ATTN_HC][4];
+        UNROLL for (int h = 0; h < NH; h++)
+            UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_setzero_ps();
+        for (int c = 0; c < hd; c += 16) {
+            const __mmask16 m = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
+            __m512 x[4];
+            UNROLL for (int k = 0; k < 4; k++)
+                x[k] = ld16(r[k], DT, c, m, _mm512_set1_ps(sk[k]), _mm512_set1_ps(mk[k]));
+            UNROLL for (int h = 0; h < NH; h++) {
+                __m512 qv = _mm512_maskz_loadu_ps(m, q[h] + c); /* zero lanes cancel int8_asym's min */
+                UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_fmadd_ps(qv, x[k], a[h][k]);
+            }
+        }
+        __m128 vs = _mm_set1_ps(scale);
+        if (ATTN_DT_FOLDS(DT)) vs = _mm_mul_ps(vs, _mm_loadu_ps(sk));
+        UNROLL for (int h = 0; h < NH; h++) {
+            __m128 v = _mm_mul_ps(hsum4x16(a[h][0], a[h][1], a[h][2], a[h][3]), vs);
+            if (t + 4 <= nt) {
+                _mm_storeu_ps(s + h * ss + t, v);
+            } else {
+                float out[4];
+                _mm_storeu_ps(out, v);
+                for (int k = 0; t + k < nt; k++) s[h * ss + t + k] = out[k];
+            }
+        }
+    }
+}
+
+static void scores_512(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                             kv_cache_dtype d, float scale, float *s, int ss) {
+#define S5(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT); break;
+#define S5D(NH) S5(NH, 0) S5(NH, 1) S5(NH, 2) S5(NH, 3) S5(NH, 4) S5(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { S5D(1) S5D(2) S5D(3) S5D(4) default: break; }
+#undef S5D
+#undef S5
+}
+
+/* Column groups of 4 vectors (64 floats): NH * 4 independent accumulator
+ * chains; lanes past head_dim are masked off (no memory is touched). */
+INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
+                            int ps, const int NH, const int DT) {
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        __mmask16 m[4];
+        UNROLL for (int v = 0; v < 4; v++) {
+            int rem = hd - c0 - 16 * v;
+            m[v] = rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : (__mmask16)0;
+        }
+        __m512 a[ATTN_HC][4];
+        UNROLL for (int h = 0; h < NH; h++)
+            UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *r = rows + (size_t)t * stride;
+            float sc = 1.0f, mn = 0.0f;
+            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
+            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
+            __m512 x[4];
+            UNROLL for (int v = 0; v < 4; v++) x[v] = ld16(r, DT, c0 + 16 * v, m[v], _mm512_set1_ps(sc), _mm512_set1_ps(mn));
+            UNROLL for (int h = 0; h < NH; h++) {
+                __m512 w = _mm512_set1_ps(ATTN_DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]);
+                UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_fmadd_ps(w, x[v], a[h][v]);
+            }
+        }
+        UNROLL for (int h = 0; h < NH; h++)
+            UNROLL for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * v, m[v], a[h][v]);
+    }
+}
+
+static void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                            kv_cache_dtype d, const float *p, int ps) {
+#define A5(NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, DT); break;
+#define A5D(NH) A5(NH, 0) A5(NH, 1) A5(NH, 2) A5(NH, 3) A5(NH, 4) A5(NH, 5)
+    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { A5D(1) A5D(2) A5D(3) A5D(4) default: break; }
+#undef A5D
+#undef A5
+}
+
+/* exp(x), x <= 0, as exp8; scalef gives exact 2^n scaling and flushes to 0
+ * on underflow, so no clamp is needed. */
+INL __m512 exp16(__m512 x) {
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 y = _mm512_set1_ps(1.0f / 720.0f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+static float expsum_512(float *s, int n, float m) {
+    __m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), vm));
+        _mm512_mask_storeu_ps(s + i, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+static float maxf_512(const float *s, int n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + i));
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+static void scalev_512(float *a, int n, float f) {
+    const __m512 vf = _mm512_set1_ps(f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(a + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + i), vf));
+    }
+}
+
+const kv_attn_kernels kv_attn_kernels_avx512 = {scores_512, accum_512, expsum_512, maxf_512, scalev_512, ATTN_DT_ALL};
+
+KV_SIMD_TARGET_END
+
+#else  /* not x86 */
+typedef int kv_cpu_attention_avx512_unused; /* ISO C wants a declaration */
+#endif

@@ -1,0 +1,101 @@
+/* cpu_attention_isa.h - internal to the CPU attention kernels: the table
+ * of per-ISA kernels that cpu_attention.c (scalar reference, dispatch, the
+ * driver) picks from, the entry points of cpu_attention_avx2.c and
+ * cpu_attention_avx512.c, and the small row helpers all of them share. Only
+ * cpu_attention*.c include it. */
+#ifndef KV_CPU_ATTENTION_ISA_H
+#define KV_CPU_ATTENTION_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_isa.h"
+#include "kv_dtype.h"
+#include "types.h"
+
+#define ATTN_TILE 32    /* context tokens scored per step of the online softmax (at most) */
+#define ATTN_HC 4       /* rows one kernel call takes (their accumulators fit the registers) */
+
+/* Per-ISA kernels over a tile of nt rows of one kv head at rows + t * stride,
+ * each head_dim (hd) elements of dtype d (the ones the ISA reads in place).
+ * Query rows q[r] and accumulator rows acc[r] are separate pointers: the
+ * rows of an item come from several tokens and heads. */
+typedef struct kv_attn_kernels {
+    /* s[r * ss + t] = scale * dot(q_r, row_t), r < nr, t < nt */
+    void (*scores)(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                   kv_cache_dtype d, float scale, float *s, int ss);
+    /* acc_r += sum_t p[r * ps + t] * row_t */
+    void (*accum)(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt, kv_cache_dtype d,
+                  const float *p, int ps);
+    /* s[i] = exp(s[i] - m) for i < n; returns their sum */
+    float (*expsum)(float *s, int n, float m);
+    /* max of s[0..n), n >= 1 */
+    float (*maxf)(const float *s, int n);
+    /* a[i] *= f for i < n (the rescale of an accumulator row) */
+    void (*scalev)(float *a, int n, float f);
+    unsigned direct; /* bit d set: dtype d is read in place; others are decoded to f32 first */
+} kv_attn_kernels;
+
+#define ATTN_DT_BIT(d) (1u << (d))
+#define ATTN_DT_ALL (ATTN_DT_BIT(KV_CACHE_DTYPE_COUNT) - 1u)
+
+/* One element of a row of f32 (f16 = 0) or f16 (f16 = 1). */
+static inline float ld_scalar(const uint8_t *row, int f16, int i) {
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, row + 2 * (size_t)i, 2);
+        return kv_fp16_to_fp32(h);
+    }
+    float f;
+    memcpy(&f, row + 4 * (size_t)i, 4);
+    return f;
+}
+
+/* The quantized rows' per-row factors as the SIMD kernels use them: they
+ * expand the codes without the scale (e4m3 to value / 256, see fp8_to_half)
+ * and apply it per key (K) or per weight (V); int8_asym is expanded to
+ * min + q * scale in registers instead, because folding the min out of a
+ * dot product cancels badly. */
+static inline float row_scale(const uint8_t *row, int hd, kv_cache_dtype d) {
+    float sc;
+    memcpy(&sc, row + hd, 4);
+    return d == KV_CACHE_FP8_E4M3 ? sc * 256.0f : sc;
+}
+
+static inline float row_min(const uint8_t *row, int hd) {
+    float mn;
+    memcpy(&mn, row + hd + 4, 4);
+    return mn;
+}
+
+/* One element of a quantized row, expanded as the SIMD loads do (the tails
+ * of rows whose head_dim is not a multiple of the vector width). */
+static inline float raw_scalar(const uint8_t *row, int i, kv_cache_dtype d, float sc, float mn) {
+    switch (d) {
+    case KV_CACHE_INT8: return (float)(int8_t)row[i];
+    case KV_CACHE_INT8_ASYM: return mn + (float)row[i] * sc;
+    case KV_CACHE_FP8_E4M3: return kv_fp8_e4m3_to_fp32(row[i]) * 0.00390625f; /* exact: a power of 2 */
+    case KV_CACHE_FP8_E5M2: return kv_fp8_e5m2_to_fp32(row[i]);
+    case KV_CACHE_F16: return ld_scalar(row, 1, i);
+    default: return ld_scalar(row, 0, i);
+    }
+}
+
+/* 1 when the SIMD kernels multiply a key's score or a value's weight by its
+ * row scale (the symmetric quantized dtypes). */
+#define ATTN_DT_FOLDS(DT) ((DT) == KV_CACHE_INT8 || (DT) == KV_CACHE_FP8_E4M3 || (DT) == KV_CACHE_FP8_E5M2)
+
+#ifdef KV_HAVE_X86_KERNELS
+extern const kv_attn_kernels kv_attn_kernels_avx2;   /* cpu_attention_avx2.c */
+extern const kv_attn_kernels kv_attn_kernels_avx512; /* cpu_attention_avx512.c */
+
+/* Row encoders of kv_store for AVX2 (cpu_attention_avx2.c), bit for bit
+ * the reference's (kv_dtype_encode_row) for hd elements of src. */
+void kv_attn_f16_encode_avx2(const float *src, uint8_t *dst, int n);
+void kv_attn_fp8_encode_avx2(const float *src, uint8_t *dst, int n, int e4);
+void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n);
+#endif
+
+#endif

@@ -1,0 +1,26 @@
+/* cpu_internal.h - internal to the cpu backend: the per-ISA element-wise
+ * kernels of cpu.c (rmsnorm's sum of squares, silu_mul), which live in
+ * cpu_avx2.c and are called only when the CPU has AVX2.
+ *
+ * NOTE: who depends on whom. cpu.c owns the backend's state (pool, ISA,
+ * scratch, the failure record) and is the only file that reads it; the
+ * kernel files (matmul*.c, cpu_attention*.c, cpu_avx2.c) are given what they
+ * use as arguments (kv_mm_env, a pool and an ISA) and include nothing of
+ * cpu.c, so the dependency runs one way: cpu.c -> kernels -> cpu_isa.c,
+ * threadpool.c. */
+#ifndef KV_CPU_INTERNAL_H
+#define KV_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "cpu_isa.h"
+
+#ifdef KV_HAVE_X86_KERNELS
+/* sum of x[i]^2 for i < dim, 16 lanes of fp32 then a scalar tail. */
+float kv_cpu_sumsq_avx2(const float *x, int dim);
+/* g[i] = silu(g[i]) * u[i] for the first n / 8 * 8 elements; returns how
+ * many it did (the caller finishes the tail with the scalar reference). */
+int64_t kv_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
+#endif
+
+#endif

@@ -1,0 +1,262 @@
+/* quant_ext_avx512.c - AVX-512 dot products for quant_ext's types, compiled
+ * for that target with a file-wide pragma, as matmul_avx512.c is, and
+ * chosen at run time by quant_ext.c. Two 32-element blocks (or two K
+ * sub-blocks) per 512-bit register; VNNI dpbusd for the types with one
+ * scale per 32, maddubs + madd with per-lane scales for the K-quants (their
+ * 6/8-bit sub-block scales must multiply before the sum). Same integer sums
+ * as the scalar reference. */
+#include "quant_ext_simd.h"
+
+#ifdef KV_QEXT_HAVE_X86
+
+KV_SIMD_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+
+/* Signed bytes x signed bytes -> 16 int32 sums of 4, via |x| and y with
+ * x's sign (negated where x < 0), then VNNI. */
+static inline __m512i dp_i8_512(__m512i acc, __m512i x, __m512i y) {
+    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(x), _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(x), sy);
+}
+
+/* Two 32-byte halves into one 512-bit register. */
+static inline __m512i join256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+static inline __m512i load2x256(const void *lo, const void *hi) {
+    return join256(_mm256_loadu_si256((const __m256i *)lo), _mm256_loadu_si256((const __m256i *)hi));
+}
+/* The nibbles of two 32-blocks -> 64 bytes: block b's low nibbles, its high
+ * nibbles, then block b+1's (one shift and one lane shuffle for both). */
+static inline __m512i nibbles64(const uint8_t *qs0, const uint8_t *qs1) {
+    const __m256i t = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)qs1), _mm_loadu_si128((const __m128i *)qs0));
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+    /* z's 128-bit lanes: qs0, qs1, qs0 >> 4, qs1 >> 4 -> qs0, qs0 >> 4, qs1, qs1 >> 4 */
+    return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+}
+/* 16 floats: lanes 0-7 = a, lanes 8-15 = b */
+static inline __m512 split_ps(float a, float b) {
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+/* 32 int16: lanes 0-15 = a, lanes 16-31 = b */
+static inline __m512i split_epi16(int a, int b) {
+    return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b));
+}
+
+float kv_qext_dot_q5_0_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_0 *x = vw;
+    const qx_block_q8_0 *y = va;
+    const int64_t nb = n / 32;
+    const __m512i f0 = _mm512_set1_epi8((char)0xF0);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __mmask64 hm = (__mmask64)rd32(x[i].qh) | ((__mmask64)rd32(x[i + 1].qh) << 32);
+        __m512i qx = nibbles64(x[i].qs, x[i + 1].qs);
+        qx = _mm512_mask_blend_epi8(hm, _mm512_or_si512(qx, f0), qx); /* clear 5th bit: q - 16 */
+        const __m512i qy = load2x256(y[i].qs, y[i + 1].qs);
+        const __m512i dp = dp_i8_512(_mm512_setzero_si512(), qx, qy);
+        const __m512 d = split_ps(h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc);
+    }
+    float sum = _mm512_reduce_add_ps(acc);
+    if (i < nb) { /* odd block count: one 256-bit step */
+        __m256i qx = nibbles32(x[i].qs);
+        qx = _mm256_mask_blend_epi8(rd32(x[i].qh), _mm256_or_si256(qx, _mm256_set1_epi8((char)0xF0)), qx);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp));
+    }
+    return sum;
+}
+
+float kv_qext_dot_q5_1_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_1 *x = vw;
+    const kv_block_q8_1 *y = va;
+    const int64_t nb = n / 32;
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    __m512 acc = _mm512_setzero_ps();
+    float summs = 0;
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __mmask64 hm = (__mmask64)rd32(x[i].qh) | ((__mmask64)rd32(x[i + 1].qh) << 32);
+        __m512i qx = nibbles64(x[i].qs, x[i + 1].qs);
+        qx = _mm512_mask_add_epi8(qx, hm, qx, b4);
+        const __m512i qy = load2x256(y[i].qs, y[i + 1].qs);
+        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qx, qy); /* qx unsigned in [0, 31] */
+        const __m512 d = split_ps(h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc);
+        summs += h2f(&x[i].m) * h2f(&y[i].s) + h2f(&x[i + 1].m) * h2f(&y[i + 1].s);
+    }
+    float sum = _mm512_reduce_add_ps(acc) + summs;
+    if (i < nb) {
+        __m256i qx = nibbles32(x[i].qs);
+        qx = _mm256_mask_add_epi8(qx, rd32(x[i].qh), qx, _mm256_set1_epi8(0x10));
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qx, qy);
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp)) + h2f(&x[i].m) * h2f(&y[i].s);
+    }
+    return sum;
+}
+
+float kv_qext_dot_q8_1_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q8_1 *x = vw;
+    const qx_block_q8_0 *y = va;
+    const int64_t nb = n / 32;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        const __m512i qx = load2x256(x[i].qs, x[i + 1].qs);
+        const __m512i qy = load2x256(y[i].qs, y[i + 1].qs);
+        const __m512i dp = dp_i8_512(_mm512_setzero_si512(), qx, qy);
+        const __m512 d = split_ps(h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc);
+    }
+    float sum = _mm512_reduce_add_ps(acc);
+    if (i < nb) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp));
+    }
+    return sum;
+}
+
+float kv_qext_dot_q8_K_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q8_K *x = vw;
+    const kv_block_q8_K *y = va;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        __m512i sumi = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            const __m512i qx = _mm512_loadu_si512((const void *)(x[i].qs + 64 * k));
+            const __m512i qy = _mm512_loadu_si512((const void *)(y[i].qs + 64 * k));
+            sumi = dp_i8_512(sumi, qx, qy);
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(q8k_d(&x[i]) * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* q4_K / q5_K: 64 quant bytes hold groups 2h and 2h+1; low nibbles are
+ * sub-blocks 4h and 4h+2 (elements 128h + 0..31 and 128h + 64..95), high
+ * nibbles 4h+1 and 4h+3 (128h + 32..63 and 128h + 96..127). */
+float kv_qext_dot_q4_K_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q4_K *x = vw;
+    const kv_block_q8_K *y = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc = _mm512_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        uint8_t sm[16];
+        k4_unpack(x[i].scales, sm);
+        const float dy = q8k_d(&y[i]);
+        accm += h2f(&x[i].dmin) * dy * (float)k4_min_sum(sm, y[i].bsums);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const int8_t *a = y[i].qs + 128 * h;
+            const __m512i q4 = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
+            const __m512i q4l = _mm512_and_si512(q4, m4);
+            const __m512i q4h = _mm512_and_si512(_mm512_srli_epi16(q4, 4), m4);
+            const __m512i yl = load2x256(a, a + 64);
+            const __m512i yh = load2x256(a + 32, a + 96);
+            const __m512i pl = _mm512_madd_epi16(split_epi16(sm[4 * h], sm[4 * h + 2]), _mm512_maddubs_epi16(q4l, yl));
+            const __m512i ph = _mm512_madd_epi16(split_epi16(sm[4 * h + 1], sm[4 * h + 3]), _mm512_maddubs_epi16(q4h, yh));
+            sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(pl, ph));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - accm;
+}
+
+float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q5_K *x = vw;
+    const kv_block_q8_K *y = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    /* which qh bit each byte lane needs: register 2h holds the low nibbles of
+     * groups 2h and 2h+1 (bits 4h, 4h+2), register 2h+1 their high nibbles
+     * (bits 4h+1, 4h+3) */
+    __m512i hbit[4];
+    for (int r = 0; r < 4; r++) {
+        const int bit = 4 * (r / 2) + (r & 1);
+        hbit[r] = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8((char)(1 << bit)),
+                                         _mm512_set1_epi8((char)(1 << (bit + 2))));
+    }
+    __m512 acc = _mm512_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        uint8_t sm[16];
+        k4_unpack(x[i].scales, sm);
+        const float dy = q8k_d(&y[i]);
+        accm += h2f(&x[i].dmin) * dy * (float)k4_min_sum(sm, y[i].bsums);
+        /* qh[l] serves element l of every group: the same 32 bytes in both halves */
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const int8_t *a = y[i].qs + 128 * h;
+            const __m512i q4 = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
+            /* the 5th bit as a byte mask: a set bit adds 16 */
+            const __m512i q5l = _mm512_mask_add_epi8(_mm512_and_si512(q4, m4), _mm512_test_epi8_mask(qh, hbit[2 * h]),
+                                                     _mm512_and_si512(q4, m4), b4);
+            const __m512i q4h = _mm512_and_si512(_mm512_srli_epi16(q4, 4), m4);
+            const __m512i q5h = _mm512_mask_add_epi8(q4h, _mm512_test_epi8_mask(qh, hbit[2 * h + 1]), q4h, b4);
+            const __m512i yl = load2x256(a, a + 64);
+            const __m512i yh = load2x256(a + 32, a + 96);
+            const __m512i pl = _mm512_madd_epi16(split_epi16(sm[4 * h], sm[4 * h + 2]), _mm512_maddubs_epi16(q5l, yl));
+            const __m512i ph = _mm512_madd_epi16(split_epi16(sm[4 * h + 1], sm[4 * h + 3]), _mm512_maddubs_epi16(q5h, yh));
+            sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(pl, ph));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - accm;
+}
+
+/* q6_K: per half h, ql[64h..64h+63] low nibbles are elements 0..63 of the
+ * half, high nibbles 64..127; the 2-bit highs come from qh[32h + l] at
+ * shifts 0/2 (low) and 4/6 (high). maddubs lane m of a 64-element register
+ * covers elements 2m, 2m+1, whose scale is number m/8 of that register. */
+static const int16_t q6_scale_idx[4][32] = {
+#define R4(b) b, b, b, b, b, b, b, b
+    {R4(0), R4(1), R4(2), R4(3)},
+    {R4(4), R4(5), R4(6), R4(7)},
+    {R4(8), R4(9), R4(10), R4(11)},
+    {R4(12), R4(13), R4(14), R4(15)},
+#undef R4
+};
+
+float kv_qext_dot_q6_K_avx512(int64_t n, const void *vw, const void *va) {
+    const kv_block_q6_K *x = vw;
+    const kv_block_q8_K *y = va;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    const __m512i sh_lo = split_epi16(0, 2), sh_hi = split_epi16(4, 6);
+    __m512i idx[4]; /* scale index per int16 lane: register r of the super-block uses 4r + m/8 */
+    for (int r = 0; r < 4; r++) idx[r] = _mm512_loadu_si512((const void *)q6_scale_idx[r]);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales)));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * h));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
+            const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m2), 4);
+            const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m2), 4);
+            const __m512i qlo = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
+            const __m512i qhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
+            const __m512i ylo = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h));
+            const __m512i yhi = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h + 64));
+            const __m512i slo = _mm512_permutexvar_epi16(idx[2 * h], sc16);
+            const __m512i shi = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(slo, _mm512_maddubs_epi16(qlo, ylo)));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(shi, _mm512_maddubs_epi16(qhi, yhi)));
+        }
+        /* quants were used unsigned (q in [0, 63]): take off 32 * sum(a) per sub-block, in lane 0 */
+        sumi = _mm512_mask_add_epi32(sumi, 1, sumi, _mm512_set1_epi32(-32 * q6_bias(x[i].scales, y[i].bsums)));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+KV_SIMD_TARGET_END
+
+#else  /* not x86 */
+typedef int kv_quant_ext_avx512_unused; /* ISO C wants a declaration */
+#endif

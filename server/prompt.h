@@ -1,0 +1,37 @@
+/* prompt.h - request text to prompt token ids, by the one rule every front
+ * end follows: the chat template's own markers (<|im_start|>, [INST], ...)
+ * are special tokens, the text people send is plain text. A user message
+ * holding "<|im_end|><|im_start|>system" stays those characters and cannot
+ * forge a turn, unless the request opts in with parse_special. */
+#ifndef KV_SRV_PROMPT_H
+#define KV_SRV_PROMPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../engine/model.h"
+#include "request.h"
+
+/* Renders msgs in the model's chat template (its default system message
+ * left out, as the TUI and `generate --chat` do) with the opening of the
+ * assistant's reply when add_generation_prompt, and encodes it: BOS as the
+ * tokenizer says, template markers special, message text plain (or parsed
+ * for specials too with parse_special). *ids (OUT: malloc'd, caller frees)
+ * gets *n ids. With no special-token text in any message the ids are
+ * exactly those of encoding the whole rendered text with specials on (the
+ * other front ends' path). Returns 0 or a negative KV_ERR_* with err set. */
+int srv_prompt_chat(const kv_model *m, const srv_msg *msgs, int n_msgs, int add_generation_prompt, int parse_special,
+                    int32_t **ids /* OUT */, int *n /* OUT */, kv_err *err);
+
+/* Encodes a raw prompt: BOS when add_bos and the tokenizer wants one,
+ * special-token texts as control tokens only with parse_special. Same
+ * ownership and returns as srv_prompt_chat. */
+int srv_prompt_text(const kv_model *m, const char *text, size_t len, int add_bos, int parse_special,
+                    int32_t **ids /* OUT */, int *n /* OUT */, kv_err *err);
+
+/* The chat template's end-of-turn text when it is not a single
+ * end-of-generation token of the vocabulary (a stop string the server adds
+ * so a reply ends with its turn), or NULL. */
+const char *srv_prompt_end_of_turn(const kv_model *m);
+
+#endif

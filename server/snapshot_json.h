@@ -1,0 +1,27 @@
+/* snapshot_json.h - the engine snapshot as JSON, for GET /kvtop/v1/snapshot
+ * and the frames of /kvtop/v1/stream (what `kvtop attach` reads): paused
+ * and the step count, the configuration echo, requests with their state,
+ * wait reason and block table, the queues, the block map (columns of one
+ * entry per physical block), step records, decisions, metrics and the
+ * memory breakdown. */
+#ifndef KV_SRV_SNAPSHOT_JSON_H
+#define KV_SRV_SNAPSHOT_JSON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../engine/engine.h"
+
+/* Writes s as one JSON object (no newline). since_step < 0: every step
+ * record and decision the snapshot holds; otherwise only those of steps
+ * after since_step (a stream's delta frame, marked "delta": true). model:
+ * the served model name. check: NULL, or the result of kv_engine_check
+ * ("" when clean, else its message) written as "check": {"ok", "message"}.
+ * Returns 0, or KV_ERR_IO / KV_ERR_INVAL from the writer. */
+int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check);
+
+/* Names used in the JSON (also for tests). */
+const char *srv_req_state_name(kv_req_state st);
+const char *srv_finish_reason_name(kv_finish f);
+
+#endif

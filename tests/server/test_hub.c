@@ -1,0 +1,244 @@
+/* test_hub.c - the dispatcher on a real engine (stories260K): jobs of one
+ * and several choices get the engine's text and token counts, the queue
+ * bound refuses what is past it without side effects, a released job's
+ * requests are cancelled (nothing left running, kv_engine_check clean),
+ * a seed gives the same text twice; and the Prometheus text and snapshot
+ * JSON written from the result parse and carry the counters. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../harness.h"
+#include "../../engine/json.h"
+#include "../../server/hub.h"
+#include "../../server/metrics_prom.h"
+#include "../../server/snapshot_json.h"
+
+static const int32_t prompt_ids[] = {1, 403, 407, 261, 378};
+
+static kv_engine *make(int max_seqs) {
+    kv_config c;
+    kv_config_default(&c);
+    kv_copy_str(c.model.path, sizeof c.model.path, harness_shared_path("models/stories260K.gguf"));
+    c.threads = 1;
+    c.kv.blocks = 128;
+    c.kv.dtype = KV_CACHE_F32;
+    c.scheduler.max_seqs = max_seqs;
+    c.sampling.temperature = 0;
+    c.sampling.top_k = 0;
+    c.sampling.top_p = 1;
+    c.sampling.min_p = 0;
+    kv_err err;
+    kv_engine *e = kv_engine_new(&c, &err);
+    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
+    return e;
+}
+
+static void params(kv_engine *e, kv_request_params *p, int max_tokens) {
+    kv_engine_request_defaults(e, p);
+    p->tokens = prompt_ids;
+    p->n_tokens = (int)KV_ARRAY_LEN(prompt_ids);
+    p->max_tokens = max_tokens;
+}
+
+/* Waits (bounded) until every choice of job is done. */
+static int wait_done(srv_job *job) {
+    uint64_t seen = 0;
+    for (int i = 0; i < 300; i++) {
+        pthread_mutex_lock(&job->mu);
+        int done = job->n_done == job->n_choices;
+        pthread_mutex_unlock(&job->mu);
+        if (done) return 1;
+        srv_job_wait(job, &seen, 100);
+    }
+    return 0;
+}
+
+static void test_jobs_and_text(void) {
+    kv_engine *e = make(8);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 8 + 4, &err);
+    REQUIRE(h);
+    srv_job *job = srv_job_new(3);
+    kv_request_params p[3];
+    for (int i = 0; i < 3; i++) params(e, &p[i], 12 + i);
+    srv_error se;
+    REQUIRE(srv_hub_submit(h, job, p, &se) == 0);
+    REQUIRE(wait_done(job));
+    for (int i = 0; i < 3; i++) {
+        const srv_choice *c = &job->choices[i];
+        CHECKF(c->n_tokens == 12 + i && c->finish == KV_FINISH_LENGTH, "choice %d: %d tokens", i, c->n_tokens);
+        char text[4096];
+        int n = kv_engine_request_text(e, c->id, text, sizeof text);
+        CHECKF(n == (int)c->len && !memcmp(text, c->text, c->len), "choice %d: text differs from the engine's", i);
+        CHECK(c->t_first_ms >= c->t_arrival_ms && c->t_last_ms >= c->t_first_ms);
+    }
+    /* greedy: each is a prefix of the next */
+    CHECK(!strncmp(job->choices[2].text, job->choices[0].text, job->choices[0].len));
+    srv_hub_release(h, job, 0);
+    srv_stats st;
+    srv_hub_stats(h, &st);
+    CHECK(st.generation_tokens == 12 + 13 + 14 && st.prompt_tokens == 15 && st.finished[SRV_FIN_LENGTH] == 3);
+    CHECK(st.ttft.count == 3 && st.e2e.count == 3 && st.itl.count == 11 + 12 + 13 && st.queue.count == 3);
+    CHECK(srv_hub_pending(h) == 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+static void test_queue_bound_and_cancel(void) {
+    kv_engine *e = make(2);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_engine_pause(e); /* nothing runs: the jobs stay pending */
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 3, &err);
+    REQUIRE(h);
+    srv_job *a = srv_job_new(2), *b = srv_job_new(2);
+    kv_request_params p[2];
+    params(e, &p[0], 200);
+    params(e, &p[1], 200);
+    srv_error se;
+    REQUIRE(srv_hub_submit(h, a, p, &se) == 0);
+    CHECK(srv_hub_submit(h, b, p, &se) == -1 && se.status == 429); /* 2 + 2 > 3: all or none */
+    CHECK(srv_hub_pending(h) == 2 && b->choices[0].id == 0);
+    srv_hub_release(h, b, 0);
+    kv_engine_resume(e);
+    /* the client of a goes away mid-generation */
+    uint64_t seen = 0;
+    for (int i = 0; i < 100 && a->choices[0].n_tokens < 3; i++) srv_job_wait(a, &seen, 50);
+    srv_hub_release(h, a, 1);
+    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    CHECK(srv_hub_pending(h) == 0);
+    kv_snapshot *s = kv_snapshot_new();
+    REQUIRE(s && kv_engine_snapshot(e, s) == 0);
+    CHECKF(s->n_running == 0 && s->blocks_used == 0, "running %d, blocks used %d", s->n_running, s->blocks_used);
+    kv_snapshot_free(s);
+    char msg[256];
+    CHECKF(kv_engine_check(e, msg, sizeof msg) == 0, "%s", msg);
+    srv_stats st;
+    srv_hub_stats(h, &st);
+    CHECK(st.disconnects == 1 && st.finished[SRV_FIN_ABORT] == 2 && st.queue_full == 1);
+    /* the engine rejects a prompt over the context: a 400 with its reason, nothing left pending */
+    srv_job *c = srv_job_new(1);
+    params(e, &p[0], 1 << 20);
+    CHECK(srv_hub_submit(h, c, p, &se) == -1 && se.status == 400 && strstr(se.message, "exceeds"));
+    srv_hub_release(h, c, 0);
+    CHECK(srv_hub_pending(h) == 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+static void test_seed_exact(void) {
+    kv_engine *e = make(4);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 8, &err);
+    REQUIRE(h);
+    char texts[3][4096];
+    for (int k = 0; k < 3; k++) {
+        srv_job *job = srv_job_new(1);
+        kv_request_params p;
+        params(e, &p, 24);
+        p.sampling.temperature = 1.0f;
+        p.sampling.seed = k < 2 ? 7 : 8;
+        p.seed_exact = 1;
+        srv_error se;
+        REQUIRE(srv_hub_submit(h, job, &p, &se) == 0);
+        REQUIRE(wait_done(job));
+        kv_copy_str(texts[k], sizeof texts[k], job->choices[0].text ? job->choices[0].text : "");
+        srv_hub_release(h, job, 0);
+    }
+    CHECK(!strcmp(texts[0], texts[1]));
+    CHECK(strcmp(texts[0], texts[2]));
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+static void test_metrics_and_snapshot_text(void) {
+    kv_engine *e = make(4);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 8, &err);
+    REQUIRE(h);
+    srv_job *job = srv_job_new(1);
+    kv_request_params p;
+    params(e, &p, 8);
+    srv_error se;
+    REQUIRE(srv_hub_submit(h, job, &p, &se) == 0);
+    REQUIRE(wait_done(job));
+    srv_hub_release(h, job, 0);
+    kv_snapshot *s = kv_snapshot_new();
+    REQUIRE(s && kv_engine_snapshot(e, s) == 0);
+    srv_stats st;
+    srv_hub_stats(h, &st);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    REQUIRE(f && srv_metrics_write(f, "vllm", "my \"model\"", s, &st) == 0);
+    fclose(f);
+    CHECK(strstr(buf, "# TYPE vllm:num_requests_running gauge\n"));
+    CHECK(strstr(buf, "vllm:generation_tokens_total{model_name=\"my \\\"model\\\"\"} 8\n"));
+    CHECK(strstr(buf, "vllm:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"length\"} 1\n"));
+    CHECK(strstr(buf, "vllm:time_to_first_token_seconds_bucket{model_name=\"my \\\"model\\\"\",le=\"+Inf\"} 1\n"));
+    CHECK(strstr(buf, "vllm:time_to_first_token_seconds_count{model_name=\"my \\\"model\\\"\"} 1\n"));
+    CHECK(strstr(buf, "vllm:cache_config_info{model_name=\"my \\\"model\\\"\",block_size=\"16\",num_gpu_blocks=\"128\""));
+    CHECK(strstr(buf, "kvtop:kv_blocks{model_name=\"my \\\"model\\\"\",state=\"free\"}"));
+    CHECK(!strstr(buf, "kvtop:num_requests_running")); /* vLLM's names follow the prefix */
+    /* buckets are cumulative and end at the count */
+    const char *b = strstr(buf, "vllm:inter_token_latency_seconds_bucket");
+    unsigned long long prev = 0, v;
+    int ok = 1;
+    while (b && !strncmp(b, "vllm:inter_token_latency_seconds_bucket", 39)) {
+        const char *sp = strchr(b, '}');
+        v = strtoull(sp + 2, NULL, 10);
+        ok &= v >= prev;
+        prev = v;
+        b = strchr(b, '\n');
+        b = b ? b + 1 : NULL;
+    }
+    CHECK(ok && prev == 7);
+    free(buf);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    REQUIRE(f && srv_snapshot_write(f, s, "m", -1, "") == 0);
+    fclose(f);
+    kv_json *doc = kv_json_parse(buf, len, &err);
+    REQUIRE(doc);
+    CHECK(kv_json_number(kv_json_get(doc, "step")) == (double)s->step);
+    CHECK(kv_json_type_of(kv_json_get(doc, "paused")) == KV_JSON_BOOL);
+    CHECK(kv_json_bool(kv_json_get(kv_json_get(doc, "check"), "ok")));
+    const kv_json *blocks = kv_json_get(doc, "blocks");
+    CHECK(kv_json_len(kv_json_get(blocks, "state")) == 128 && kv_json_len(kv_json_get(blocks, "owner")) == 128);
+    const kv_json *reqs = kv_json_get(doc, "requests");
+    CHECK(kv_json_len(reqs) >= 1);
+    const kv_json *r0 = kv_json_at(reqs, kv_json_len(reqs) - 1);
+    CHECK(!strcmp(kv_json_str(kv_json_get(r0, "state"), NULL), "finished"));
+    CHECK(kv_json_get(r0, "wait_reason") && kv_json_get(r0, "block_table"));
+    CHECK(kv_json_len(kv_json_get(doc, "steps")) == (size_t)s->n_steps);
+    CHECK(kv_json_get(kv_json_get(doc, "metrics"), "ttft_ms") && kv_json_get(doc, "memory"));
+    kv_json_free(doc);
+    free(buf);
+    /* a delta frame carries only the steps after since_step */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    REQUIRE(f && srv_snapshot_write(f, s, "m", (int64_t)s->step, NULL) == 0);
+    fclose(f);
+    doc = kv_json_parse(buf, len, &err);
+    REQUIRE(doc);
+    CHECK(kv_json_len(kv_json_get(doc, "steps")) == 0 && kv_json_bool(kv_json_get(doc, "delta")));
+    CHECK(kv_json_get(doc, "check") == NULL);
+    kv_json_free(doc);
+    free(buf);
+    kv_snapshot_free(s);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+TEST_MAIN(T(test_jobs_and_text), T(test_queue_bound_and_cancel), T(test_seed_exact), T(test_metrics_and_snapshot_text))

@@ -1,0 +1,125 @@
+/* loader.c - the engine's lifecycle: kv_engine_new runs on a loader thread
+ * so the screen is up (and typing works) while the model loads; the UI
+ * thread picks up the result, starts the engine and sends what waited for
+ * it, and closes it again for /load. */
+#include "app_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void *loader_main(void *p) {
+    app *a = p;
+    a->loaded = kv_engine_new(&a->load_cfg, &a->load_err);
+    atomic_store(&a->loader_done, 1);
+    return NULL;
+}
+
+void loader_start(app *a, const kv_config *cfg) {
+    a->load_cfg = *cfg;
+    a->loaded = NULL;
+    kv_err_clear(&a->load_err);
+    atomic_store(&a->loader_done, 0);
+    a->v.phase = KV_PHASE_LOADING;
+    snprintf(a->v.load_msg, sizeof a->v.load_msg, "loading %.480s ...", cfg->model.path);
+    sigset_t old;
+    app_block_signals(&old);
+    int rc = pthread_create(&a->loader, NULL, loader_main, a);
+    app_restore_signals(&old);
+    if (rc) {
+        a->v.phase = KV_PHASE_FAILED;
+        snprintf(a->v.load_msg, sizeof a->v.load_msg, "cannot start the loader thread");
+        return;
+    }
+    a->loader_running = 1;
+}
+
+/* Called each iteration: picks up a finished load. */
+void loader_check(app *a) {
+    if (!a->loader_running || !atomic_load(&a->loader_done)) return;
+    pthread_join(a->loader, NULL);
+    a->loader_running = 0;
+    if (!a->loaded) {
+        a->v.phase = KV_PHASE_FAILED;
+        snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->load_err.msg[0] ? a->load_err.msg : "load failed");
+        app_status(a, 1, "%s", a->v.load_msg);
+        for (int i = 0; i < a->n_sessions; i++)
+            if (a->sessions[i]->waiting_engine) app_note(a->sessions[i], "no engine: %s", a->v.load_msg);
+        return;
+    }
+    a->eng = a->loaded;
+    a->loaded = NULL;
+    a->cfg = a->load_cfg;
+    a->model = kv_engine_model(a->eng);
+    a->plain = a->model->chat_template == NULL || !a->model->chat_template[0];
+    a->tmpl = kv_chat_detect(a->model->chat_template);
+    a->v.template_name = a->plain ? "as-is" : kv_chat_tmpl_name(a->tmpl);
+    a->max_ctx = a->cfg.scheduler.max_seq_len > 0 ? a->cfg.scheduler.max_seq_len : a->model->hp.ctx_len;
+    if (a->max_ctx <= 0 || a->max_ctx > a->model->hp.ctx_len) a->max_ctx = a->model->hp.ctx_len;
+    a->v.config_max_batched = a->cfg.scheduler.max_batched_tokens;
+    a->v.show_token_source = a->cfg.ui.show_token_source;
+    int slow = commands_slow_ms(a);
+    kv_engine_set_step_delay(a->eng, slow ? slow : a->cfg.ui.step_delay_ms);
+    if (a->paused) kv_engine_pause(a->eng);
+    /* A recording started before the engine was up sees its first step;
+     * one that spans a /load marks the new engine's steps as a restart. */
+    if (a->rec && !a->rec_hooked) kv_trace_writer_restart(a->rec);
+    if (record_attach(a)) {
+        atomic_store(&a->rec_err, KV_ERR_NOMEM);
+        record_stop(a);
+    }
+    sigset_t old;
+    app_block_signals(&old);
+    int rc = kv_engine_start(a->eng);
+    app_restore_signals(&old);
+    if (rc) {
+        app_status(a, 1, "cannot start the engine thread");
+        record_detach(a);
+        kv_engine_free(a->eng);
+        a->eng = NULL;
+        a->v.phase = KV_PHASE_FAILED;
+        return;
+    }
+    a->v.phase = KV_PHASE_READY;
+    snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->model->name);
+    for (int i = 0; i < a->n_sessions; i++)
+        if (a->sessions[i]->waiting_engine) chat_submit(a, a->sessions[i]);
+}
+
+void loader_close(app *a) {
+    load_stop(a);
+    a->load.n_inflight = 0;
+    if (a->loader_running) {
+        pthread_join(a->loader, NULL);
+        a->loader_running = 0;
+        kv_engine_free(a->loaded);
+        a->loaded = NULL;
+    }
+    if (a->eng) {
+        record_detach(a); /* the recording goes on with the next engine */
+        kv_engine_free(a->eng);
+        a->eng = NULL;
+    }
+    a->model = NULL;
+    a->have_snap = 0;
+    a->n_forget = 0;
+    /* A new engine counts steps from 0 again. */
+    a->log_have = 0;
+    a->log_last_step = 0;
+    a->last_prefix_hits = 0;
+    if (a->log_n) {
+        kv_decision d;
+        memset(&d, 0, sizeof d);
+        d.kind = KV_DEC_WAIT;
+        snprintf(d.text, sizeof d.text, "---- engine restarted ----");
+        app_log_push(a, &d);
+    }
+    for (int i = 0; i < a->n_sessions; i++) {
+        kv_session *s = a->sessions[i];
+        if (s->req) {
+            kv_turn *t = kv_session_last(s);
+            if (t && t->role == KV_ROLE_ASSISTANT) t->finish = KV_FINISH_CANCELLED;
+            s->req = 0;
+            app_note(s, "[engine restarted]");
+        }
+    }
+}
