@@ -36,8 +36,12 @@ void kv_cleanup_remove(const char *path) {
 }
 
 void kv_cleanup_run(void) {
+    /* files first, then the directories they were in (rmdir only empties
+     * what is already empty), whatever order they were registered in */
     for (int i = 0; i < KV_CLEANUP_MAX; i++)
-        if (atomic_exchange(&slots[i].used, 0)) unlink(slots[i].path);
+        if (atomic_load(&slots[i].used) && unlink(slots[i].path) == 0) atomic_store(&slots[i].used, 0);
+    for (int i = 0; i < KV_CLEANUP_MAX; i++)
+        if (atomic_exchange(&slots[i].used, 0)) rmdir(slots[i].path);
 }
 
 static void on_signal(int sig) {

@@ -1,4 +1,5 @@
-/* file.c - reading a whole file (see file.h). */
+/* file.c - reading a whole file, and telling two paths of one file apart
+ * (see file.h). */
 #include "file.h"
 
 #include <errno.h>
@@ -6,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int kv_read_file(const char *path, size_t max_bytes, char **out, size_t *len, kv_err *err) {
     *out = NULL;
@@ -53,4 +55,10 @@ fail:
     free(buf);
     fclose(f);
     return rc;
+}
+
+int kv_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b || stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }

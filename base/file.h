@@ -1,6 +1,7 @@
 /* file.h - the one read-a-whole-file helper: a file into one NUL-terminated
  * heap buffer, with a size cap so an outside path cannot make a loader take
- * all memory, and errors that name the file. */
+ * all memory, and errors that name the file; and the check that an output
+ * path is not one of a command's inputs. */
 #ifndef KV_FILE_H
 #define KV_FILE_H
 
@@ -19,5 +20,11 @@
  * max_bytes 0 means no cap beyond what memory holds. */
 int kv_read_file(const char *path, size_t max_bytes, char **out /* OUT: the bytes, NUL-terminated */,
                  size_t *len /* OUT: byte count, may be NULL */, kv_err *err);
+
+/* Whether paths a and b name one file: the same device and inode, so a
+ * hard link, a symbolic link or another spelling of the path counts.
+ * Returns 1 when they do, 0 when they differ or either cannot be stat'ed
+ * (a file that does not exist yet is nobody's input). */
+int kv_same_file(const char *a, const char *b);
 
 #endif

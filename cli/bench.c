@@ -316,6 +316,7 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         goto fail;
     }
     kv_copy_str(out->model_name, sizeof out->model_name, snap->model_name);
+    kv_copy_str(out->model_warning, sizeof out->model_warning, kv_model_warning(kv_engine_model(s.e)));
     kv_copy_str(out->backend, sizeof out->backend, snap->backend);
     out->kv_blocks_total = snap->n_blocks;
     out->kv_block_size = snap->block_size;
@@ -762,6 +763,11 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_write_begin_object(w);
     if (r->value[0]) json_str(w, "value", r->value);
     json_str(w, "profile", profile ? profile : "");
+    if (r->error[0]) { /* nothing was measured */
+        json_str(w, "error", r->error);
+        kv_json_write_end_object(w);
+        return;
+    }
     json_str(w, "model", r->model_name);
     json_str(w, "backend", r->backend);
     json_uint(w, "requests", (uint64_t)r->n_requests);
@@ -837,8 +843,11 @@ int kv_bench_write_json(FILE *f, const char *profile, const char *key, const kv_
     kv_json_writer w;
     kv_json_writer_init(&w, f, 1);
     if (key) {
+        int n_failed = 0;
+        for (int j = 0; j < n; j++) n_failed += runs[j].error[0] != 0;
         kv_json_write_begin_object(&w);
         json_str(&w, "compare", key);
+        json_uint(&w, "failed_runs", (uint64_t)n_failed);
         kv_json_write_key(&w, "runs");
         kv_json_write_begin_array(&w);
         for (int j = 0; j < n; j++) kv_bench_json_run(&w, profile, &runs[j]);

@@ -30,6 +30,7 @@ typedef struct kv_bench_result {
     kv_config cfg;               /* the effective configuration */
     char value[256];             /* --compare: the value this run used; "" otherwise */
     char model_name[128];
+    char model_warning[256];     /* the model loaded with a warning (kv_model_warning); "" when not */
     char backend[16];
     kv_metrics_summary m;        /* the engine's aggregates after the last request */
     kv_mem_breakdown mem;        /* memory at the end of the run */
@@ -46,6 +47,8 @@ typedef struct kv_bench_result {
     uint64_t kv_bytes_per_token; /* all layers, K and V */
     double wall_s;               /* first submission to last request done, bench clock */
     kv_bench_req *reqs;          /* (n_requests) in workload order */
+    char error[512];             /* a run that failed (set by the caller, kv_bench_run leaves it
+                                    ""): why; the JSON then holds only value, profile and this */
 } kv_bench_result;
 
 /* How a run reports while it works. */
@@ -88,10 +91,12 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
 
 /* Writes one run as a JSON object (the keys README and the acceptance checks
  * read: output_tokens_per_s, ttft_ms.p50, ...; "value" when set; the
- * effective config both as a nested object and as YAML text). */
+ * effective config both as a nested object and as YAML text). A run whose
+ * error is set is {"value", "profile", "error"} only. */
 void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_result *r);
 /* The whole --json document: one run's object, or {"compare": key, "runs":
- * [...]} when key is not NULL. Returns 0 or KV_ERR_IO / KV_ERR_INVAL. */
+ * [...]} when key is not NULL (failed runs included, marked by "error";
+ * "failed_runs" counts them). Returns 0 or KV_ERR_IO / KV_ERR_INVAL. */
 int kv_bench_write_json(FILE *f, const char *profile, const char *key, const kv_bench_result *runs, int n);
 /* --outputs: one JSON line per request in workload order: {"index",
  * "prompt_tokens", "output_tokens", "finish", "text"} (+ "reason" for a

@@ -65,6 +65,21 @@ char *cli_read_file(const char *path, size_t *len) {
     return kv_read_file(path, 0, &buf, len, NULL) == 0 ? buf : NULL;
 }
 
+char *cli_read_prompt(const char *path, size_t *len, kv_err *err) {
+    char *buf;
+    size_t n;
+    if (kv_read_file(path, 0, &buf, &n, err)) return NULL;
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        kv_err_set(err, KV_ERR_FORMAT, "%s: byte %zu is a NUL; a prompt file must be text (%zu bytes)", path,
+                   (size_t)(nul - buf), n);
+        free(buf);
+        return NULL;
+    }
+    if (len) *len = n;
+    return buf;
+}
+
 const char *cli_bytes(uint64_t n, char *buf, size_t cap) {
     kv_format_bytes(buf, cap, n);
     return buf;

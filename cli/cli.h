@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/common.h"
+
 /* Parses argv[*i + 1] as the value of option argv[*i], advancing *i.
  * Prints "kvtop CMD: OPTION needs a value" / "... is not a valid number" and
  * returns -1 on error. */
@@ -17,6 +19,14 @@ int cli_float(int argc, char **argv, int *i, double lo, double hi, float *out);
  * len may be NULL); NULL when it cannot (base/file.h's kv_read_file, no
  * size cap). */
 char *cli_read_file(const char *path, size_t *len);
+/* Reads a prompt file (-f) into a NUL-terminated malloc'd buffer (*len
+ * bytes; len may be NULL). A prompt is text, and every path a prompt takes
+ * (chat messages, the engine's text requests, the echo) is a C string, so a
+ * file holding a NUL byte is refused, naming the byte's offset, instead of
+ * being cut at it: `generate -f` and `tokenize -f` follow this one rule.
+ * NULL with err filled ("FILE: cannot open: ...", "FILE: byte N is a NUL
+ * ..."). */
+char *cli_read_prompt(const char *path, size_t *len, kv_err *err);
 /* Human-readable byte count ("1.50 GiB", "12.0 MiB": base/fmt.h's
  * kv_format_bytes, as the TUI shows it) into buf; returns buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t cap);

@@ -2,11 +2,15 @@
  * and prints throughput, latency percentiles and goodput; --compare runs the
  * same seeded workload under several values of one key side by side. The
  * work is done by cli/bench.c; this file is the command line. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/cleanup.h"
+#include "../base/file.h"
 #include "../profiles/profile.h"
 #include "bench.h"
 #include "cli.h"
@@ -29,7 +33,11 @@ static void usage(FILE *f) {
             "  --quiet               print nothing but errors (no progress line, no table)\n"
             "Timing starts at the first submission; there is no warm-up run. Requests are\n"
             "submitted when their arrival time comes (poisson, burst) or when a slot frees\n"
-            "(closed loop). Exit status: 0 ok, 1 runtime error, 2 usage or profile error.\n");
+            "(closed loop). --json and --outputs never overwrite the profile, a model or the\n"
+            "prompts file; they are written to FILE.tmp and renamed when the runs end, so a run\n"
+            "that fails leaves an earlier FILE as it was; a --compare run that fails is marked\n"
+            "with its \"error\" and the others are kept. Exit status: 0 ok, 1 runtime error\n"
+            "(a run or a request failed), 2 usage or profile error.\n");
 }
 
 /* "out.jsonl" + "static" -> "out-static.jsonl" (value bytes other than
@@ -130,30 +138,118 @@ static int load_configs(bench_args *a, kv_config *cfgs /* OUT: */, char (*assign
     return 0;
 }
 
-/* The output files, opened before the runs so a typo in a path does not
- * cost a whole run. Returns 0 or 1 (printed). */
-static int open_outputs(const bench_args *a, FILE **json_f /* OUT: */, FILE **out_f /* OUT: (n_runs) */) {
-    if (a->json_path && !(*json_f = fopen(a->json_path, "w"))) {
-        fprintf(stderr, "kvtop bench: cannot write --json file %s\n", a->json_path);
-        return 1;
-    }
-    for (int j = 0; a->outputs_path && j < a->n_runs; j++) {
-        char path[4096];
-        if (a->key) run_path(path, sizeof path, a->outputs_path, a->values[j]);
-        else snprintf(path, sizeof path, "%s", a->outputs_path);
-        if (!(out_f[j] = fopen(path, "w"))) {
-            fprintf(stderr, "kvtop bench: cannot write --outputs file %s\n", path);
-            return 1;
-        }
+/* One --json or --outputs file. A regular file (or a new one) is written
+ * as PATH.tmp and renamed over PATH only when there is something to put
+ * in it, so a failed run leaves an earlier result as it was and an
+ * interrupted one leaves no PATH.tmp (registered with base/cleanup.h). A
+ * device or FIFO that already exists (/dev/stdout) is written directly. */
+typedef struct out_file {
+    char path[4096];
+    char tmp[4100];  /* PATH.tmp; "" when written directly */
+    FILE *f;
+    int wrote;       /* bool: something finished and went in */
+} out_file;
+
+/* Whether path is one of the command's inputs: the profile, or a model,
+ * tokenizer, draft model or prompts file of any run. Names it in *what. */
+static int is_input(const bench_args *a, const kv_config *cfgs, const char *path, const char **what) {
+    if (kv_same_file(path, a->profile)) return *what = "the profile", 1;
+    for (int j = 0; j < a->n_runs; j++) {
+        const kv_config *c = &cfgs[j];
+        if (kv_same_file(path, c->model.path)) return *what = "the model", 1;
+        if (c->model.tokenizer[0] && kv_same_file(path, c->model.tokenizer)) return *what = "the tokenizer", 1;
+        if (c->spec.draft_model[0] && kv_same_file(path, c->spec.draft_model)) return *what = "the draft model", 1;
+        if (c->workload.prompts_file[0] && kv_same_file(path, c->workload.prompts_file))
+            return *what = "the prompts file", 1;
     }
     return 0;
 }
 
-/* Runs every configuration in turn, writing --outputs as each ends.
- * Returns 0, or the exit status (1 runtime, 2 input) with the error printed. */
+/* Opens o for path, refusing an input of the run, a directory, or the
+ * same file as an output opened before (outs[0..n_outs)). Returns 0, 2
+ * for a refused path or 1 when it cannot be created (printed). */
+static int out_open(out_file *o, const char *path, const char *flag, const bench_args *a, const kv_config *cfgs,
+                    const out_file *outs, int n_outs) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
+    const char *what = NULL;
+    if (is_input(a, cfgs, o->path, &what) || is_input(a, cfgs, o->tmp, &what)) {
+        fprintf(stderr, "kvtop bench: %s %s is %s; refusing to overwrite it\n", flag, path, what);
+        return 2;
+    }
+    for (int k = 0; k < n_outs; k++)
+        if (!strcmp(outs[k].path, o->path) || kv_same_file(outs[k].path, o->path)) {
+            fprintf(stderr, "kvtop bench: %s %s is also another output file\n", flag, path);
+            return 2;
+        }
+    struct stat st;
+    if (stat(o->path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "kvtop bench: %s %s is a directory\n", flag, path);
+            return 2;
+        }
+        if (!S_ISREG(st.st_mode)) o->tmp[0] = 0; /* a device or FIFO: written as it is */
+    }
+    const char *target = o->tmp[0] ? o->tmp : o->path;
+    if (!(o->f = fopen(target, "w"))) {
+        fprintf(stderr, "kvtop bench: cannot write %s file %s: %s\n", flag, target, strerror(errno));
+        o->tmp[0] = 0;
+        return 1;
+    }
+    if (o->tmp[0]) kv_cleanup_add(o->tmp); /* a full table only leaves it behind on a signal */
+    return 0;
+}
+
+/* Closes o: renames PATH.tmp over PATH when something went in (keep), else
+ * removes PATH.tmp and leaves PATH as it was. Returns 0, or 1 (printed)
+ * when a write, the close or the rename failed. */
+static int out_close(out_file *o, int keep, const char *flag) {
+    if (!o->f) return 0;
+    int bad = ferror(o->f) != 0;
+    if (fclose(o->f) != 0) bad = 1;
+    o->f = NULL;
+    int rc = 0;
+    if (keep && bad) {
+        fprintf(stderr, "kvtop bench: writing %s file %s failed\n", flag, o->tmp[0] ? o->tmp : o->path);
+        rc = 1;
+    }
+    if (o->tmp[0]) {
+        if (keep && !bad && rename(o->tmp, o->path) != 0) {
+            fprintf(stderr, "kvtop bench: cannot rename %s to %s: %s\n", o->tmp, o->path, strerror(errno));
+            rc = 1;
+        }
+        if (!keep || bad || rc) unlink(o->tmp);
+        kv_cleanup_remove(o->tmp);
+    }
+    return rc;
+}
+
+/* The output files, opened (as PATH.tmp) before the runs so a typo in a
+ * path, or a path that names an input, does not cost a whole run.
+ * outs[0] is --json, outs[1 + j] run j's --outputs. Returns 0 or the
+ * exit status (printed). */
+static int open_outputs(const bench_args *a, const kv_config *cfgs, out_file *outs /* OUT: (1 + n_runs) */) {
+    int rc;
+    if (a->json_path && (rc = out_open(&outs[0], a->json_path, "--json", a, cfgs, outs, 0))) return rc;
+    for (int j = 0; a->outputs_path && j < a->n_runs; j++) {
+        char path[4096];
+        if (a->key) run_path(path, sizeof path, a->outputs_path, a->values[j]);
+        else snprintf(path, sizeof path, "%s", a->outputs_path);
+        /* checked against --json and the runs before */
+        if ((rc = out_open(&outs[1 + j], path, "--outputs", a, cfgs, outs, 1 + j))) return rc;
+    }
+    return 0;
+}
+
+/* Runs every configuration in turn, writing --outputs as each ends. A run
+ * that fails is marked (its error kept in runs[j].error) and the others
+ * still run. Returns 0, or the exit status (1 runtime, 2 input) when a run
+ * failed or its outputs could not be written (printed). */
 static int run_all(const bench_args *a, const kv_config *cfgs, char (*assign)[sizeof a->cmp_buf + 8],
-                   kv_bench_result *runs /* OUT: */, FILE **out_f, uint64_t *failed /* OUT: */) {
+                   kv_bench_result *runs /* OUT: */, out_file *outs, uint64_t *failed /* OUT: */) {
     int tty = !a->quiet && isatty(STDERR_FILENO);
+    int rc = 0;
     kv_err err;
     *failed = 0;
     for (int j = 0; j < a->n_runs; j++) {
@@ -164,22 +260,31 @@ static int run_all(const bench_args *a, const kv_config *cfgs, char (*assign)[si
             o.label = label;
         }
         int r = kv_bench_run(&cfgs[j], &o, &runs[j], &err);
+        if (a->key) snprintf(runs[j].value, sizeof runs[j].value, "%s", a->values[j]);
         if (r) {
             fprintf(stderr, "kvtop bench: %s%s%s\n", a->key ? assign[j] : "", a->key ? ": " : "", err.msg);
-            return r == KV_ERR_INVAL ? 2 : 1;
+            runs[j].cfg = cfgs[j];
+            kv_copy_str(runs[j].error, sizeof runs[j].error, err.msg[0] ? err.msg : kv_err_str(r));
+            if (r == KV_ERR_INVAL) rc = 2;
+            else if (!rc) rc = 1;
+            continue;
         }
-        if (a->key) snprintf(runs[j].value, sizeof runs[j].value, "%s", a->values[j]);
         *failed += runs[j].errors + runs[j].cancelled;
+        if (runs[j].model_warning[0] && !a->quiet) fprintf(stderr, "kvtop bench: warning: %s\n", runs[j].model_warning);
         if (a->key && !a->quiet)
             fprintf(stderr, "kvtop bench: %s: %llu completed, %llu rejected, %.1f output tok/s, %.2f s\n", assign[j],
                     (unsigned long long)runs[j].completed, (unsigned long long)runs[j].rejected,
                     runs[j].m.output_tokens_per_s, runs[j].wall_s);
-        if (out_f[j] && kv_bench_write_outputs(out_f[j], &runs[j])) {
-            fprintf(stderr, "kvtop bench: writing --outputs failed\n");
-            return 1;
+        out_file *of = &outs[1 + j];
+        if (of->f) {
+            if (kv_bench_write_outputs(of->f, &runs[j])) {
+                fprintf(stderr, "kvtop bench: writing --outputs file %s failed\n", of->path);
+                if (!rc) rc = 1;
+            }
+            of->wrote = 1;
         }
     }
-    return 0;
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -191,50 +296,51 @@ int cmd_bench(int argc, char **argv) {
         free(a);
         return cli_parse_exit(rc);
     }
-    int n_runs = a->n_runs;
+    int n_runs = a->n_runs, n_ok = 0;
     kv_config *cfgs = calloc((size_t)n_runs, sizeof *cfgs);
     kv_bench_result *runs = calloc((size_t)n_runs, sizeof *runs);
+    kv_bench_result *ok = calloc((size_t)n_runs, sizeof *ok); /* shallow copies of the runs that finished */
     char (*assign)[sizeof a->cmp_buf + 8] = calloc((size_t)n_runs, sizeof *assign);
-    FILE *json_f = NULL;
-    FILE **out_f = calloc((size_t)n_runs, sizeof *out_f);
+    out_file *outs = calloc((size_t)n_runs + 1, sizeof *outs);
     uint64_t failed = 0;
-    if (!cfgs || !runs || !assign || !out_f) {
+    if (!cfgs || !runs || !ok || !assign || !outs) {
         fprintf(stderr, "kvtop bench: out of memory\n");
         rc = 1;
         goto done;
     }
-    if ((rc = load_configs(a, cfgs, assign)) || (rc = open_outputs(a, &json_f, out_f)) ||
-        (rc = run_all(a, cfgs, assign, runs, out_f, &failed)))
-        goto done;
-    rc = 1;
+    if ((rc = load_configs(a, cfgs, assign)) || (rc = open_outputs(a, cfgs, outs))) goto done;
+    rc = run_all(a, cfgs, assign, runs, outs, &failed);
+    for (int j = 0; j < n_runs; j++)
+        if (!runs[j].error[0]) ok[n_ok++] = runs[j];
+    if (n_ok == 0) goto done; /* nothing finished: every output file stays as it was */
     if (!a->quiet) {
-        if (a->key) kv_bench_print_compare(stdout, a->profile, a->key, runs, n_runs);
-        else kv_bench_print(stdout, a->profile, &runs[0]);
+        if (a->key) kv_bench_print_compare(stdout, a->profile, a->key, ok, n_ok);
+        else kv_bench_print(stdout, a->profile, &ok[0]);
         fflush(stdout);
     }
-    if (json_f && kv_bench_write_json(json_f, a->profile, a->key, runs, n_runs)) {
-        fprintf(stderr, "kvtop bench: writing --json file %s failed\n", a->json_path);
-        goto done;
+    /* the runs that failed go in too, each with its error */
+    if (outs[0].f) {
+        if (kv_bench_write_json(outs[0].f, a->profile, a->key, runs, n_runs)) {
+            fprintf(stderr, "kvtop bench: writing --json file %s failed\n", outs[0].path);
+            if (!rc) rc = 1;
+        }
+        outs[0].wrote = 1;
     }
+    if (n_ok < n_runs)
+        fprintf(stderr, "kvtop bench: %d of %d runs failed; the files written mark them with their error\n",
+                n_runs - n_ok, n_runs);
     if (failed) {
         fprintf(stderr, "kvtop bench: %llu requests failed or were cancelled (see --outputs for reasons)\n",
                 (unsigned long long)failed);
-        goto done;
+        if (!rc) rc = 1;
     }
-    rc = 0;
 done:
-    if (json_f && fclose(json_f) && rc == 0) {
-        fprintf(stderr, "kvtop bench: writing --json file %s failed\n", a->json_path);
-        rc = 1;
-    }
-    for (int j = 0; out_f && j < n_runs; j++)
-        if (out_f[j] && fclose(out_f[j]) && rc == 0) {
-            fprintf(stderr, "kvtop bench: writing --outputs failed\n");
-            rc = 1;
-        }
+    for (int j = 0; outs && j <= n_runs; j++)
+        if (out_close(&outs[j], outs[j].wrote, j ? "--outputs" : "--json") && !rc) rc = 1;
     for (int j = 0; runs && j < n_runs; j++) kv_bench_result_free(&runs[j]);
-    free(out_f);
+    free(outs);
     free(assign);
+    free(ok);
     free(runs);
     free(cfgs);
     cli_list_free(&a->sets);

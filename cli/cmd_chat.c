@@ -22,7 +22,29 @@ static void usage(FILE *f) {
                "                  [--top-k K] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
                "                  [--seed S] [--stop STR ...] [-n MAX_REPLY] [-t THREADS] [--ctx N]\n"
                "a reply ends at the template's end of turn, an end-of-generation token or a --stop string\n"
-               "commands inside: /reset (new conversation), /quit\n");
+               "commands inside: /reset (new conversation), /quit (or /exit); //text sends /text\n"
+               "text typed is plain text: <|im_start|> and the like never become control tokens\n");
+}
+
+/* The commands a line may hold, and what a line that is not one sends. */
+typedef enum chat_cmd { CHAT_SEND = 0, CHAT_QUIT, CHAT_RESET, CHAT_EMPTY, CHAT_UNKNOWN } chat_cmd;
+
+#define CHAT_COMMANDS "/reset, /quit, /exit (//text sends /text)"
+
+/* What line asks for; *text (for CHAT_SEND) is the message: the line, or
+ * for "//..." the line without its first slash. As the TUI does, a line
+ * starting with one '/' is a command, never sent to the model. */
+static chat_cmd chat_parse_line(const char *line, const char **text /* OUT: */) {
+    *text = line;
+    if (!*line) return CHAT_EMPTY;
+    if (line[0] != '/') return CHAT_SEND;
+    if (line[1] == '/') {
+        *text = line + 1;
+        return CHAT_SEND;
+    }
+    if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) return CHAT_QUIT;
+    if (!strcmp(line, "/reset")) return CHAT_RESET;
+    return CHAT_UNKNOWN;
 }
 
 typedef struct convo {
@@ -105,22 +127,18 @@ static int parse_args(int argc, char **argv, chat_args *a /* OUT: */) {
 static int chat_turn(kv_engine *e, const chat_args *a, kv_chat_tmpl tmpl, convo *cv, kv_err *err) {
     const kv_model *m = kv_engine_model(e);
     int ctx = cli_context(e);
-    int need = kv_chat_format_ex(tmpl, m->chat_template, 0, cv->msgs, cv->n, 1, NULL, 0);
-    if (need < 0) return kv_err_set(err, KV_ERR_NOMEM, "cannot format the chat template");
-    char *text = malloc((size_t)need + 1);
-    if (!text) return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
-    kv_chat_format_ex(tmpl, m->chat_template, 0, cv->msgs, cv->n, 1, text, (size_t)need + 1);
     int32_t *ids = NULL;
     int n = 0;
-    int rc = cli_encode(m->tok, text, 1, 1, &ids, &n, err);
-    free(text);
-    if (rc) return rc;
-    if (n + 1 >= ctx) {
-        printf("(the conversation is %d tokens, over the %d-token context: /reset to start over)\n", n, ctx);
+    /* room for a reply token at least; a conversation too long is found
+     * without encoding all of it */
+    int rc = cli_encode_chat(m, cv->msgs, cv->n, 1, 0, ctx - 2, &ids, &n, err);
+    if (rc == KV_ERR_RANGE) {
+        printf("(the conversation is more than %d tokens, over the %d-token context: /reset to start over)\n", ctx - 2,
+               ctx);
         convo_clear(cv, cv->n - 1);
-        free(ids);
         return 0;
     }
+    if (rc) return rc;
     /* The reply ends where the template ends an assistant turn, whether or
      * not the model marks it with an end-of-generation token. */
     const char *stop[MAX_STOP];
@@ -158,6 +176,7 @@ int cmd_chat(int argc, char **argv) {
     kv_engine *e = kv_engine_new(&a.cfg, &err);
     if (!e) goto fail;
     const kv_model *m = kv_engine_model(e);
+    cli_engine_notes("chat", e, a.ctx, stderr);
     kv_chat_tmpl tmpl = kv_chat_detect(m->chat_template);
     if (a.system && convo_add(&cv, "system", a.system, strlen(a.system))) goto fail;
     int keep = cv.n;
@@ -166,22 +185,25 @@ int cmd_chat(int argc, char **argv) {
     for (;;) {
         char *line = readline("> ");
         if (!line) break;
-        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) {
+        const char *text;
+        chat_cmd c = chat_parse_line(line, &text);
+        if (c == CHAT_QUIT) {
             free(line);
             break;
         }
-        if (!strcmp(line, "/reset")) {
+        if (c == CHAT_RESET) {
             convo_clear(&cv, keep);
-            free(line);
             printf("(conversation reset)\n");
-            continue;
+        } else if (c == CHAT_UNKNOWN) {
+            size_t wl = strcspn(line, " \t");
+            printf("(unknown command %.*s: the commands are %s)\n", (int)KV_MIN(wl, 40), line, CHAT_COMMANDS);
         }
-        if (!*line) {
+        if (c != CHAT_SEND) {
             free(line);
             continue;
         }
         add_history(line);
-        int bad = convo_add(&cv, "user", line, strlen(line));
+        int bad = convo_add(&cv, "user", text, strlen(text));
         free(line);
         if (bad || chat_turn(e, &a, tmpl, &cv, &err)) goto fail;
     }

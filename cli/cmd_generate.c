@@ -25,6 +25,8 @@ static void usage(FILE *f) {
             "  -n N              tokens to generate (default 128)\n"
             "  --chat            wrap the prompt as a user message in the model's chat template\n"
             "  --system TEXT     system message for --chat\n"
+            "  --special         special-token texts in the prompt (<|im_start|>, <s>) become control tokens;\n"
+            "                    without it they stay plain text (with --chat: in the messages too)\n"
             "  --stop STR        end the reply before STR (repeatable)\n"
             "  --temp T          temperature (default 0.8; 0 = greedy)\n"
             "  --top-k K         (default 40; 0 = off)\n"
@@ -49,7 +51,7 @@ typedef struct gen_args {
     const char *prompt, *prompt_file, *system;
     int n_gen;               /* tokens to generate at most */
     int ctx;                 /* --ctx; 0: the model's, at most DEFAULT_CTX */
-    int chat, stats, ignore_eos, no_bos; /* bools */
+    int chat, special, stats, ignore_eos, no_bos; /* bools */
     cli_list stop;           /* --stop strings */
 } gen_args;
 
@@ -68,6 +70,7 @@ static int parse_args(int argc, char **argv, gen_args *a /* OUT: */) {
         {"--system", NULL, CLI_STR, &a->system, NULL, 0, 0},
         {"-n", NULL, CLI_INT, &a->n_gen, NULL, 0, 1 << 20},
         {"--chat", NULL, CLI_FLAG, &a->chat, NULL, 0, 0},
+        {"--special", NULL, CLI_FLAG, &a->special, NULL, 0, 0},
         {"--stop", NULL, CLI_LIST, &a->stop, NULL, 0, 0},
         CLI_SAMPLING_OPTS,
         {"-t", "--threads", CLI_KEY, NULL, "threads", 0, 0},
@@ -94,29 +97,20 @@ static int parse_args(int argc, char **argv, gen_args *a /* OUT: */) {
     return CLI_OK;
 }
 
-/* The prompt ids: the raw prompt (special-token texts stay text), or the
- * chat-formatted turn (its markers parsed). *ids is malloc'ed. */
-static int encode_prompt(const kv_model *m, const gen_args *a, const char *prompt, int32_t **ids /* OUT: */,
-                         int *n /* OUT: */, kv_err *err) {
-    char *text = NULL;
-    const char *src = prompt;
-    if (a->chat) {
-        kv_chat_tmpl t = kv_chat_detect(m->chat_template);
-        kv_chat_msg msgs[2];
-        int nm = 0;
-        if (a->system) msgs[nm++] = (kv_chat_msg){.role = "system", .content = a->system};
-        msgs[nm++] = (kv_chat_msg){.role = "user", .content = prompt};
-        /* NOTE: like llama.cpp's chat formatting, the default system message a
-         * Jinja template injects is left out (pass --system to set one). */
-        int need = kv_chat_format_ex(t, m->chat_template, 0, msgs, nm, 1, NULL, 0);
-        if (need < 0 || !(text = malloc((size_t)need + 1)))
-            return kv_err_set(err, KV_ERR_NOMEM, "cannot format the chat template");
-        kv_chat_format_ex(t, m->chat_template, 0, msgs, nm, 1, text, (size_t)need + 1);
-        src = text;
-    }
-    int rc = cli_encode(m->tok, src, !a->no_bos, a->chat, ids, n, err);
-    free(text);
-    return rc;
+/* The prompt ids, at most max_tokens: the raw prompt (special-token texts
+ * stay text unless --special), or the prompt as a user message in the
+ * chat template (its markers special, the messages' text plain unless
+ * --special). *ids is malloc'ed. */
+static int encode_prompt(const kv_model *m, const gen_args *a, const char *prompt, int max_tokens,
+                         int32_t **ids /* OUT: */, int *n /* OUT: */, kv_err *err) {
+    if (!a->chat) return cli_encode(m->tok, prompt, !a->no_bos, a->special, max_tokens, ids, n, err);
+    kv_chat_msg msgs[2];
+    int nm = 0;
+    if (a->system) msgs[nm++] = (kv_chat_msg){.role = "system", .content = a->system};
+    msgs[nm++] = (kv_chat_msg){.role = "user", .content = prompt};
+    /* NOTE: like llama.cpp's chat formatting, the default system message a
+     * Jinja template injects is left out (pass --system to set one). */
+    return cli_encode_chat(m, msgs, nm, !a->no_bos, a->special, max_tokens, ids, n, err);
 }
 
 /* --stats on stderr: the request's timings, and on the cpu backend the
@@ -171,9 +165,10 @@ int cmd_generate(int argc, char **argv) {
     char *prompt_buf = NULL;
     const char *prompt = a.prompt;
     if (a.prompt_file) {
-        prompt_buf = cli_read_file(a.prompt_file, NULL);
+        kv_err rerr = {0};
+        prompt_buf = cli_read_prompt(a.prompt_file, NULL, &rerr);
         if (!prompt_buf) {
-            fprintf(stderr, "kvtop generate: cannot read %s\n", a.prompt_file);
+            fprintf(stderr, "kvtop generate: %s\n", rerr.msg);
             cli_list_free(&a.stop);
             return 1;
         }
@@ -189,12 +184,15 @@ int cmd_generate(int argc, char **argv) {
     if (!e) goto fail;
     t_load = kv_now_s() - t_load;
     const kv_model *m = kv_engine_model(e);
-    if (encode_prompt(m, &a, prompt, &ids, &n_ids, &err)) goto fail;
+    cli_engine_notes("generate", e, a.ctx, stderr);
     int ctx = cli_context(e);
-    if (n_ids >= ctx) {
-        kv_err_set(&err, KV_ERR_RANGE, "the prompt is %d tokens; the context holds %d", n_ids, ctx);
-        goto fail;
-    }
+    /* room for one generated token at least; a longer prompt is refused
+     * before all of it is encoded */
+    int erc = encode_prompt(m, &a, prompt, ctx - 1, &ids, &n_ids, &err);
+    if (erc == KV_ERR_RANGE)
+        kv_err_set(&err, erc, "the prompt is longer than the context (more than %d tokens: the %d-token context keeps "
+                   "one for the reply)", ctx - 1, ctx);
+    if (erc) goto fail;
     /* Echo the prompt as typed, then stream the continuation. */
     fputs(prompt, stdout);
     if (a.chat) fputc('\n', stdout);

@@ -45,6 +45,7 @@ int cmd_info(int argc, char **argv) {
         fprintf(stderr, "kvtop info: %s\n", err.msg);
         return 1;
     }
+    if (kv_model_warning(m)[0]) fprintf(stderr, "kvtop info: warning: %s\n", kv_model_warning(m));
     const kv_hparams *hp = &m->hp;
     char b1[32], b2[32];
     printf("model          %s\n", m->name);

@@ -1,7 +1,6 @@
 /* cmd_tokenize.c - `kvtop tokenize`: prints the token ids (or id/piece
  * pairs) of a text. Builds only the tokenizer, so vocab-only GGUF files
  * work, as do llama2.c tokenizer.bin files. */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +19,7 @@ static void usage(FILE *f) {
             "  -m MODEL          GGUF file (a vocab-only file is enough) or llama2.c checkpoint\n"
             "  --tokenizer FILE  tokenizer to use instead of the model's: llama2.c tokenizer.bin or GGUF\n"
             "  -p TEXT           text to encode\n"
-            "  -f FILE           encode the file's exact bytes\n"
+            "  -f FILE           encode the file's exact bytes (text: a NUL byte is refused, as by generate)\n"
             "  --no-bos          do not add BOS (default: as the vocabulary says)\n"
             "  --special         match special-token texts such as <|im_start|> (parse_special)\n"
             "  --pieces          print one \"id<TAB>piece\" line per token instead of one line of ids\n");
@@ -116,12 +115,10 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len;
     kv_tokenizer *t = open_tokenizer(model, tok_path, &err);
     if (!t) goto fail;
+    if (kv_tokenizer_warning(t)[0]) fprintf(stderr, "kvtop tokenize: note: %s\n", kv_tokenizer_warning(t));
     if (file) {
-        buf = cli_read_file(file, &len);
-        if (!buf) {
-            kv_err_set(&err, KV_ERR_IO, "%s: cannot read: %s", file, strerror(errno));
-            goto fail;
-        }
+        buf = cli_read_prompt(file, &len, &err); /* refuses a NUL byte, as generate -f does */
+        if (!buf) goto fail;
         text = buf;
     } else {
         len = strlen(text);

@@ -39,6 +39,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    cmd_tui_set_server(&kv_server_api); /* kvtop PROFILE --serve PORT: the TUI calls the server through it */
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
         usage(stdout);
         return 0;

@@ -32,21 +32,61 @@ int cli_context(const kv_engine *e) {
     return c->scheduler.max_seq_len > 0 ? KV_MIN(c->scheduler.max_seq_len, ctx) : ctx;
 }
 
-int cli_encode(const kv_tokenizer *tok, const char *text, int add_bos, int parse_special, int32_t **ids, int *n,
-               kv_err *err) {
-    *ids = NULL;
-    *n = 0;
-    size_t len = strlen(text);
-    int bos = add_bos && kv_tokenizer_add_bos(tok) && kv_tokenizer_bos(tok) >= 0;
-    int k = kv_tokenizer_encode(tok, text, len, bos, parse_special, NULL, 0, err);
-    if (k < 0) return k;
-    if (k == 0) return kv_err_set(err, KV_ERR_INVAL, "the prompt encodes to no tokens");
-    int32_t *v = malloc((size_t)k * sizeof *v);
-    if (!v) return kv_err_set(err, KV_ERR_NOMEM, "out of memory for %d prompt tokens", k);
-    kv_tokenizer_encode(tok, text, len, bos, parse_special, v, k, err);
+void cli_engine_notes(const char *cmd, const kv_engine *e, int asked_ctx, FILE *f) {
+    const kv_model *m = kv_engine_model(e);
+    const char *w = kv_tokenizer_warning(m->tok);
+    if (w && *w) fprintf(f, "kvtop %s: note: %s\n", cmd, w);
+    if (kv_model_warning(m)[0]) fprintf(f, "kvtop %s: warning: %s\n", cmd, kv_model_warning(m));
+    if (asked_ctx > m->hp.ctx_len)
+        fprintf(f, "kvtop %s: note: --ctx %d is more than the model's context; using its %d tokens\n", cmd, asked_ctx,
+                m->hp.ctx_len);
+}
+
+/* The ids of n tokens at most are malloc'ed once: out of memory, or the
+ * prompt too long (KV_ERR_RANGE) or empty, says so in err. */
+static int take_ids(int k, int32_t *v, int max_tokens, int32_t **ids, int *n, kv_err *err) {
+    if (k == KV_ERR_RANGE)
+        k = kv_err_set(err, k, "the prompt is longer than the context (more than %d tokens)", max_tokens);
+    else if (k == 0)
+        k = kv_err_set(err, KV_ERR_INVAL, "the prompt encodes to no tokens");
+    if (k <= 0) {
+        free(v);
+        return k;
+    }
     *ids = v;
     *n = k;
     return 0;
+}
+
+int cli_encode(const kv_tokenizer *tok, const char *text, int add_bos, int parse_special, int max_tokens,
+               int32_t **ids, int *n, kv_err *err) {
+    *ids = NULL;
+    *n = 0;
+    if (max_tokens <= 0) return kv_err_set(err, KV_ERR_INVAL, "no room for a prompt (max_tokens %d)", max_tokens);
+    int32_t *v = malloc((size_t)max_tokens * sizeof *v);
+    if (!v) return kv_err_set(err, KV_ERR_NOMEM, "out of memory for %d prompt tokens", max_tokens);
+    kv_encode_opts o = {.add_bos = add_bos && kv_tokenizer_add_bos(tok) && kv_tokenizer_bos(tok) >= 0,
+                        .parse_special = parse_special,
+                        .max_tokens = max_tokens};
+    int k = kv_tokenizer_encode_ex(tok, text, strlen(text), &o, v, max_tokens, err);
+    return take_ids(k, v, max_tokens, ids, n, err);
+}
+
+int cli_encode_chat(const kv_model *m, const kv_chat_msg *msgs, int n_msgs, int add_bos, int parse_special,
+                    int max_tokens, int32_t **ids, int *n, kv_err *err) {
+    *ids = NULL;
+    *n = 0;
+    if (max_tokens <= 0) return kv_err_set(err, KV_ERR_INVAL, "no room for a prompt (max_tokens %d)", max_tokens);
+    int32_t *v = malloc((size_t)max_tokens * sizeof *v);
+    if (!v) return kv_err_set(err, KV_ERR_NOMEM, "out of memory for %d prompt tokens", max_tokens);
+    kv_chat_tok_params p;
+    kv_chat_tok_defaults(&p);
+    p.add_bos = add_bos;
+    p.parse_special = parse_special;
+    p.max_tokens = max_tokens;
+    int k = kv_chat_tokenize(kv_chat_detect(m->chat_template), m->chat_template, m->tok, msgs, n_msgs, &p, v,
+                             max_tokens, err);
+    return take_ids(k, v, max_tokens, ids, n, err);
 }
 
 /* Appends n bytes to the reply buffer. */

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "../engine/chat_template.h"
 #include "../engine/engine.h"
 #include "../engine/tokenizer.h"
 
@@ -22,13 +23,28 @@ enum { CLI_DEFAULT_CTX = 4096 }; /* tokens of context when --ctx is not given (t
 void cli_size_for_context(kv_config *cfg, int ctx);
 /* Tokens one request may span on e: scheduler.max_seq_len cut to the model's context. */
 int cli_context(const kv_engine *e);
-/* Encodes text with the model's BOS rule (a BOS when add_bos is set, the
- * vocabulary asks for one and has one) and, with parse_special, special-token
- * texts such as <|im_start|> matched (chat templates); a raw prompt keeps
- * them as text. *ids is malloc'ed (free it). Returns 0, or a negative
- * KV_ERR_* (KV_ERR_INVAL when the text encodes to no tokens). */
-int cli_encode(const kv_tokenizer *tok, const char *text, int add_bos, int parse_special,
+/* Prints to f, once, what the user should know about e before it runs:
+ * the tokenizer's warning (an unknown pre-tokenizer and its fallback) and,
+ * when asked_ctx (--ctx) is more than the model's context, that the
+ * context was cut to it. "kvtop CMD: note: ..." lines. */
+void cli_engine_notes(const char *cmd, const kv_engine *e, int asked_ctx, FILE *f);
+
+/* Encodes a raw prompt with the model's BOS rule (a BOS when add_bos is
+ * set, the vocabulary asks for one and has one); special-token texts such
+ * as <|im_start|> become control tokens only with parse_special (the
+ * --special opt-in), else they stay text. At most max_tokens ids (> 0): a
+ * longer prompt fails fast, without encoding all of it, with KV_ERR_RANGE
+ * and err "the prompt is longer than the context (more than N tokens)".
+ * *ids is malloc'ed (free it). Returns 0, or a negative KV_ERR_*
+ * (KV_ERR_INVAL when the text encodes to no tokens). */
+int cli_encode(const kv_tokenizer *tok, const char *text, int add_bos, int parse_special, int max_tokens,
                int32_t **ids /* OUT: */, int *n /* OUT: */, kv_err *err);
+/* The same for a conversation in the model's chat template
+ * (kv_chat_tokenize: the template's markers special, the messages' text
+ * plain unless parse_special; the template's default system message left
+ * out, as llama.cpp's chat formatting does). */
+int cli_encode_chat(const kv_model *m, const kv_chat_msg *msgs, int n_msgs, int add_bos, int parse_special,
+                    int max_tokens, int32_t **ids /* OUT: */, int *n /* OUT: */, kv_err *err);
 
 /* What one streamed request did. */
 typedef struct cli_stream_result {

@@ -6,6 +6,7 @@
 #include "chat_template.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -13,16 +14,36 @@
 
 typedef struct out_buf {
     char *buf;
-    size_t cap; /* bytes available for text (excluding the NUL slot) */
-    size_t n;   /* bytes produced, may exceed cap */
+    size_t cap;          /* bytes available for text (excluding the NUL slot) */
+    size_t n;            /* bytes produced, may exceed cap */
+    kv_tok_span *spans;  /* (span_cap) where the template's own text is, or NULL */
+    int span_cap;
+    int n_spans;         /* ranges produced, may exceed span_cap */
 } out_buf;
 
+/* Message text: plain. */
 static void put_n(out_buf *o, const char *s, size_t n) {
     if (o->n < o->cap) memcpy(o->buf + o->n, s, KV_MIN(n, o->cap - o->n));
     o->n += n;
 }
 
 static void put_s(out_buf *o, const char *s) { put_n(o, s, strlen(s)); }
+
+/* The template's own text (markers, role names, separators, its default
+ * system message): recorded as a range where special-token texts are
+ * special tokens, merged with a range it continues. */
+static void put_t(out_buf *o, const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return;
+    int last = o->n_spans - 1;
+    if (last >= 0 && last < o->span_cap && o->spans[last].off + o->spans[last].len == o->n) {
+        o->spans[last].len += n;
+    } else {
+        if (o->n_spans < o->span_cap) o->spans[o->n_spans] = (kv_tok_span){o->n, n};
+        o->n_spans++;
+    }
+    put_n(o, s, n);
+}
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -224,16 +245,16 @@ static const char *leading_system(const kv_chat_msg *m, int n, int *first) {
 
 static void fmt_chatml(const chat_opts *t, const kv_chat_msg *m, int n, out_buf *o) {
     if (t->default_system[0] && (n == 0 || role_of(m[0].role) != ROLE_SYSTEM)) {
-        put_s(o, "<|im_start|>system\n");
-        put_s(o, t->default_system);
-        put_s(o, "<|im_end|>\n");
+        put_t(o, "<|im_start|>system\n");
+        put_t(o, t->default_system);
+        put_t(o, "<|im_end|>\n");
     }
     for (int i = 0; i < n; i++) {
-        put_s(o, "<|im_start|>");
-        put_s(o, m[i].role);
-        put_s(o, "\n");
+        put_t(o, "<|im_start|>");
+        put_t(o, m[i].role);
+        put_t(o, "\n");
         put_s(o, m[i].content);
-        put_s(o, "<|im_end|>\n");
+        put_t(o, "<|im_end|>\n");
     }
 }
 
@@ -246,12 +267,12 @@ static void fmt_llama2(const kv_chat_msg *m, int n, out_buf *o) {
     for (int i = first; i < n; i++) {
         int r = role_of(m[i].role);
         if (r == ROLE_USER) {
-            put_s(o, i == first ? "[INST] " : "<s>[INST] ");
+            put_t(o, i == first ? "[INST] " : "<s>[INST] ");
             if (i == first && sys) {
                 /* content.strip() of "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + user */
-                put_s(o, "<<SYS>>\n");
+                put_t(o, "<<SYS>>\n");
                 put_s(o, sys);
-                put_s(o, "\n<</SYS>>\n\n");
+                put_t(o, "\n<</SYS>>\n\n");
                 const char *u = m[i].content;
                 size_t b = strlen(u);
                 while (b > 0 && is_space(u[b - 1])) b--;
@@ -259,17 +280,17 @@ static void fmt_llama2(const kv_chat_msg *m, int n, out_buf *o) {
             } else {
                 put_trim(o, m[i].content);
             }
-            put_s(o, " [/INST]");
+            put_t(o, " [/INST]");
         } else if (r == ROLE_ASSISTANT) {
-            put_s(o, " ");
+            put_t(o, " ");
             put_trim(o, m[i].content);
-            put_s(o, " </s>");
+            put_t(o, " </s>");
         } else {
             /* A later system message: Llama 2 has no place for it; keep it
              * as an instruction of its own. */
-            put_s(o, "[INST] ");
+            put_t(o, "[INST] ");
             put_trim(o, m[i].content);
-            put_s(o, " [/INST]");
+            put_t(o, " [/INST]");
         }
     }
 }
@@ -283,16 +304,16 @@ static void fmt_mistral(const kv_chat_msg *m, int n, out_buf *o) {
         int r = role_of(m[i].role);
         if (r == ROLE_ASSISTANT) {
             put_s(o, m[i].content);
-            put_s(o, "</s>");
+            put_t(o, "</s>");
             continue;
         }
-        put_s(o, "[INST]");
+        put_t(o, "[INST]");
         if (sys && i == n - 1) {
             put_s(o, sys);
-            put_s(o, "\n\n");
+            put_t(o, "\n\n");
         }
         put_s(o, m[i].content);
-        put_s(o, "[/INST]");
+        put_t(o, "[/INST]");
     }
 }
 
@@ -302,32 +323,32 @@ static void fmt_llama3(const chat_opts *t, const kv_chat_msg *m, int n, out_buf 
     if (!sys && t->default_system[0]) sys = t->default_system;
     if (t->system_prefix[0]) {
         /* Llama 3.1: the system block is always there. */
-        put_s(o, "<|start_header_id|>system<|end_header_id|>\n\n");
-        put_s(o, t->system_prefix);
+        put_t(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+        put_t(o, t->system_prefix);
         if (sys) put_trim(o, sys);
-        put_s(o, "<|eot_id|>");
+        put_t(o, "<|eot_id|>");
     } else if (sys) {
-        put_s(o, "<|start_header_id|>system<|end_header_id|>\n\n");
+        put_t(o, "<|start_header_id|>system<|end_header_id|>\n\n");
         put_trim(o, sys);
-        put_s(o, "<|eot_id|>");
+        put_t(o, "<|eot_id|>");
     }
     for (int i = first; i < n; i++) {
-        put_s(o, "<|start_header_id|>");
-        put_s(o, m[i].role);
-        put_s(o, "<|end_header_id|>\n\n");
+        put_t(o, "<|start_header_id|>");
+        put_t(o, m[i].role);
+        put_t(o, "<|end_header_id|>\n\n");
         put_trim(o, m[i].content);
-        put_s(o, "<|eot_id|>");
+        put_t(o, "<|eot_id|>");
     }
 }
 
 static void fmt_tagged(const kv_chat_msg *m, int n, const char *end, int skip_empty_system, out_buf *o) {
     for (int i = 0; i < n; i++) {
         if (skip_empty_system && role_of(m[i].role) == ROLE_SYSTEM && !m[i].content[0]) continue;
-        put_s(o, "<|");
-        put_s(o, m[i].role);
-        put_s(o, "|>\n");
+        put_t(o, "<|");
+        put_t(o, m[i].role);
+        put_t(o, "|>\n");
         put_s(o, m[i].content);
-        put_s(o, end);
+        put_t(o, end);
     }
 }
 
@@ -341,14 +362,14 @@ static void fmt_gemma(const kv_chat_msg *m, int n, out_buf *o) {
             sys = m[i].content;
             continue;
         }
-        put_s(o, r == ROLE_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+        put_t(o, r == ROLE_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
         if (sys && r == ROLE_USER) {
             put_trim(o, sys);
-            put_s(o, "\n\n");
+            put_t(o, "\n\n");
             sys = NULL;
         }
         put_trim(o, m[i].content);
-        put_s(o, "<end_of_turn>\n");
+        put_t(o, "<end_of_turn>\n");
     }
 }
 
@@ -360,15 +381,15 @@ static void fmt_deepseek(const kv_chat_msg *m, int n, out_buf *o) {
     for (int i = 0; i < n; i++) {
         int r = role_of(m[i].role);
         if (r == ROLE_USER) {
-            put_s(o, "<｜User｜>");
+            put_t(o, "<｜User｜>");
             put_s(o, m[i].content);
         } else if (r == ROLE_ASSISTANT) {
             /* Earlier answers keep only what follows their reasoning. */
             const char *c = m[i].content, *p;
             while ((p = strstr(c, "</think>")) != NULL) c = p + strlen("</think>");
-            put_s(o, "<｜Assistant｜>");
+            put_t(o, "<｜Assistant｜>");
             put_s(o, c);
-            put_s(o, "<｜end▁of▁sentence｜>");
+            put_t(o, "<｜end▁of▁sentence｜>");
         }
     }
 }
@@ -378,13 +399,61 @@ static void fmt_plain(const kv_chat_msg *m, int n, out_buf *o) {
         int r = role_of(m[i].role);
         if (r == ROLE_SYSTEM) {
             put_s(o, m[i].content);
-            put_s(o, "\n\n");
+            put_t(o, "\n\n");
         } else {
-            put_s(o, r == ROLE_USER ? "User: " : "Assistant: ");
+            put_t(o, r == ROLE_USER ? "User: " : "Assistant: ");
             put_s(o, m[i].content);
-            put_s(o, "\n");
+            put_t(o, "\n");
         }
     }
+}
+
+/* Renders into o (text and, when o->spans is set, the template's ranges).
+ * Returns 0, or KV_ERR_INVAL / KV_ERR_RANGE. */
+static int render(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs, int n,
+                  int add_generation_prompt, out_buf *o) {
+    if (n < 0 || (!msgs && n > 0)) return KV_ERR_INVAL;
+    for (int i = 0; i < n; i++)
+        if (role_of(msgs[i].role) < 0 || !msgs[i].content) return KV_ERR_INVAL;
+    chat_opts opts;
+    read_opts(t, template_text, &opts);
+    if (!default_system) opts.default_system[0] = '\0';
+    const char *gen = "";
+    switch (t) {
+    case KV_CHAT_CHATML:
+        fmt_chatml(&opts, msgs, n, o);
+        gen = "<|im_start|>assistant\n";
+        break;
+    case KV_CHAT_LLAMA2: fmt_llama2(msgs, n, o); break;
+    case KV_CHAT_MISTRAL: fmt_mistral(msgs, n, o); break;
+    case KV_CHAT_LLAMA3:
+        fmt_llama3(&opts, msgs, n, o);
+        gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        break;
+    case KV_CHAT_ZEPHYR:
+        fmt_tagged(msgs, n, "</s>\n", 0, o);
+        gen = "<|assistant|>\n";
+        break;
+    case KV_CHAT_PHI3:
+        fmt_tagged(msgs, n, "<|end|>\n", 1, o);
+        gen = "<|assistant|>\n";
+        break;
+    case KV_CHAT_GEMMA:
+        fmt_gemma(msgs, n, o);
+        gen = "<start_of_turn>model\n";
+        break;
+    case KV_CHAT_DEEPSEEK_R1:
+        fmt_deepseek(msgs, n, o);
+        gen = opts.think ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
+        break;
+    default:
+        fmt_plain(msgs, n, o);
+        gen = "Assistant:";
+        break;
+    }
+    if (add_generation_prompt) put_t(o, gen);
+    else if (opts.eos_without_gen) put_t(o, "<|endoftext|>");
+    return o->n > (size_t)INT32_MAX ? KV_ERR_RANGE : 0;
 }
 
 int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg *msgs, int n,
@@ -394,49 +463,48 @@ int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg 
 
 int kv_chat_format_ex(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs,
                       int n, int add_generation_prompt, char *out, size_t cap) {
-    if (n < 0 || (!msgs && n > 0) || (!out && cap > 0)) return KV_ERR_INVAL;
-    for (int i = 0; i < n; i++)
-        if (role_of(msgs[i].role) < 0 || !msgs[i].content) return KV_ERR_INVAL;
-    chat_opts opts;
-    read_opts(t, template_text, &opts);
-    if (!default_system) opts.default_system[0] = '\0';
-    out_buf o = {out, cap ? cap - 1 : 0, 0};
-    const char *gen = "";
-    switch (t) {
-    case KV_CHAT_CHATML:
-        fmt_chatml(&opts, msgs, n, &o);
-        gen = "<|im_start|>assistant\n";
-        break;
-    case KV_CHAT_LLAMA2: fmt_llama2(msgs, n, &o); break;
-    case KV_CHAT_MISTRAL: fmt_mistral(msgs, n, &o); break;
-    case KV_CHAT_LLAMA3:
-        fmt_llama3(&opts, msgs, n, &o);
-        gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
-        break;
-    case KV_CHAT_ZEPHYR:
-        fmt_tagged(msgs, n, "</s>\n", 0, &o);
-        gen = "<|assistant|>\n";
-        break;
-    case KV_CHAT_PHI3:
-        fmt_tagged(msgs, n, "<|end|>\n", 1, &o);
-        gen = "<|assistant|>\n";
-        break;
-    case KV_CHAT_GEMMA:
-        fmt_gemma(msgs, n, &o);
-        gen = "<start_of_turn>model\n";
-        break;
-    case KV_CHAT_DEEPSEEK_R1:
-        fmt_deepseek(msgs, n, &o);
-        gen = opts.think ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
-        break;
-    default:
-        fmt_plain(msgs, n, &o);
-        gen = "Assistant:";
-        break;
-    }
-    if (add_generation_prompt) put_s(&o, gen);
-    else if (opts.eos_without_gen) put_s(&o, "<|endoftext|>");
-    if (o.n > (size_t)INT32_MAX) return KV_ERR_RANGE;
+    if (!out && cap > 0) return KV_ERR_INVAL;
+    out_buf o = {out, cap ? cap - 1 : 0, 0, NULL, 0, 0};
+    int rc = render(t, template_text, default_system, msgs, n, add_generation_prompt, &o);
+    if (rc) return rc;
     if (cap > 0) out[KV_MIN(o.n, cap - 1)] = 0;
     return (int)o.n;
+}
+
+void kv_chat_tok_defaults(kv_chat_tok_params *p) {
+    memset(p, 0, sizeof *p);
+    p->add_generation_prompt = 1;
+    p->add_bos = 1;
+}
+
+int kv_chat_tokenize(kv_chat_tmpl t, const char *template_text, const kv_tokenizer *tok, const kv_chat_msg *msgs,
+                     int n, const kv_chat_tok_params *p, int32_t *out, int cap, kv_err *err) {
+    if (!tok || !p || cap < 0 || (!out && cap > 0))
+        return kv_err_set(err, KV_ERR_INVAL, "chat: bad tokenize arguments");
+    /* Measure, then render the text and its template ranges for real. */
+    out_buf o = {NULL, 0, 0, NULL, 0, 0};
+    int rc = render(t, template_text, p->default_system, msgs, n, p->add_generation_prompt, &o);
+    if (rc) return kv_err_set(err, rc, "chat: cannot render the conversation in the %s template (%s)",
+                              kv_chat_tmpl_name(t), rc == KV_ERR_INVAL ? "a message has no role or no text" : "too long");
+    char *text = malloc(o.n + 1);
+    kv_tok_span *spans = malloc((size_t)(o.n_spans > 0 ? o.n_spans : 1) * sizeof *spans);
+    if (!text || !spans) {
+        free(text);
+        free(spans);
+        return kv_err_set(err, KV_ERR_NOMEM, "chat: out of memory rendering %zu bytes", o.n);
+    }
+    out_buf f = {text, o.n, 0, spans, o.n_spans, 0};
+    render(t, template_text, p->default_system, msgs, n, p->add_generation_prompt, &f);
+    text[f.n] = 0;
+    kv_encode_opts eo = {
+        .add_bos = p->add_bos && kv_tokenizer_add_bos(tok) && kv_tokenizer_bos(tok) >= 0,
+        .parse_special = p->parse_special,
+        .special = spans,
+        .n_special = f.n_spans,
+        .max_tokens = p->max_tokens,
+    };
+    rc = kv_tokenizer_encode_ex(tok, text, f.n, &eo, out, cap, err);
+    free(text);
+    free(spans);
+    return rc;
 }

@@ -4,15 +4,20 @@
  * Phi-3, DeepSeek-R1) and rendered by hand-written C, not by a Jinja
  * interpreter; a plain "User: ...\nAssistant:" format covers the rest.
  *
- * The rendered text contains the special-token texts ("<|im_start|>") and is
- * meant to be encoded with parse_special on and add_bos as the tokenizer
- * says; a BOS the template would emit first is left to the tokenizer. */
+ * A prompt goes to the model as kv_chat_tokenize's ids: the template's own
+ * markers ("<|im_start|>", "[INST]", "<|eot_id|>", ...) become special
+ * tokens and every message's text stays plain text, so a user typing
+ * "<|im_end|><|im_start|>system" gets those characters, not a forged turn.
+ * kv_chat_format gives the same prompt as text, for display and tests;
+ * encoding that text with parse_special on would parse the messages too.
+ * A BOS the template would emit first is left to the tokenizer. */
 #ifndef KV_CHAT_TEMPLATE_H
 #define KV_CHAT_TEMPLATE_H
 
 #include <stddef.h>
 
 #include "../base/common.h"
+#include "tokenizer.h"
 
 typedef enum kv_chat_tmpl {
     KV_CHAT_PLAIN = 0,  /* system text, "User: ...\n", "Assistant: ...\n", generation prompt "Assistant:" */
@@ -70,5 +75,35 @@ int kv_chat_format(kv_chat_tmpl t, const char *template_text, const kv_chat_msg 
  * system prompt is only ever what the user set). */
 int kv_chat_format_ex(kv_chat_tmpl t, const char *template_text, int default_system, const kv_chat_msg *msgs,
                       int n, int add_generation_prompt, char *out /* OUT: (cap), may be NULL */, size_t cap);
+
+/* How kv_chat_tokenize encodes; kv_chat_tok_defaults gives the usual. */
+typedef struct kv_chat_tok_params {
+    int default_system;        /* bool: the template's default system message when there is none
+                                  (kv_chat_format_ex); default 0 */
+    int add_generation_prompt; /* bool: end with the opening of the assistant's reply; default 1 */
+    int add_bos;               /* bool: BOS first when the tokenizer asks for one (kv_tokenizer_add_bos)
+                                  and has one; default 1 */
+    int parse_special;         /* bool: the opt-in for trusted input: special-token texts inside the
+                                  messages become control tokens too; default 0 (plain text) */
+    int max_tokens;            /* > 0: the most ids wanted; a longer prompt fails with KV_ERR_RANGE after
+                                  work bounded by this (kv_encode_opts.max_tokens); default 0: no limit */
+} kv_chat_tok_params;
+
+void kv_chat_tok_defaults(kv_chat_tok_params *p /* OUT: */);
+
+/* The prompt ids of n messages in format t (template_text as for
+ * kv_chat_format_ex): what kv_chat_format_ex renders, encoded by tok with
+ * the template's own text (markers, role names, separators, its default
+ * system message) matched for special tokens and the messages' content
+ * (system, user and assistant alike) as plain text, unless
+ * p->parse_special. For a conversation whose messages hold no special-token
+ * text the ids are those of encoding the rendered text with parse_special
+ * on. Writes up to cap ids to out and returns the total count (> cap: call
+ * again with a bigger buffer; a caller with max_tokens set can size out by
+ * it and call once), or a negative KV_ERR_* with err filled: KV_ERR_INVAL
+ * for an unknown role or a NULL content, KV_ERR_RANGE when over
+ * max_tokens. */
+int kv_chat_tokenize(kv_chat_tmpl t, const char *template_text, const kv_tokenizer *tok, const kv_chat_msg *msgs,
+                     int n, const kv_chat_tok_params *p, int32_t *out /* OUT: (cap) ids */, int cap, kv_err *err);
 
 #endif

@@ -223,6 +223,7 @@ kv_engine *kv_engine_new_with_backend(const kv_config *cfg, kv_backend *be, kv_e
 void kv_engine_free(kv_engine *e) {
     if (!e) return;
     kv_engine_stop(e);
+    engine_live_compact(e);
     for (int i = 0; i < e->n_live; i++) {
         if (e->sched) kv_sched_finish(e->sched, &e->live[i]->s, KV_FINISH_CANCELLED);
         kv_spec_release(e->spec, &e->live[i]->ss);
@@ -366,14 +367,19 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
                 return reject(e, p, KV_ERR_RANGE, err);
             }
     } else if (p->text && p->text[0]) {
+        /* Encoded only as far as the context: a longer text is refused
+         * after work bounded by e->ctx, not by its length. */
+        kv_encode_opts eo = {.add_bos = kv_tokenizer_add_bos(tok) && kv_tokenizer_bos(tok) >= 0,
+                             .parse_special = p->parse_special != 0,
+                             .max_tokens = e->ctx};
         size_t len = strlen(p->text);
-        int add_bos = kv_tokenizer_add_bos(tok) && kv_tokenizer_bos(tok) >= 0;
-        n = kv_tokenizer_encode(tok, p->text, len, add_bos, 1, NULL, 0, err);
+        n = kv_tokenizer_encode_ex(tok, p->text, len, &eo, NULL, 0, err);
+        if (n == KV_ERR_RANGE) kv_err_set(err, n, "prompt is longer than the context (more than %d tokens)", e->ctx);
         if (n < 0) return reject(e, p, n, err);
         if (n > 0) {
             ids = malloc((size_t)n * sizeof *ids);
             if (!ids) return kv_err_set(err, KV_ERR_NOMEM, "submit: out of memory for %d prompt tokens", n);
-            kv_tokenizer_encode(tok, p->text, len, add_bos, 1, ids, n, err);
+            kv_tokenizer_encode_ex(tok, p->text, len, &eo, ids, n, err);
         }
     }
     const int32_t *prompt = p->tokens ? p->tokens : ids;

@@ -47,8 +47,12 @@ kv_backend *kv_engine_backend(kv_engine *e);
 typedef struct kv_request_params {
     const int32_t *tokens;   /* prompt ids (copied), or NULL to use text */
     int n_tokens;
-    const char *text;        /* prompt text (copied): tokenized with the model's BOS rule,
-                                special tokens such as <|im_start|> parsed */
+    const char *text;        /* prompt text (copied): tokenized with the model's BOS rule, as plain
+                                text unless parse_special; a chat prompt goes as the ids of
+                                kv_chat_tokenize (chat_template.h), which keeps message text plain */
+    int parse_special;       /* bool: special-token texts in `text` (<|im_start|>, <s>) become control
+                                tokens: the explicit opt-in for a trusted raw prompt (`kvtop generate
+                                --special`, the server's "parse_special"); default 0 */
     int max_tokens;          /* tokens to generate at most (> 0) */
     kv_sampling sampling;
     const char *const *stop; /* stop strings (copied); generation ends when the reply ends with one */
@@ -64,7 +68,10 @@ typedef struct kv_request_params {
 void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p /* OUT: */);
 
 /* Queues a request. Returns its id (> 0), or a negative KV_ERR_* with err
- * naming the reason when it is rejected (prompt empty or over the context,
+ * naming the reason when it is rejected (prompt empty or over the context:
+ * a text prompt is encoded only as far as the context, so a huge one is
+ * refused fast with "prompt is longer than the context (more than N
+ * tokens)",
  * prompt + max_tokens larger than the context or the whole cache, bad token
  * ids, bad sampling values). A rejected request is counted and emits a
  * KV_EVENT_DONE with KV_FINISH_REJECTED, so no request is ever lost. */

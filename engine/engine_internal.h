@@ -57,6 +57,8 @@ typedef struct ereq {
     kv_req_metrics rm;
     kv_finish finish;
     kv_spec_seq ss;         /* speculative decoding: draft length, draft cache sequence, counters */
+    struct ereq *held_prev, *held_next; /* in kv_engine.spec_held while held is set */
+    int held;               /* bool: ss may hold draft-cache blocks (it was drafted for) */
 } ereq;
 
 /* What the engine remembers per id under mu. */
@@ -118,8 +120,12 @@ struct kv_engine {
 
     /* ---- under state_mu ---- */
     uint64_t step;
-    ereq **live;            /* (cap_live) requests in the scheduler, by id */
-    int n_live, cap_live;
+    ereq **live;            /* (cap_live) requests in the scheduler, by id: live[live_front ..
+                               n_live); the slots before live_front are NULL (removals near
+                               the front move the front up instead of the whole table) */
+    int n_live, cap_live, live_front;
+    ereq *spec_held;        /* requests whose ss may hold draft-cache blocks (a list through
+                               held_next): the only ones a step gives blocks back for */
     kv_ring steps;          /* kv_step_record */
     kv_ring decisions;      /* kv_decision */
     kv_ring finished;       /* kv_snap_request of the latest finished */
@@ -173,6 +179,9 @@ void engine_drain_inbox(kv_engine *e, int in_step);
 /* Ends r with `why` (reason: NULL or the DONE event's text) and frees it
  * (state_mu held). */
 void engine_finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason);
+/* Moves the live table's requests to its start (live_front = 0), so that
+ * live[0 .. n_live) are all requests (state_mu held). */
+void engine_live_compact(kv_engine *e);
 /* One step with everything around it: takes state_mu, steps, publishes the
  * snapshot copy when `publish_copy` (the background thread), hands out the
  * step's events, releases state_mu and calls the step hook. Returns what a

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/cleanup.h"
 #include "quantize.h"
 #include "runner.h"
 
@@ -161,7 +162,7 @@ static int err_code(const kv_err *err, int dflt) { return err && err->code < 0 ?
 typedef struct run_state {
     variant *vars;       /* (n_vars) vars[0] is the file as given */
     int n_vars;
-    char tmp_dir[1024];  /* "" until created */
+    char tmp_dir[1024];  /* the directory of the variant being re-encoded; "" when none */
     int max_rows;        /* room in runners, row_var and the report's rows */
     kv_runner **runners; /* (max_rows) one per row */
     int *row_var;        /* (max_rows) index into vars */
@@ -178,22 +179,37 @@ typedef struct run_state {
     double *ref_lse;     /* (ctx) logsumexp of each reference row */
 } run_state;
 
+/* Removes variant v's temp file and its directory (whatever is left of
+ * them: a quantize that failed may leave PATH.tmp) and forgets them in the
+ * signal cleanup table. */
+static void drop_temp(variant *v, char *dir) {
+    if (v->path[0]) {
+        char tmp[1200];
+        unlink(v->path);
+        snprintf(tmp, sizeof tmp, "%s.tmp", v->path);
+        unlink(tmp);
+        kv_cleanup_remove(v->path);
+        v->path[0] = 0;
+    }
+    if (dir[0]) {
+        rmdir(dir);
+        kv_cleanup_remove(dir);
+        dir[0] = 0;
+    }
+}
+
 static void run_state_free(run_state *s) {
     if (s->runners)
         for (int i = 0; i < s->max_rows; i++) kv_runner_free(s->runners[i]);
     free(s->runners);
     free(s->row_var);
+    char none[1] = "";
     for (int i = 0; i < s->n_vars; i++) {
         kv_model_free(s->vars[i].m);
-        if (s->vars[i].path[0]) {
-            char tmp[1200];
-            unlink(s->vars[i].path);
-            snprintf(tmp, sizeof tmp, "%s.tmp", s->vars[i].path); /* a failed quantize's leftover */
-            unlink(tmp);
-        }
+        drop_temp(&s->vars[i], none); /* files first: the directory goes once empty */
     }
+    if (s->vars) drop_temp(&s->vars[0], s->tmp_dir);
     free(s->vars);
-    if (s->tmp_dir[0]) rmdir(s->tmp_dir);
     kv_backend_free(s->be);
     free(s->toks);
     free(s->win);
@@ -202,8 +218,14 @@ static void run_state_free(run_state *s) {
     free(s->ref_lse);
 }
 
-/* Index of the variant called name, re-encoding the source into the temp
- * directory on first use; -1 with err filled on failure. */
+/* Index of the variant called name, re-encoding the source on first use;
+ * -1 with err filled on failure.
+ * NOTE: the copy lives on disk only while it is written and loaded: a
+ * fresh private directory holds it, both are registered with
+ * base/cleanup.h (a SIGINT/SIGTERM/SIGHUP mid-quantize removes them, and
+ * the writer's PATH.tmp), and once the model is mapped the file and the
+ * directory are removed: the mapping keeps the bytes, so the evaluation
+ * itself (the long part) leaves nothing behind even on SIGKILL. */
 static int get_variant(run_state *s, const kv_eval_params *p, const char *name, kv_err *err) {
     for (int i = 0; i < s->n_vars; i++)
         if (!strcmp(s->vars[i].name, name)) return i;
@@ -213,20 +235,20 @@ static int get_variant(run_state *s, const kv_eval_params *p, const char *name, 
                    p->model_path, s->vars[0].m->format, name, s->vars[0].name);
         return -1;
     }
-    if (!s->tmp_dir[0]) {
-        const char *base = p->tmp_dir && *p->tmp_dir ? p->tmp_dir : getenv("TMPDIR");
-        if (!base || !*base) base = "/tmp";
-        snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s/kvtop-eval-XXXXXX", base);
-        if (!mkdtemp(s->tmp_dir)) {
-            kv_err_set(err, KV_ERR_IO, "eval: cannot create a temp directory in %s: %s", base, strerror(errno));
-            s->tmp_dir[0] = 0;
-            return -1;
-        }
+    const char *base = p->tmp_dir && *p->tmp_dir ? p->tmp_dir : getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s/kvtop-eval-XXXXXX", base);
+    if (!mkdtemp(s->tmp_dir)) {
+        kv_err_set(err, KV_ERR_IO, "eval: cannot create a temp directory in %s: %s", base, strerror(errno));
+        s->tmp_dir[0] = 0;
+        return -1;
     }
+    kv_cleanup_add(s->tmp_dir); /* a full table only means no cleanup on a signal */
     variant *v = &s->vars[s->n_vars];
     memset(v, 0, sizeof *v);
     snprintf(v->name, sizeof v->name, "%s", name);
     snprintf(v->path, sizeof v->path, "%s/%s.gguf", s->tmp_dir, name);
+    kv_cleanup_add(v->path);
     s->n_vars++; /* counted now so cleanup removes a partial file */
     kv_quantize_params qp = {.n_threads = p->n_threads};
     if (kv_quant_target_from_name(name, &qp.target, err)) return -1;
@@ -234,6 +256,7 @@ static int get_variant(run_state *s, const kv_eval_params *p, const char *name, 
     if (kv_quantize_file(p->model_path, v->path, &qp, NULL, err)) return -1;
     v->m = kv_model_load(v->path, NULL, err);
     if (!v->m) return -1;
+    drop_temp(v, s->tmp_dir); /* mapped: the file is no longer needed */
     return s->n_vars - 1;
 }
 

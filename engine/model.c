@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,47 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
     return 0;
 }
 
+/* Counts the non-finite values of a norm vector; the first one's index
+ * goes to *first (when none was found before). */
+static int count_nonfinite(const float *v, int n, int *first) {
+    int bad = 0;
+    for (int i = 0; v && i < n; i++)
+        if (!isfinite(v[i])) {
+            if (!bad && *first < 0) *first = i;
+            bad++;
+        }
+    return bad;
+}
+
+/* NaN or Inf in a norm weight poisons every output: the file loads (its
+ * other tensors may be what someone is looking at), with a warning the
+ * front ends print, and the engine ends requests whose logits are not
+ * finite (step.c). */
+static void check_norms(kv_model *m) {
+    const int dim = m->hp.dim;
+    int total = 0, at = -1;
+    char where[64] = "";
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        const float *v[2] = {m->layers[l].attn_norm, m->layers[l].ffn_norm};
+        static const char *names[2] = {"attn_norm", "ffn_norm"};
+        for (int k = 0; k < 2; k++) {
+            int first = -1, n = count_nonfinite(v[k], dim, &first);
+            if (n && !where[0]) snprintf(where, sizeof where, "blk.%d.%s.weight", l, names[k]), at = first;
+            total += n;
+        }
+    }
+    int first = -1, n = count_nonfinite(m->output_norm, dim, &first);
+    if (n && !where[0]) snprintf(where, sizeof where, "output_norm.weight"), at = first;
+    total += n;
+    if (total)
+        snprintf(m->warning, sizeof m->warning,
+                 "%.120s: %d non-finite value%s (NaN or Inf) in the norm weights, first %s[%d]: outputs will not "
+                 "be finite; generation stops with an error",
+                 m->path, total, total == 1 ? "" : "s", where, at);
+}
+
+const char *kv_model_warning(const kv_model *m) { return m ? m->warning : ""; }
+
 int kv_model_probe_file(const char *path, int *gguf, kv_err *err) {
     struct stat st;
     if (stat(path, &st) != 0) return kv_err_set(err, KV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -376,6 +418,7 @@ kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *er
         kv_model_free(m);
         return NULL;
     }
+    check_norms(m);
     return m;
 }
 

@@ -55,6 +55,8 @@ typedef struct kv_model {
     uint64_t weight_bytes;    /* bytes of all weight tensors as stored */
     uint64_t n_params;        /* elements of all weight tensors */
     int type_counts[KV_TYPE_COUNT]; /* tensors per storage type */
+    char warning[256];        /* what is wrong but loads, for front ends to print ("" when
+                                 nothing): non-finite norm weights (kv_model_warning) */
 
     /* private: what keeps the weights alive */
     kv_gguf *gguf;            /* GGUF mapping, or NULL */
@@ -75,6 +77,10 @@ int kv_model_probe_file(const char *path, int *gguf /* OUT */, kv_err *err);
  * tokenizer_path names its tokenizer file; NULL/"" for GGUF). On error
  * returns NULL and err names the file, key or tensor at fault. */
 kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *err);
+/* m->warning: "" when nothing, else e.g. "PATH: 3 non-finite values (NaN
+ * or Inf) in the norm weights, first blk.0.attn_norm.weight[5]: outputs
+ * will not be finite; generation stops with an error". Borrowed. */
+const char *kv_model_warning(const kv_model *m);
 void kv_model_free(kv_model *m); /* NULL is a no-op */
 
 /* KV cache bytes one token takes over all layers (K and V) in dtype. */

@@ -51,6 +51,12 @@ static const struct {
     {"falcon", KV_PRE_FALCON},
 };
 
+int kv_pre_name_known(const char *name) {
+    for (size_t i = 0; i < KV_ARRAY_LEN(pre_names); i++)
+        if (!strcmp(name, pre_names[i].name)) return 1;
+    return 0;
+}
+
 kv_pre_kind kv_pre_kind_from_name(const char *name) {
     kv_pre_kind k = KV_PRE_DEFAULT;
     for (size_t i = 0; i < KV_ARRAY_LEN(pre_names); i++)

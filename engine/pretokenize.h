@@ -24,6 +24,8 @@ typedef enum kv_pre_kind {
 /* The pipeline for a tokenizer.ggml.pre name, as llama.cpp maps them;
  * KV_PRE_DEFAULT for a name it does not know. */
 kv_pre_kind kv_pre_kind_from_name(const char *name);
+/* 1 when name is one of those names ("default" included), 0 otherwise. */
+int kv_pre_name_known(const char *name);
 
 /* Splits code points [0, n) into words with pipeline `kind`. cp holds the
  * code points (KV_UTF8_INVALID for a stray byte), fl their KV_UCAT_* flags;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../base/file.h"
 #include "../kernels/quant_ext.h"
 #include "../kernels/threadpool.h"
 #include "gguf.h"
@@ -279,8 +280,7 @@ int kv_quantize_file(const char *in_path, const char *out_path, const kv_quantiz
     if (!btr || !can_encode(p->target.base))
         return kv_err_set(err, KV_ERR_INVAL, "quantize: target type %s cannot be written",
                           kv_type_name(p->target.base));
-    struct stat si, so;
-    if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+    if (kv_same_file(in_path, out_path))
         return kv_err_set(err, KV_ERR_INVAL, "quantize: output %s is the input file", out_path);
 
     const double t0 = kv_now_s();

@@ -11,43 +11,7 @@
 #include <string.h>
 
 #include "../base/vec.h"
-
-struct kv_sched {
-    kv_sched_params p;
-    kv_cache *c;
-    int block_size;
-    int n_blocks;
-
-    /* queues of borrowed requests */
-    kv_sreq **running;   /* (cap_running) admission order */
-    int n_running, cap_running;
-    kv_sreq **waiting;   /* (cap_waiting) sorted at every schedule */
-    int n_waiting, cap_waiting;
-    kv_sreq **swapped;   /* (cap_swapped) */
-    int n_swapped, cap_swapped;
-
-    /* the plan of the current step (arrays sized at creation) */
-    kv_sched_out out;
-    kv_sreq **sched;     /* (max_seqs) scheduled requests in decision order */
-    int n_sched;
-    kv_sreq **order;     /* (cap_order) scratch copy of a queue */
-    int cap_order;
-    int budget;          /* tokens left in this step */
-
-    /* static policy */
-    uint64_t batch_seq;  /* last batch id handed out */
-    uint64_t cur_batch;  /* the batch now running, 0 = none */
-    int batch_live;      /* unfinished members of cur_batch */
-    int batch_size;      /* members admitted into cur_batch */
-
-    /* the step record */
-    uint64_t step;
-    double now_ms;
-    kv_step_record rec;
-    kv_decision *dec;    /* (cap_dec) this step's decisions */
-    int n_dec, cap_dec;
-    kv_sched_counters cnt;
-};
+#include "sched_internal.h"
 
 /* ---- requests ---- */
 
@@ -105,10 +69,10 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Records a decision of this step. The list only grows when it must; a
  * failed growth drops the decision rather than the step. */
-static void __attribute__((format(printf, 4, 5)))
-decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *fmt, ...) {
+void sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *fmt, ...) {
     if (kv_grow((void **)&s->dec, &s->cap_dec, s->n_dec + 1, sizeof *s->dec)) return;
     kv_decision *d = &s->dec[s->n_dec++];
+    memset(d, 0, sizeof *d); /* no stale bytes after the text: traces store the struct as it is */
     d->step = s->step;
     d->kind = kind;
     d->req = req;
@@ -116,21 +80,6 @@ decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(d->text, sizeof d->text, fmt, ap);
     va_end(ap);
-}
-
-/* Sets the reason a request is not running, with a WAIT decision only when
- * the reason changed (a queue of 50 requests would otherwise log 50 lines
- * per step). */
-static void __attribute__((format(printf, 3, 4))) wait_reason(kv_sched *s, kv_sreq *r, const char *fmt, ...) {
-    char buf[sizeof r->wait_reason];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (strcmp(buf, r->wait_reason) != 0) {
-        memcpy(r->wait_reason, buf, sizeof buf);
-        decide(s, KV_DEC_WAIT, r->id, "wait #%lld: %s", (long long)r->id, buf);
-    }
 }
 
 /* Cache operations that may evict cached blocks or copy a shared one: the
@@ -141,13 +90,13 @@ static void note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats
     uint64_t ev = after.evictions - before->evictions, cow = after.cow_copies - before->cow_copies;
     if (ev) {
         s->rec.n_evicted += (int)ev;
-        decide(s, KV_DEC_EVICT, r->id, "evict %llu cached block%s (LRU) for #%lld", (unsigned long long)ev,
-               ev == 1 ? "" : "s", (long long)r->id);
+        sched_decide(s, KV_DEC_EVICT, r->id, "evict %llu cached block%s (LRU) for #%lld", (unsigned long long)ev,
+                     ev == 1 ? "" : "s", (long long)r->id);
     }
     if (cow) {
         s->rec.n_cow += (int)cow;
-        decide(s, KV_DEC_COW, r->id, "copy-on-write: #%lld copies %llu shared block%s", (long long)r->id,
-               (unsigned long long)cow, cow == 1 ? "" : "s");
+        sched_decide(s, KV_DEC_COW, r->id, "copy-on-write: #%lld copies %llu shared block%s", (long long)r->id,
+                     (unsigned long long)cow, cow == 1 ? "" : "s");
     }
 }
 
@@ -209,6 +158,8 @@ kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
         !s->out.tables || !s->sched)
         goto nomem;
     if (kv_grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
+    kv_wq_init(&s->waiting, s->p.max_wait_ms);
+    if (kv_vq_reserve(&s->victims, S + 1)) goto nomem;
     return s;
 nomem:
     kv_sched_free(s);
@@ -220,7 +171,8 @@ nomem:
 void kv_sched_free(kv_sched *s) {
     if (!s) return;
     free(s->running);
-    free(s->waiting);
+    kv_vq_free(&s->victims);
+    kv_wq_free(&s->waiting);
     free(s->swapped);
     free(s->out.tokens);
     free(s->out.pos);
@@ -257,38 +209,34 @@ int kv_sched_add(kv_sched *s, kv_sreq *r) {
         return KV_ERR_INVAL;
     /* Every queue gets room for every live request now, so moving requests
      * between queues later (preemption, swap, admission) cannot fail. */
-    int live = s->n_waiting + s->n_running + s->n_swapped + 1;
-    if (kv_grow((void **)&s->waiting, &s->cap_waiting, live, sizeof *s->waiting) ||
+    int live = s->waiting.n + s->n_running + s->n_swapped + 1;
+    if (kv_wq_reserve(&s->waiting, live) ||
         kv_grow((void **)&s->running, &s->cap_running, live, sizeof *s->running) ||
         kv_grow((void **)&s->swapped, &s->cap_swapped, live, sizeof *s->swapped) ||
         kv_grow((void **)&s->order, &s->cap_order, live, sizeof *s->order))
         return KV_ERR_NOMEM;
-    s->waiting[s->n_waiting++] = r;
+    kv_wq_push(&s->waiting, r);
     r->seq.id = (int)r->id;
     r->seq.tag = r->session;
     r->wait_reason[0] = 0;
+    r->wait_kind = W_NONE, r->wait_a = 0, r->wait_b = 0;
+    r->wait_seq = s->n_calls;
     return 0;
 }
 
 /* ---- ordering ---- */
 
-static int starving(const kv_sched *s, const kv_sreq *r) {
-    return s->p.max_wait_ms > 0 && s->now_ms - r->arrival_ms > s->p.max_wait_ms;
-}
+int sched_starving(const kv_sched *s, const kv_sreq *r) { return kv_sq_starving(s->p.max_wait_ms, s->now_ms, r); }
 
-/* Scheduling order: requests past the starvation guard first (oldest
- * first), then priority (higher first), then arrival. The guard applies
- * to waiting queues only. */
+/* Scheduling order (sched_queue.h): requests past the starvation guard
+ * first (oldest first), then priority (higher first), then arrival. The
+ * guard applies to waiting queues only. */
 static int before(const kv_sched *s, const kv_sreq *a, const kv_sreq *b, int guard) {
-    int sa = guard && starving(s, a), sb = guard && starving(s, b);
-    if (sa != sb) return sa > sb;
-    if (!sa && a->priority != b->priority) return a->priority > b->priority;
-    if (a->arrival_ms != b->arrival_ms) return a->arrival_ms < b->arrival_ms;
-    return a->id < b->id;
+    return kv_sq_before(s->p.max_wait_ms, s->now_ms, a, b, guard);
 }
 
-/* Insertion sort: queues are nearly sorted from step to step, and the
- * comparison needs the scheduler (qsort has no context argument in C11). */
+/* Insertion sort for the short queues (running, swapped): nearly sorted
+ * from step to step, and the comparison needs the scheduler. */
 static void sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
     for (int i = 1; i < n; i++) {
         kv_sreq *x = q[i];
@@ -302,32 +250,28 @@ static void sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
 }
 
 /* The victim when blocks run out: lowest priority, then most recent arrival. */
-static kv_sreq *pick_victim(const kv_sched *s) {
-    kv_sreq *v = NULL;
-    for (int i = 0; i < s->n_running; i++) {
-        kv_sreq *r = s->running[i];
-        if (!v || r->priority < v->priority ||
-            (r->priority == v->priority &&
-             (r->arrival_ms > v->arrival_ms || (r->arrival_ms == v->arrival_ms && r->id > v->id))))
-            v = r;
-    }
-    return v;
-}
+static kv_sreq *pick_victim(const kv_sched *s) { return kv_vq_first(&s->victims); }
 
 /* The victim for a waiting request of priority prio: the lowest-priority,
  * newest running request strictly below prio, or NULL. */
-static kv_sreq *victim_below(const kv_sched *s, int prio) {
+kv_sreq *sched_victim_below(const kv_sched *s, int prio) {
     kv_sreq *v = pick_victim(s);
     return v && v->priority < prio ? v : NULL;
 }
 
 /* Blocks held by running requests below priority prio (an upper bound of
  * what preempting them all frees: shared blocks stay). */
-static int blocks_below(const kv_sched *s, int prio) {
-    int n = 0;
-    for (int i = 0; i < s->n_running; i++)
-        if (s->running[i]->priority < prio) n += s->running[i]->seq.n_blocks;
-    return n;
+int sched_blocks_below(const kv_sched *s, int prio) { return kv_vq_blocks_below(&s->victims, prio); }
+
+static void running_add(kv_sched *s, kv_sreq *r) {
+    push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
+    kv_vq_insert(&s->victims, r);
+}
+
+static int running_remove(kv_sched *s, const kv_sreq *r) {
+    if (!remove_from(s->running, &s->n_running, r)) return 0;
+    kv_vq_remove(&s->victims, r);
+    return 1;
 }
 
 /* ---- scheduling ---- */
@@ -339,28 +283,40 @@ static void unschedule(kv_sched *s, kv_sreq *r) {
 
 static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
     unschedule(s, v);
-    remove_from(s->running, &s->n_running, v);
+    running_remove(s, v);
     v->preemptions++;
     v->n_draft = 0;
     s->cnt.preemptions++;
     int held = v->seq.n_blocks;
-    char why[48];
+    char cause[48];
     if (for_req == v)
-        snprintf(why, sizeof why, "to grow itself");
+        snprintf(cause, sizeof cause, "to grow itself");
     else
-        snprintf(why, sizeof why, "for #%lld", (long long)for_req->id);
+        snprintf(cause, sizeof cause, "for #%lld", (long long)for_req->id);
     if (s->p.preemption == KV_PREEMPT_SWAP) {
         if (kv_cache_seq_swap_out(s->c, &v->seq) == 0) {
             v->state = KV_REQ_SWAPPED;
             push(&s->swapped, &s->n_swapped, &s->cap_swapped, v); /* capacity ensured by kv_sched_add */
             s->cnt.swaps_out++;
             s->rec.n_swapped_out++;
-            decide(s, KV_DEC_SWAP_OUT, v->id, "swap out #%lld %s: %d blocks to host, %d tokens kept",
-                   (long long)v->id, why, held, v->n_computed);
-            snprintf(v->wait_reason, sizeof v->wait_reason, "swapped out");
+            sched_decide(s, KV_DEC_SWAP_OUT, v->id, "swap out #%lld %s: %d blocks to host, %d tokens kept",
+                         (long long)v->id, cause, held, v->n_computed);
+            sched_put_reason(s, v, (why){W_SWAPPED_OUT, 0, 0});
             return;
         }
-        decide(s, KV_DEC_PREEMPT, v->id, "swap pool full: #%lld falls back to recompute", (long long)v->id);
+        kv_cache_stats cs;
+        kv_cache_get_stats(s->c, &cs);
+        if (held <= cs.n_swap_blocks) {
+            sched_decide(s, KV_DEC_PREEMPT, v->id, "swap pool full: #%lld falls back to recompute", (long long)v->id);
+        } else if (!s->said_swap_small) {
+            /* an empty pool would not hold it either: said once, not at
+             * every preemption of a long sequence */
+            s->said_swap_small = 1;
+            sched_decide(s, KV_DEC_PREEMPT, v->id,
+                         "swap pool of %d blocks is smaller than #%lld's %d: sequences longer than kv.swap_memory "
+                         "holds are recomputed instead",
+                         cs.n_swap_blocks, (long long)v->id, held);
+        }
     }
     kv_cache_seq_release(s->c, &v->seq);
     kv_seq_init(&v->seq, (int)v->id, v->session);
@@ -369,10 +325,14 @@ static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
     v->state = KV_REQ_PREEMPTED;
     s->cnt.recomputes++;
     s->rec.n_preempted++;
-    push(&s->waiting, &s->n_waiting, &s->cap_waiting, v); /* capacity ensured by kv_sched_add */
-    decide(s, KV_DEC_PREEMPT, v->id, "preempt #%lld %s (recompute): %d blocks freed, %d tokens to redo",
-           (long long)v->id, why, held, lost);
-    snprintf(v->wait_reason, sizeof v->wait_reason, "preempted (recompute)");
+    kv_wq_push(&s->waiting, v); /* capacity ensured by kv_sched_add */
+    if (s->p.policy == KV_POLICY_STATIC && s->cur_batch && v->batch == s->cur_batch) s->batch_waiting++;
+    sched_decide(s, KV_DEC_PREEMPT, v->id, "preempt #%lld %s (recompute): %d blocks freed, %d tokens to redo",
+                 (long long)v->id, cause, held, lost);
+    sched_put_reason(s, v, (why){W_PREEMPTED, 0, 0});
+    /* preempted before the waiting loop, it is ordered into this step's
+     * queue and looked at (or left in its tail) like the others */
+    if (!s->in_waiting_loop) v->wait_seq = s->n_calls - 1;
 }
 
 static void put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
@@ -410,7 +370,7 @@ static void schedule_running(kv_sched *s, kv_sreq *r) {
         int rc = reserve_tracked(s, r, n_new);
         if (rc == 0) break;
         if (rc < 0) { /* internal error from the cache: leave r out of this step */
-            decide(s, KV_DEC_WAIT, r->id, "#%lld: cache refused to grow (%d)", (long long)r->id, rc);
+            sched_decide(s, KV_DEC_WAIT, r->id, "#%lld: cache refused to grow (%d)", (long long)r->id, rc);
             return;
         }
         if (n_draft > 0) { /* drafts are optional: drop them before hurting anyone */
@@ -435,30 +395,30 @@ static void schedule_swapped(kv_sched *s) {
     for (int i = 0; i < s->n_swapped;) {
         kv_sreq *r = s->swapped[i];
         if (s->n_running >= s->p.max_seqs) {
-            wait_reason(s, r, "swapped out; max_seqs (%d) running", s->p.max_seqs);
+            sched_wait_reason(s, r, why_of(r), W_SW_MAXSEQS, 0, 0);
             i++;
             continue;
         }
         if (s->budget <= 0) {
-            wait_reason(s, r, "swapped out; token budget spent");
+            sched_wait_reason(s, r, why_of(r), W_SW_BUDGET, 0, 0);
             i++;
             continue;
         }
         /* its blocks, one more for the next token, and the watermark */
         int need = r->seq.n_blocks + 1, avail = kv_cache_n_available(s->c);
         if (need > avail || kv_cache_seq_swap_in(s->c, &r->seq) != 0) {
-            wait_reason(s, r, "swapped out; %d free blocks, needs %d", avail, need);
+            sched_wait_reason(s, r, why_of(r), W_SW_BLOCKS, avail, need);
             i++;
             continue;
         }
         remove_from(s->swapped, &s->n_swapped, r);
         r->state = KV_REQ_RUNNING;
-        r->wait_reason[0] = 0;
-        push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
+        sched_put_reason(s, r, (why){W_NONE, 0, 0});
+        running_add(s, r);
         s->cnt.swaps_in++;
         s->rec.n_swapped_in++;
-        decide(s, KV_DEC_SWAP_IN, r->id, "swap in #%lld: %d blocks back from host", (long long)r->id,
-               r->seq.n_blocks);
+        sched_decide(s, KV_DEC_SWAP_IN, r->id, "swap in #%lld: %d blocks back from host", (long long)r->id,
+                     r->seq.n_blocks);
         int n_draft;
         int n_new = plan_tokens(s, r, &n_draft);
         if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
@@ -521,39 +481,58 @@ static int try_admit(kv_sched *s, kv_sreq *r, int *free_blocks, int *need) {
 }
 
 /* Blocks r would take on admission, before looking at its prefix hit. */
-static int admission_estimate(const kv_sched *s, const kv_sreq *r) {
+int sched_admission_estimate(const kv_sched *s, const kv_sreq *r) {
     int hit = s->p.prefix_sharing ? kv_cache_match_prefix(s->c, r->tokens, r->n_tokens) : 0;
     return ceil_div(admission_tokens(s, r), s->block_size) - hit / s->block_size;
 }
 
 static void schedule_waiting(kv_sched *s) {
-    if (s->n_waiting == 0) return;
+    wait_tail prev = s->tail; /* the reasons of the last tail, for the requests that leave it */
+    s->tail.seq = 0;
+    if (s->waiting.n == 0) {
+        s->tail_kind = W_NONE;
+        return;
+    }
     int swapped_prio = INT32_MIN; /* swapped requests come back before these */
     for (int i = 0; i < s->n_swapped; i++) swapped_prio = KV_MAX(swapped_prio, s->swapped[i]->priority);
-    sort_queue(s, s->waiting, s->n_waiting, 1);
-    /* Iterate over a copy: admission removes from the queue. */
-    int n = s->n_waiting;
-    memcpy(s->order, s->waiting, (size_t)n * sizeof *s->order);
+    kv_wq_order(&s->waiting, s->now_ms);
     const kv_sreq *blocked = NULL; /* first request that did not fit in the blocks */
     int static_mode = s->p.policy == KV_POLICY_STATIC;
     int starting_batch = static_mode && !batch_active(s);
-    for (int i = 0; i < n; i++) {
-        kv_sreq *r = s->order[i];
+    int cut = 0;
+    s->in_waiting_loop = 1;
+    /* The queue in order, as it was ordered: admission removes from it
+     * (the next one moves up), preemption adds after it. */
+    for (int i = 0, seen = 0; i < s->waiting.n_sorted; seen++) {
+        kv_sreq *r = kv_wq_at(&s->waiting, i);
+        if (seen >= (s->p.eager_waiting > 0 ? s->p.eager_waiting : KV_SCHED_EAGER_WAITING)) {
+            wait_tail t = sched_tail_now(s, swapped_prio, static_mode, starting_batch, blocked);
+            if (sched_cut_ok(s, &t, r)) {
+                sched_start_tail(s, &t, i);
+                cut = 1;
+                break;
+            }
+        }
+        /* what it was told at the last schedule */
+        why was = prev.seq && r->wait_seq < prev.seq ? sched_replay(s, &prev, r) : why_of(r);
         if (s->n_swapped > 0 && r->priority <= swapped_prio) {
-            wait_reason(s, r, "swapped requests first");
+            sched_wait_reason(s, r, was, W_SWAPPED_FIRST, 0, 0);
+            i++;
             continue;
         }
         if (static_mode && !starting_batch && r->batch != s->cur_batch) {
-            wait_reason(s, r, "static batch running");
+            sched_wait_reason(s, r, was, W_STATIC, 0, 0);
+            i++;
             continue;
         }
         if (s->n_running >= s->p.max_seqs) {
             /* A higher-priority request takes the place of a lower one,
              * when the blocks they would free let it in. */
-            kv_sreq *v = static_mode ? NULL : victim_below(s, r->priority);
-            if (!v || kv_cache_n_available(s->c) - s->p.watermark_blocks + blocks_below(s, r->priority) <
-                          admission_estimate(s, r)) {
-                wait_reason(s, r, "max_seqs (%d) running", s->p.max_seqs);
+            kv_sreq *v = static_mode ? NULL : sched_victim_below(s, r->priority);
+            if (!v || kv_cache_n_available(s->c) - s->p.watermark_blocks + sched_blocks_below(s, r->priority) <
+                          sched_admission_estimate(s, r)) {
+                sched_wait_reason(s, r, was, W_MAX_SEQS, 0, 0);
+                i++;
                 continue;
             }
             preempt(s, v, r);
@@ -561,19 +540,21 @@ static void schedule_waiting(kv_sched *s) {
         /* continuous batching admits only what can start computing now;
          * a static batch starts together and prefills over the next steps */
         if (!static_mode && s->budget <= 0) {
-            wait_reason(s, r, "token budget (%d per step) spent", s->p.max_batched_tokens);
+            sched_wait_reason(s, r, was, W_BUDGET, 0, 0);
+            i++;
             continue;
         }
         if (blocked) {
             /* Skip-ahead: a smaller request may use blocks the head cannot,
              * unless the head starves or outranks it. */
-            if (starving(s, blocked)) {
-                wait_reason(s, r, "starvation guard: #%lld goes first", (long long)blocked->id);
+            if (sched_starving(s, blocked)) {
+                sched_wait_reason(s, r, was, W_STARVE, blocked->id, 0);
+                i++;
                 continue;
             }
             if (r->priority < blocked->priority) {
-                wait_reason(s, r, "priority: #%lld (priority %d) first", (long long)blocked->id,
-                            blocked->priority);
+                sched_wait_reason(s, r, was, W_PRIO, blocked->id, blocked->priority);
+                i++;
                 continue;
             }
         }
@@ -581,33 +562,37 @@ static void schedule_waiting(kv_sched *s) {
         int ok = try_admit(s, r, &free_blocks, &need);
         /* priority preemption: lower-priority running requests give way
          * when what they hold would be enough */
-        while (!ok && !static_mode && free_blocks + blocks_below(s, r->priority) >= need) {
-            kv_sreq *v = victim_below(s, r->priority);
+        while (!ok && !static_mode && free_blocks + sched_blocks_below(s, r->priority) >= need) {
+            kv_sreq *v = sched_victim_below(s, r->priority);
             if (!v) break;
             preempt(s, v, r);
             ok = try_admit(s, r, &free_blocks, &need);
         }
         if (!ok) {
-            wait_reason(s, r, "%d free blocks, needs %d", free_blocks < 0 ? 0 : free_blocks, need);
+            sched_wait_reason(s, r, was, W_BLOCKS, free_blocks < 0 ? 0 : free_blocks, need);
             if (!blocked) blocked = r;
+            i++;
             continue;
         }
         /* admitted */
-        remove_from(s->waiting, &s->n_waiting, r);
-        push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
+        int member = static_mode && s->cur_batch && r->batch == s->cur_batch;
+        kv_wq_remove_at(&s->waiting, i);
+        if (member && s->batch_waiting > 0) s->batch_waiting--;
+        running_add(s, r);
         int first = !r->admitted;
         if (first) {
             r->admitted = 1;
             r->first_admit_ms = s->now_ms;
         }
         r->state = KV_REQ_RUNNING;
-        r->wait_reason[0] = 0;
+        sched_put_reason(s, r, (why){W_NONE, 0, 0});
         s->cnt.admitted++;
         s->rec.n_admitted++;
         if (static_mode) {
             if (starting_batch && s->batch_live == 0) {
                 s->cur_batch = ++s->batch_seq;
                 s->batch_size = 0;
+                s->batch_waiting = 0; /* the last batch is over: none of its members waits */
             }
             if (r->batch != s->cur_batch) {
                 r->batch = s->cur_batch;
@@ -616,18 +601,20 @@ static void schedule_waiting(kv_sched *s) {
             }
         }
         if (first)
-            decide(s, KV_DEC_ADMIT, r->id, "admit #%lld: %d prompt tokens, %d from prefix cache", (long long)r->id,
-                   r->n_prompt, r->n_prefix_hit);
+            sched_decide(s, KV_DEC_ADMIT, r->id, "admit #%lld: %d prompt tokens, %d from prefix cache",
+                         (long long)r->id, r->n_prompt, r->n_prefix_hit);
         else
-            decide(s, KV_DEC_ADMIT, r->id, "readmit #%lld: %d tokens to recompute, %d from prefix cache",
-                   (long long)r->id, r->n_tokens, r->n_prefix_hit);
+            sched_decide(s, KV_DEC_ADMIT, r->id, "readmit #%lld: %d tokens to recompute, %d from prefix cache",
+                         (long long)r->id, r->n_tokens, r->n_prefix_hit);
         if (r->n_prefix_hit > 0)
-            decide(s, KV_DEC_SHARE, r->id, "share: #%lld reuses %d cached tokens (%d blocks)", (long long)r->id,
-                   r->n_prefix_hit, ceil_div(r->n_prefix_hit, s->block_size));
+            sched_decide(s, KV_DEC_SHARE, r->id, "share: #%lld reuses %d cached tokens (%d blocks)", (long long)r->id,
+                         r->n_prefix_hit, ceil_div(r->n_prefix_hit, s->block_size));
         int n_draft;
         int n_new = plan_tokens(s, r, &n_draft);
         if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
     }
+    s->in_waiting_loop = 0;
+    if (!cut) s->tail_kind = W_NONE;
 }
 
 /* Lays the scheduled requests out as batch rows. */
@@ -667,8 +654,9 @@ static int build_batch(kv_sched *s) {
         if (r->is_prefill) {
             o->n_prefill_tokens += n_plain;
             if (r->n_sched > 0)
-                decide(s, KV_DEC_CHUNK, r->id, "chunk #%lld: tokens %d..%d of %d%s", (long long)r->id, r->n_computed,
-                       r->n_computed + n_plain - 1, r->n_tokens, r->n_logits ? ", then samples" : "");
+                sched_decide(s, KV_DEC_CHUNK, r->id, "chunk #%lld: tokens %d..%d of %d%s", (long long)r->id,
+                             r->n_computed, r->n_computed + n_plain - 1, r->n_tokens,
+                             r->n_logits ? ", then samples" : "");
         } else {
             o->n_decode_tokens += n_plain;
             if (pad_src < 0 && n_plain == 1 && r->n_sched_draft == 0) pad_src = r->sched_row;
@@ -697,6 +685,7 @@ static int build_batch(kv_sched *s) {
 }
 
 int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
+    s->n_calls++;
     s->now_ms = now_ms;
     s->budget = s->p.max_batched_tokens;
     s->n_sched = 0;
@@ -767,8 +756,18 @@ int kv_sched_update(kv_sched *s, kv_sreq *r, const int32_t *new_tokens, int n_ne
 void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why) {
     if (!r || r->state == KV_REQ_FINISHED) return;
     int was_running = r->state == KV_REQ_RUNNING;
-    if (!remove_from(s->running, &s->n_running, r) && !remove_from(s->waiting, &s->n_waiting, r))
-        remove_from(s->swapped, &s->n_swapped, r);
+    /* each queue is searched for what its state says it is in, then the
+     * others (the waiting queue's search costs a binary search) */
+    int gone = 0;
+    if (r->state == KV_REQ_WAITING || r->state == KV_REQ_PREEMPTED) {
+        gone = kv_wq_remove(&s->waiting, r);
+        if (gone && s->p.policy == KV_POLICY_STATIC && s->cur_batch && r->batch == s->cur_batch &&
+            s->batch_waiting > 0)
+            s->batch_waiting--;
+    }
+    if (!gone && !running_remove(s, r) && !remove_from(s->swapped, &s->n_swapped, r) &&
+        r->state != KV_REQ_WAITING && r->state != KV_REQ_PREEMPTED)
+        kv_wq_remove(&s->waiting, r);
     if (r->n_sched > 0) remove_from(s->sched, &s->n_sched, r);
     kv_cache_seq_release(s->c, &r->seq);
     kv_seq_init(&r->seq, (int)r->id, r->session);
@@ -779,11 +778,11 @@ void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why) {
     static const char *names[] = {"none", "eos", "length", "stop string", "cancelled", "rejected", "error"};
     const char *name = (unsigned)why < KV_ARRAY_LEN(names) ? names[why] : "?";
     if (why == KV_FINISH_CANCELLED) {
-        decide(s, KV_DEC_CANCEL, r->id, "cancel #%lld (%s): %d tokens generated", (long long)r->id,
-               was_running ? "running" : "not running", kv_sreq_n_generated(r));
+        sched_decide(s, KV_DEC_CANCEL, r->id, "cancel #%lld (%s): %d tokens generated", (long long)r->id,
+                     was_running ? "running" : "not running", kv_sreq_n_generated(r));
     } else {
-        decide(s, KV_DEC_FINISH, r->id, "finish #%lld (%s): %d prompt + %d generated tokens", (long long)r->id, name,
-               r->n_prompt, kv_sreq_n_generated(r));
+        sched_decide(s, KV_DEC_FINISH, r->id, "finish #%lld (%s): %d prompt + %d generated tokens", (long long)r->id,
+                     name, r->n_prompt, kv_sreq_n_generated(r));
     }
     s->cnt.finished++;
     s->rec.n_finished++;
@@ -798,7 +797,7 @@ void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **dec
     s->rec.n_pad_tokens = s->out.n_pad_tokens;
     s->rec.n_spec_tokens = s->out.n_spec_tokens;
     s->rec.n_blocks_used = st.n_used;
-    s->rec.n_waiting = s->n_waiting + s->n_swapped;
+    s->rec.n_waiting = s->waiting.n + s->n_swapped;
     if (rec) *rec = s->rec;
     if (decisions) *decisions = s->dec;
     if (n_decisions) *n_decisions = s->n_dec;
@@ -807,7 +806,7 @@ void kv_sched_end_step(kv_sched *s, kv_step_record *rec, const kv_decision **dec
 /* ---- public extras ---- */
 
 void kv_sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *text) {
-    decide(s, kind, req, "%s", text);
+    sched_decide(s, kind, req, "%s", text);
 }
 
 int kv_sched_running(const kv_sched *s, kv_sreq *const **out) {
@@ -815,73 +814,14 @@ int kv_sched_running(const kv_sched *s, kv_sreq *const **out) {
     return s->n_running;
 }
 int kv_sched_waiting(const kv_sched *s, kv_sreq *const **out) {
-    *out = s->waiting;
-    return s->n_waiting;
+    *out = s->waiting.v ? s->waiting.v + s->waiting.off : NULL;
+    return s->waiting.n;
 }
+
 int kv_sched_swapped(const kv_sched *s, kv_sreq *const **out) {
     *out = s->swapped;
     return s->n_swapped;
 }
-int kv_sched_idle(const kv_sched *s) { return s->n_running == 0 && s->n_waiting == 0 && s->n_swapped == 0; }
+int kv_sched_idle(const kv_sched *s) { return s->n_running == 0 && s->waiting.n == 0 && s->n_swapped == 0; }
 
 void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out) { *out = s->cnt; }
-
-int kv_sched_check(const kv_sched *s, char *msg, size_t cap) {
-    int n = s->n_running + s->n_swapped;
-    kv_seq **seqs = malloc((size_t)(n > 0 ? n : 1) * sizeof *seqs);
-    if (!seqs) {
-        snprintf(msg, cap, "out of memory");
-        return KV_ERR_NOMEM;
-    }
-    int k = 0, rc = 0;
-    for (int i = 0; i < s->n_running; i++) {
-        const kv_sreq *r = s->running[i];
-        if (r->state != KV_REQ_RUNNING) {
-            snprintf(msg, cap, "running #%lld has state %d", (long long)r->id, r->state);
-            rc = KV_ERR_INVAL;
-            goto out;
-        }
-        if (r->seq.swapped || r->n_computed != r->seq.n_tokens || r->seq.n_reserved < r->n_computed ||
-            r->n_computed > r->n_tokens) {
-            snprintf(msg, cap, "running #%lld: n_computed %d, seq.n_tokens %d, reserved %d, n_tokens %d",
-                     (long long)r->id, r->n_computed, r->seq.n_tokens, r->seq.n_reserved, r->n_tokens);
-            rc = KV_ERR_INVAL;
-            goto out;
-        }
-        seqs[k++] = (kv_seq *)&r->seq;
-    }
-    for (int i = 0; i < s->n_swapped; i++) {
-        const kv_sreq *r = s->swapped[i];
-        if (r->state != KV_REQ_SWAPPED || !r->seq.swapped) {
-            snprintf(msg, cap, "swapped #%lld has state %d, swapped flag %d", (long long)r->id, r->state,
-                     r->seq.swapped);
-            rc = KV_ERR_INVAL;
-            goto out;
-        }
-        seqs[k++] = (kv_seq *)&r->seq;
-    }
-    for (int i = 0; i < s->n_waiting; i++) {
-        const kv_sreq *r = s->waiting[i];
-        if ((r->state != KV_REQ_WAITING && r->state != KV_REQ_PREEMPTED) || r->seq.n_blocks != 0 ||
-            r->n_computed != 0) {
-            snprintf(msg, cap, "waiting #%lld: state %d, %d blocks, n_computed %d", (long long)r->id, r->state,
-                     r->seq.n_blocks, r->n_computed);
-            rc = KV_ERR_INVAL;
-            goto out;
-        }
-    }
-    if (s->n_running > s->p.max_seqs) {
-        snprintf(msg, cap, "%d running > max_seqs %d", s->n_running, s->p.max_seqs);
-        rc = KV_ERR_INVAL;
-        goto out;
-    }
-    if (s->out.n_tokens > s->p.max_batched_tokens) {
-        snprintf(msg, cap, "%d batch tokens > max_batched_tokens %d", s->out.n_tokens, s->p.max_batched_tokens);
-        rc = KV_ERR_INVAL;
-        goto out;
-    }
-    rc = kv_cache_check(s->c, seqs, k, msg, cap);
-out:
-    free(seqs);
-    return rc;
-}

@@ -64,7 +64,12 @@ typedef struct kv_sreq {
     int admitted;          /* bool: admitted at least once */
     double first_admit_ms; /* engine clock of the first admission */
     uint64_t batch;        /* static policy: the batch it belongs to (0 = none yet) */
-    char wait_reason[96];  /* why it is not running ("3 free blocks, needs 9"), "" when running */
+    char wait_reason[96];  /* why it is not running ("3 free blocks, needs 9"), "" when running;
+                              see kv_sched_wait_reason: far down a long queue it can be stale */
+    int wait_kind;         /* the reason as data (wait_reason is its text), kept to compare */
+    int64_t wait_a;
+    int wait_b;
+    uint64_t wait_seq;     /* the schedule call that set it */
 
     /* this step, filled by kv_sched_schedule */
     int n_sched;           /* tokens in the batch (drafts included), 0 when not scheduled */
@@ -95,6 +100,9 @@ typedef struct kv_sched_params {
     int max_seq_len;        /* tokens per request (> 0); contiguous layout reserves this many */
     int prefix_sharing;     /* bool (forced off in the contiguous layout) */
     int watermark_blocks;   /* blocks admission leaves free for running requests to grow */
+    int eager_waiting;      /* waiting requests a schedule looks at one by one before it may give
+                               the rest one shared reason; 0: KV_SCHED_EAGER_WAITING (tests set
+                               INT_MAX to check the shared reasons against a walk of every one) */
 } kv_sched_params;
 
 /* Fills p from a config; max_seq_len is resolved against the model context
@@ -167,6 +175,19 @@ void kv_sched_end_step(kv_sched *s, kv_step_record *rec /* OUT: */, const kv_dec
 
 /* Adds a decision of the owner's (reject, spec) to this step's list. */
 void kv_sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *text);
+
+/* Why r (waiting, preempted or swapped) is not running, as text: r's own
+ * wait_reason, or for a request of a long waiting queue that the last
+ * schedule did not look at one by one (past the first eager_waiting,
+ * once nothing after them could run that step),
+ * the reason that part of the queue shares, worked out now. Returns
+ * r->wait_reason or buf (cap bytes). */
+const char *kv_sched_wait_reason(const kv_sched *s, const kv_sreq *r, char *buf /* OUT: (cap) */, size_t cap);
+/* Waiting requests a schedule always looks at one by one (each gets its
+ * reason and a WAIT decision when that changes); the rest of a longer
+ * queue share one reason and one WAIT decision, so a step costs what it
+ * touches, not the queue's length. */
+#define KV_SCHED_EAGER_WAITING 32
 
 /* Queues, in scheduling order (borrowed, valid until the next call that
  * changes them). */

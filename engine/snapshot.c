@@ -69,7 +69,8 @@ void engine_snap_row(const kv_engine *e, const ereq *r, kv_snap_request *o) {
     o->last_itl_ms = r->rm.last_itl_ms;
     o->e2e_ms = kv_req_e2e_ms(&r->rm);
     o->finish = r->finish;
-    kv_copy_str(o->wait_reason, sizeof o->wait_reason, s->wait_reason);
+    char why[sizeof o->wait_reason];
+    kv_copy_str(o->wait_reason, sizeof o->wait_reason, kv_sched_wait_reason(e->sched, s, why, sizeof why));
     o->spec_k = !e->spec || r->ss.cooldown > 0 ? 0 : e->cfg.spec.adaptive ? r->ss.k : e->cfg.spec.k;
     o->spec_drafts = r->ss.drafts;
     o->spec_drafted = r->ss.n_drafted;
@@ -325,6 +326,7 @@ static int check_prefix(kv_cache *c, const kv_sreq *r, char *msg, size_t cap) {
 int kv_engine_check(kv_engine *e, char *msg, size_t cap) {
     if (!e) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->state_mu);
+    engine_live_compact(e);
     int rc = kv_sched_check(e->sched, msg, cap);
     for (int i = 0; i < e->n_live && rc == 0; i++)
         if (e->live[i]->s.state == KV_REQ_RUNNING) rc = check_prefix(e->cache, &e->live[i]->s, msg, cap);

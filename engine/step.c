@@ -52,7 +52,7 @@ static void emit_text(kv_engine *e, ereq *r, kv_event *first, const char *text, 
 /* ---- requests ---- */
 
 static int live_find(const kv_engine *e, int64_t id) {
-    int lo = 0, hi = e->n_live - 1;
+    int lo = e->live_front, hi = e->n_live - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
         int64_t x = e->live[mid]->s.id;
@@ -61,6 +61,49 @@ static int live_find(const kv_engine *e, int64_t id) {
         else hi = mid - 1;
     }
     return -1;
+}
+
+void engine_live_compact(kv_engine *e) {
+    if (e->live_front == 0) return;
+    int n = e->n_live - e->live_front;
+    memmove(e->live, e->live + e->live_front, (size_t)n * sizeof *e->live);
+    e->n_live = n;
+    e->live_front = 0;
+}
+
+/* Takes entry li out of the live table, moving the shorter side: requests
+ * finish mostly near the front (the oldest), so a long queue behind them
+ * is not moved at each finish. */
+static void live_remove(kv_engine *e, int li) {
+    if (li - e->live_front < e->n_live - 1 - li) {
+        memmove(e->live + e->live_front + 1, e->live + e->live_front, (size_t)(li - e->live_front) * sizeof *e->live);
+        e->live[e->live_front++] = NULL;
+    } else {
+        memmove(e->live + li, e->live + li + 1, (size_t)(e->n_live - li - 1) * sizeof *e->live);
+        e->n_live--;
+    }
+    if (e->live_front == e->n_live) e->live_front = e->n_live = 0;
+    /* the holes at the front are given back once they are the larger part */
+    else if (e->live_front >= 1024 && e->live_front >= e->n_live - e->live_front) engine_live_compact(e);
+}
+
+/* The list of requests that may hold draft-cache blocks. */
+static void spec_hold(kv_engine *e, ereq *r) {
+    if (r->held) return;
+    r->held = 1;
+    r->held_prev = NULL;
+    r->held_next = e->spec_held;
+    if (e->spec_held) e->spec_held->held_prev = r;
+    e->spec_held = r;
+}
+
+static void spec_unhold(kv_engine *e, ereq *r) {
+    if (!r->held) return;
+    if (r->held_prev) r->held_prev->held_next = r->held_next;
+    else e->spec_held = r->held_next;
+    if (r->held_next) r->held_next->held_prev = r->held_prev;
+    r->held = 0;
+    r->held_prev = r->held_next = NULL;
 }
 
 static int text_append(ereq *r, const char *s, size_t n) {
@@ -113,6 +156,7 @@ void engine_finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason)
     kv_metrics_finished(e->metrics, &r->rm, why, t);
     kv_sched_finish(e->sched, &r->s, why);
     kv_spec_release(e->spec, &r->ss);
+    spec_unhold(e, r);
     r->finish = why;
     /* Text held back for a possible stop string goes out now: in the DONE
      * event, or before it as TOKEN(-1) events when it does not fit. */
@@ -132,10 +176,7 @@ void engine_finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason)
     engine_snap_row(e, r, &row);
     kv_ring_push(&e->finished, &row);
     int li = live_find(e, r->s.id);
-    if (li >= 0) {
-        memmove(e->live + li, e->live + li + 1, (size_t)(e->n_live - li - 1) * sizeof *e->live);
-        e->n_live--;
-    }
+    if (li >= 0) live_remove(e, li);
     pthread_mutex_lock(&e->mu);
     id_rec *rec = &e->ids[r->s.id];
     rec->state = ID_FINISHED;
@@ -157,6 +198,7 @@ void engine_drain_inbox(kv_engine *e, int in_step) {
     for (int i = 0; i < n; i++) {
         ereq *r = e->inbox[i];
         /* live stays sorted by id: inbox ids increase */
+        if (e->n_live == e->cap_live) engine_live_compact(e); /* the holes first, then more room */
         if (kv_grow((void **)&e->live, &e->cap_live, e->n_live + 1, sizeof *e->live) ||
             kv_sched_add(e->sched, &r->s)) {
             /* cannot queue it: keep it in the inbox for the next step */
@@ -202,14 +244,18 @@ static void process_cancels(kv_engine *e) {
 /* Speculative decoding, before scheduling: every running request whose
  * next step is a decode gets a draft length (and ngram drafts their
  * tokens); requests that left the device give their draft-cache blocks
- * back. Returns how many items it planned (e->items). */
+ * back. Returns how many items it planned (e->items).
+ * NOTE: only requests that were drafted for can hold draft-cache blocks,
+ * and they are kept on a list (spec_hold), so giving blocks back costs
+ * those, not the whole waiting queue. */
 static int spec_plan(kv_engine *e) {
     if (!e->spec) return 0;
-    kv_sreq *const *q;
-    int nq = kv_sched_waiting(e->sched, &q);
-    for (int i = 0; i < nq; i++) kv_spec_release(e->spec, &((ereq *)q[i])->ss);
-    nq = kv_sched_swapped(e->sched, &q);
-    for (int i = 0; i < nq; i++) kv_spec_release(e->spec, &((ereq *)q[i])->ss);
+    for (ereq *r = e->spec_held, *next; r; r = next) {
+        next = r->held_next;
+        if (r->s.state == KV_REQ_RUNNING) continue;
+        kv_spec_release(e->spec, &r->ss); /* waiting (preempted) or swapped */
+        spec_unhold(e, r);
+    }
     kv_sreq *const *run;
     int nrun = kv_sched_running(e->sched, &run), n = 0;
     int cap = e->cfg.scheduler.max_seqs;
@@ -218,9 +264,26 @@ static int spec_plan(kv_engine *e) {
         if (r->s.state != KV_REQ_RUNNING || r->s.n_tokens - r->s.n_computed != 1 || kv_sreq_n_generated(&r->s) == 0)
             continue;
         e->items[n++] = (kv_spec_item){.r = &r->s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
+        spec_hold(e, r);
     }
     kv_spec_plan(e->spec, e->items, n);
     return n;
+}
+
+/* Whether r's logit rows of this step are all finite. NaN or Inf there
+ * (non-finite weights, a backend fault) would sample garbage: the request
+ * ends with an error instead, and the others go on. Costs a pass over rows
+ * the sampler reads anyway. */
+static int logits_finite(const kv_engine *e, const kv_sreq *s) {
+    const float *lg = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
+    size_t n = (size_t)s->n_logits * (size_t)e->n_vocab;
+    uint32_t bad = 0; /* all exponent bits set: NaN or Inf (an integer test the compiler vectorises) */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, lg + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
 }
 
 /* Samples the tokens of request r from its logit rows: one token for a
@@ -347,6 +410,11 @@ static int step_locked(kv_engine *e) {
             int32_t toks[40]; /* spec.k <= 32 (config.c) */
             int nt = 0;
             int drafted = r->s.n_logits > 0 ? r->s.n_sched_draft : 0;
+            if (r->s.n_logits > 0 && !logits_finite(e, &r->s)) {
+                engine_finish_req(e, r, KV_FINISH_ERROR,
+                                  "the model's logits are not finite (NaN or Inf): check its weights");
+                continue;
+            }
             if (r->s.n_logits > 0) {
                 nt = sample_request(e, r, toks);
                 int room = r->s.max_tokens - kv_sreq_n_generated(&r->s);

@@ -54,6 +54,7 @@ int kv_tokenizer_add_space_prefix(const kv_tokenizer *t) { return t ? t->add_spa
 const char *kv_tokenizer_pre(const kv_tokenizer *t) { return t ? t->pre_name : ""; }
 const char *kv_tokenizer_model(const kv_tokenizer *t) { return t ? t->model_name : ""; }
 const char *kv_tokenizer_chat_template(const kv_tokenizer *t) { return t ? t->chat_template : NULL; }
+const char *kv_tokenizer_warning(const kv_tokenizer *t) { return t ? t->warning : ""; }
 int kv_tokenizer_max_piece(const kv_tokenizer *t) { return t ? t->max_len : 0; }
 
 int kv_tokenizer_is_eog(const kv_tokenizer *t, int32_t id) {
@@ -84,12 +85,38 @@ int32_t kv_tokenizer_find(const kv_tokenizer *t, const char *text) {
 typedef struct emitter {
     int32_t *out;
     int64_t cap;
-    int64_t n; /* ids produced so far (may exceed cap) */
+    int64_t n;   /* ids produced so far (may exceed cap) */
+    int64_t max; /* > 0: the most ids wanted (kv_encode_opts.max_tokens); 0: no limit */
+    int over;    /* bool: n is known to pass max: encoding stops */
 } emitter;
 
 static inline void emit(emitter *e, int32_t id) {
     if (e->n < e->cap) e->out[e->n] = id;
     e->n++;
+}
+
+/* Whether the n bytes at s are sure to take e past its limit (and then
+ * sets e->over): each id covers at most max_len bytes, so n bytes that are
+ * never dropped need at least ceil(n / max_len) more ids. This is what
+ * bounds the work on a huge text by the limit, not by its length. Only a
+ * vocab that drops some bytes (no byte token, no <unk>) pays a scan for
+ * the bytes it keeps. */
+static int would_pass(const kv_tokenizer *t, emitter *e, const char *s, size_t n) {
+    if (e->max <= 0 || e->over) return e->over;
+    if (!t->no_drop) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) kept += t->byte_tok[(unsigned char)s[i]] >= 0;
+        n = kept;
+    }
+    uint64_t least = ((uint64_t)n + (uint64_t)t->max_len - 1) / (uint64_t)t->max_len;
+    if ((uint64_t)e->n + least > (uint64_t)e->max) e->over = 1;
+    return e->over;
+}
+
+/* Whether e has passed its limit (and then sets e->over). */
+static int passed(emitter *e) {
+    if (e->max > 0 && e->n > e->max) e->over = 1;
+    return e->over;
 }
 
 typedef struct spm_sym {
@@ -126,9 +153,10 @@ typedef struct workspace {
     uint16_t *fl;        /* (len) KV_UCAT_* flags */
     uint32_t *boff;      /* (len + 1) byte offset of each code point */
     size_t *pa, *pb;     /* (len + 1) piece lengths in code points, ping-pong between steps */
-    bpe_sym *bsym;       /* (len) */
-    bpe_bigram *bheap;   /* (3 * len) */
-    char *word;          /* (2 * len) byte-level form of one word */
+    bpe_sym *bsym;       /* (word_cap) */
+    bpe_bigram *bheap;   /* (3 * word_cap) */
+    char *word;          /* (2 * word_cap) byte-level form of one word */
+    size_t word_cap;     /* bytes of the longest word the three above hold */
 } workspace;
 
 static void ws_free(workspace *w) {
@@ -160,12 +188,24 @@ static int ws_alloc(workspace *w, const kv_tokenizer *t, size_t len) {
         w->boff = malloc((n + 1) * sizeof *w->boff);
         w->pa = malloc((n + 1) * sizeof *w->pa);
         w->pb = malloc((n + 1) * sizeof *w->pb);
-        w->bsym = malloc(n * sizeof *w->bsym);
-        w->bheap = malloc(3 * n * sizeof *w->bheap);
-        w->word = malloc(2 * n);
-        if (!w->cp || !w->fl || !w->boff || !w->pa || !w->pb || !w->bsym || !w->bheap || !w->word) return -1;
+        if (!w->cp || !w->fl || !w->boff || !w->pa || !w->pb) return -1;
     }
     return 0;
+}
+
+/* Makes the per-word arrays hold a word of n bytes. NOTE: sized by the
+ * longest word seen rather than the whole text, so a long text of short
+ * words does not pay 100 bytes of scratch per byte. 0 or -1. */
+static int ws_word_reserve(workspace *w, size_t n) {
+    if (n <= w->word_cap) return 0;
+    free(w->bsym);
+    free(w->bheap);
+    free(w->word);
+    w->bsym = malloc(n * sizeof *w->bsym);
+    w->bheap = malloc(3 * n * sizeof *w->bheap);
+    w->word = malloc(2 * n);
+    w->word_cap = (w->bsym && w->bheap && w->word) ? n : 0;
+    return w->word_cap ? 0 : -1;
 }
 
 /* ---- the merge queue ---- */
@@ -343,9 +383,10 @@ static void bpe_word(const kv_tokenizer *t, workspace *w, const unsigned char *s
 }
 
 /* Encodes one fragment; with splits set, records each word's byte length
- * there instead (kv_tokenizer_split). */
-static void bpe_encode(const kv_tokenizer *t, workspace *w, const char *text, size_t len, emitter *e,
-                       emitter *splits) {
+ * there instead (kv_tokenizer_split). Stops once e passes its limit.
+ * Returns 0 or -1 (out of memory). */
+static int bpe_encode(const kv_tokenizer *t, workspace *w, const char *text, size_t len, emitter *e,
+                      emitter *splits) {
     const unsigned char *u = (const unsigned char *)text;
     size_t n = 0;
     for (size_t i = 0; i < len;) {
@@ -357,93 +398,161 @@ static void bpe_encode(const kv_tokenizer *t, workspace *w, const char *text, si
         n++;
         i += k;
     }
-    if (n == 0) return;
+    if (n == 0) return 0;
     w->boff[n] = (uint32_t)len;
     size_t *pieces;
     size_t np = kv_pretokenize(t->pre, w->cp, w->fl, n, w->pa, w->pb, &pieces);
     size_t c0 = 0;
     for (size_t i = 0; i < np; i++) {
-        size_t c1 = c0 + pieces[i];
-        if (splits) emit(splits, (int32_t)(w->boff[c1] - w->boff[c0]));
-        else bpe_word(t, w, u + w->boff[c0], w->boff[c1] - w->boff[c0], e);
+        size_t c1 = c0 + pieces[i], wl = w->boff[c1] - w->boff[c0];
+        if (splits) {
+            emit(splits, (int32_t)wl);
+        } else {
+            if (would_pass(t, e, (const char *)u + w->boff[c0], wl)) return 0;
+            if (ws_word_reserve(w, wl)) return -1;
+            bpe_word(t, w, u + w->boff[c0], wl, e);
+            if (passed(e)) return 0;
+        }
         c0 = c1;
     }
+    return 0;
 }
 
 /* --- special tokens and the public entry --- */
 
-/* Longest special token text at text[p], or -1. */
-static int32_t match_special(const kv_tokenizer *t, const char *text, size_t len, size_t p, int parse_special) {
+/* The ranges of a text where control-token texts are matched without
+ * parse_special, walked forward as the scan goes. */
+typedef struct span_set {
+    const kv_tok_span *v; /* (n) ascending, disjoint */
+    int n;
+    int i;                /* first range that does not end before the scan position */
+} span_set;
+
+/* Whether [p, p + n) lies inside the union of s's ranges. p never goes
+ * back between calls. */
+static int spans_cover(span_set *s, size_t p, size_t n) {
+    while (s->i < s->n && s->v[s->i].off + s->v[s->i].len <= p) s->i++;
+    size_t at = p, end = p + n;
+    for (int j = s->i; at < end; j++) {
+        if (j >= s->n || s->v[j].off > at) return 0;
+        at = s->v[j].off + s->v[j].len;
+    }
+    return 1;
+}
+
+/* Longest special token text at text[p] that may match there, or -1:
+ * user-defined tokens always, control and unknown ones with parse_special
+ * or inside one of the spans. */
+static int32_t match_special(const kv_tokenizer *t, const char *text, size_t len, size_t p, int parse_special,
+                             span_set *spans) {
     unsigned char b = (unsigned char)text[p];
     for (uint32_t j = t->spec_start[b]; j < t->spec_start[b + 1]; j++) {
         int32_t id = t->spec[j];
-        if (!parse_special && t->ttype[id] != KV_TOKEN_USER_DEFINED) continue;
+        int always = parse_special || t->ttype[id] == KV_TOKEN_USER_DEFINED;
+        if (!always && spans->n == 0) continue;
         uint32_t n = t->len[id];
-        if (n <= len - p && memcmp(text + p, tok_text(t, id), n) == 0) return id;
+        if (n > len - p || memcmp(text + p, tok_text(t, id), n) != 0) continue;
+        if (always || spans_cover(spans, p, n)) return id;
     }
     return -1;
 }
 
-static void encode_fragment(const kv_tokenizer *t, workspace *w, const char *s, size_t n, int prev_special,
-                            emitter *e, emitter *splits) {
-    if (t->type == KV_TOK_BPE) bpe_encode(t, w, s, n, e, splits);
-    else if (splits) emit(splits, (int32_t)n);
+static int encode_fragment(const kv_tokenizer *t, workspace *w, const char *s, size_t n, int prev_special,
+                           emitter *e, emitter *splits) {
+    if (!splits && would_pass(t, e, s, n)) return 0;
+    if (t->type == KV_TOK_BPE) return bpe_encode(t, w, s, n, e, splits);
+    if (splits) emit(splits, (int32_t)n);
     else spm_encode(t, w, s, n, t->add_space_prefix && prev_special, e);
+    passed(e);
+    return 0;
 }
 
-static int encode_impl(const kv_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
-                       int32_t *out, int cap, emitter *splits, kv_err *err) {
+static int check_spans(const kv_encode_opts *o, size_t len, kv_err *err) {
+    if (o->n_special < 0 || (o->n_special > 0 && !o->special))
+        return kv_err_set(err, KV_ERR_INVAL, "tokenizer: %d special ranges but no array", o->n_special);
+    size_t prev_end = 0;
+    for (int i = 0; i < o->n_special; i++) {
+        const kv_tok_span *r = &o->special[i];
+        if (r->off < prev_end || r->off > len || r->len > len - r->off)
+            return kv_err_set(err, KV_ERR_INVAL,
+                              "tokenizer: special range %d (%zu + %zu) is out of order or past the text's %zu bytes", i,
+                              r->off, r->len, len);
+        prev_end = r->off + r->len;
+    }
+    return 0;
+}
+
+static int encode_impl(const kv_tokenizer *t, const char *text, size_t len, const kv_encode_opts *o, int32_t *out,
+                       int cap, emitter *splits, kv_err *err) {
     if (!t) return kv_err_set(err, KV_ERR_INVAL, "tokenizer: NULL handle");
-    if ((!text && len) || cap < 0 || (!out && cap > 0))
-        return kv_err_set(err, KV_ERR_INVAL, "tokenizer: bad encode arguments (text %p, len %zu, out %p, cap %d)",
-                          (const void *)text, len, (void *)out, cap);
+    if ((!text && len) || cap < 0 || (!out && cap > 0) || o->max_tokens < 0)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "tokenizer: bad encode arguments (text %p, len %zu, out %p, cap %d, max_tokens %d)",
+                          (const void *)text, len, (void *)out, cap, o->max_tokens);
+    int rc = check_spans(o, len, err);
+    if (rc) return rc;
+    if (o->add_bos && t->bos < 0)
+        return kv_err_set(err, KV_ERR_INVAL, "tokenizer: add_bos requested but the vocab has no BOS");
+    emitter e = {out, cap, 0, o->max_tokens, 0};
+    if (o->add_bos) emit(&e, t->bos);
+    if (passed(&e) || would_pass(t, &e, text, len))
+        return kv_err_set(err, KV_ERR_RANGE, "tokenizer: the text is longer than %d tokens", o->max_tokens);
     if (len > (size_t)INT32_MAX / 4)
         return kv_err_set(err, KV_ERR_RANGE, "tokenizer: text of %zu bytes is too long to encode", len);
-    if (add_bos && t->bos < 0) return kv_err_set(err, KV_ERR_INVAL, "tokenizer: add_bos requested but the vocab has no BOS");
-    emitter e = {out, cap, 0};
-    if (add_bos) emit(&e, t->bos);
     if (len == 0) return (int)e.n;
 
     workspace w;
-    if (ws_alloc(&w, t, len)) {
-        ws_free(&w);
-        return kv_err_set(err, KV_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
-    }
+    if (ws_alloc(&w, t, len)) goto nomem;
+    span_set spans = {o->special, o->n_special, 0};
     int prev_special = 1; /* SPM: the first fragment gets the dummy prefix */
     size_t frag = 0;
-    for (size_t p = 0; p < len;) {
-        int32_t id = t->n_spec ? match_special(t, text, len, p, parse_special) : -1;
+    for (size_t p = 0; p < len && !e.over;) {
+        int32_t id = t->n_spec ? match_special(t, text, len, p, o->parse_special, &spans) : -1;
         if (id < 0) {
             p++;
             continue;
         }
         if (p > frag) {
-            encode_fragment(t, &w, text + frag, p - frag, prev_special, &e, splits);
-            prev_special = 0;
+            if (encode_fragment(t, &w, text + frag, p - frag, prev_special, &e, splits)) goto nomem;
+            if (e.over) break;
         }
         if (splits) emit(splits, (int32_t)t->len[id]);
         else emit(&e, id);
+        passed(&e);
         prev_special = 1;
         p += t->len[id];
         frag = p;
     }
-    if (len > frag) encode_fragment(t, &w, text + frag, len - frag, prev_special, &e, splits);
+    if (!e.over && len > frag && encode_fragment(t, &w, text + frag, len - frag, prev_special, &e, splits))
+        goto nomem;
     ws_free(&w);
+    if (e.over) return kv_err_set(err, KV_ERR_RANGE, "tokenizer: the text is longer than %d tokens", o->max_tokens);
     int64_t total = splits ? splits->n : e.n;
     if (total > INT_MAX) return kv_err_set(err, KV_ERR_RANGE, "tokenizer: too many tokens (%lld)", (long long)total);
     return (int)total;
+nomem:
+    ws_free(&w);
+    return kv_err_set(err, KV_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
+}
+
+int kv_tokenizer_encode_ex(const kv_tokenizer *t, const char *text, size_t len, const kv_encode_opts *o,
+                           int32_t *out, int cap, kv_err *err) {
+    if (!o) return kv_err_set(err, KV_ERR_INVAL, "tokenizer: NULL encode options");
+    return encode_impl(t, text, len, o, out, cap, NULL, err);
 }
 
 int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                         int32_t *out, int cap, kv_err *err) {
-    return encode_impl(t, text, len, add_bos, parse_special, out, cap, NULL, err);
+    kv_encode_opts o = {.add_bos = add_bos, .parse_special = parse_special};
+    return encode_impl(t, text, len, &o, out, cap, NULL, err);
 }
 
 int kv_tokenizer_split(const kv_tokenizer *t, const char *text, size_t len, int parse_special, int32_t *lens,
                        int cap, kv_err *err) {
     if (cap < 0 || (!lens && cap > 0)) return kv_err_set(err, KV_ERR_INVAL, "tokenizer: bad split arguments");
-    emitter splits = {lens, cap, 0};
-    return encode_impl(t, text, len, 0, parse_special, NULL, 0, &splits, err);
+    emitter splits = {lens, cap, 0, 0, 0};
+    kv_encode_opts o = {.parse_special = parse_special};
+    return encode_impl(t, text, len, &o, NULL, 0, &splits, err);
 }
 
 /* ------------------------------------------------------------------ */

@@ -76,6 +76,10 @@ const char *kv_tokenizer_model(const kv_tokenizer *t);
 /* tokenizer.chat_template (NUL-terminated copy) or NULL when the file has
  * none. Borrowed; valid until kv_tokenizer_free. */
 const char *kv_tokenizer_chat_template(const kv_tokenizer *t);
+/* What the loader had to guess, for a front end to show once ("" when
+ * nothing): an unknown tokenizer.ggml.pre, named with the pre-tokenizer
+ * used instead. Borrowed; valid until kv_tokenizer_free. */
+const char *kv_tokenizer_warning(const kv_tokenizer *t);
 
 /* Encodes len bytes of text. add_bos: prepend BOS (KV_ERR_INVAL when the
  * vocab has none). parse_special: control and unknown-type token texts in the
@@ -87,6 +91,37 @@ const char *kv_tokenizer_chat_template(const kv_tokenizer *t);
  * encoding and decodes back to the same bytes. */
 int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int add_bos,
                         int parse_special, int32_t *out /* OUT: (cap) ids */, int cap, kv_err *err);
+
+/* A byte range of a text. */
+typedef struct kv_tok_span {
+    size_t off, len;
+} kv_tok_span;
+
+/* How kv_tokenizer_encode_ex encodes; zero means off. */
+typedef struct kv_encode_opts {
+    int add_bos;               /* bool: prepend BOS (KV_ERR_INVAL when the vocab has none) */
+    int parse_special;         /* bool: control and unknown-type token texts anywhere in the text become
+                                  those tokens (as kv_tokenizer_encode's flag) */
+    const kv_tok_span *special; /* (n_special) byte ranges, ascending and disjoint, where those texts
+                                  become tokens even without parse_special: a chat template's own markers
+                                  (kv_chat_tokenize). A match must lie wholly inside them; text outside
+                                  stays plain. NULL when n_special is 0 */
+    int n_special;
+    int max_tokens;            /* > 0: the most ids wanted (BOS included). A text that needs more fails
+                                  with KV_ERR_RANGE as soon as that is certain, after work bounded by
+                                  max_tokens rather than by the text's length (a 10 MB text against a
+                                  4096 limit is refused without being encoded). 0: no limit */
+} kv_encode_opts;
+
+/* kv_tokenizer_encode with options. The ids are exactly kv_tokenizer_encode's
+ * when the options are its two flags; the special ranges only decide where
+ * control-token texts may match, so text with no special-token text in it
+ * encodes the same either way. Returns the total number of ids (> cap: call
+ * again with a bigger buffer), KV_ERR_RANGE with err "... longer than N
+ * tokens" when over max_tokens, or another negative KV_ERR_* (ranges out of
+ * order or past the text: KV_ERR_INVAL). */
+int kv_tokenizer_encode_ex(const kv_tokenizer *t, const char *text, size_t len, const kv_encode_opts *o,
+                           int32_t *out /* OUT: (cap) ids */, int cap, kv_err *err);
 
 /* The pre-tokenizer's view of text, for debugging and tests: the byte
  * lengths of the pieces encoding works on, in order and covering all of

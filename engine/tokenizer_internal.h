@@ -64,12 +64,15 @@ struct kv_tokenizer {
     int32_t bos, eos, unk, eot, eom;
     int add_bos;
     int add_space_prefix;
+    int no_drop;         /* every byte encodes to at least one token (byte tokens or <unk>), so each id
+                            covers at most max_len bytes of text: the bound bounded encoding relies on */
     int ignore_merges;   /* Llama 3: a word that is itself a token skips the merges */
     kv_pre_kind pre;
     char pre_name[64];
     char model_name[32];
     char kind[128];      /* kv_tokenizer_kind's text */
     char *chat_template; /* NULL when none */
+    char warning[192];   /* what the loader had to guess ("" when nothing): kv_tokenizer_warning */
 };
 
 /* ---- hashing (the vocab and merge indexes) ---- */

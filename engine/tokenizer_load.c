@@ -208,6 +208,12 @@ static int tok_finish(kv_tokenizer *t, kv_err *err) {
             t->byte_tok[b] = tok_find_text(t, bt->utf8[b], bt->n[b]);
         }
     }
+    t->no_drop = t->type == KV_TOK_SPM && t->unk >= 0;
+    if (!t->no_drop) {
+        t->no_drop = 1;
+        for (int b = 0; b < 256; b++)
+            if (t->byte_tok[b] < 0) t->no_drop = 0;
+    }
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int b;
         if (t->ttype[id] == KV_TOKEN_BYTE && parse_byte_token(tok_text(t, id), t->len[id], &b))
@@ -234,21 +240,34 @@ static int32_t valid_id(const kv_tokenizer *t, int64_t v) {
     return (v >= 0 && v < t->n_vocab) ? (int32_t)v : -1;
 }
 
-/* Reads an optional token id key; absent or out of range keeps *dst. */
+/* Reads an optional token id key into *dst (absent: *dst kept). -1 and
+ * uint32 / uint64 -1 mean "none" (*dst = -1); any other id outside the
+ * vocabulary is refused, naming the key and the value, rather than the
+ * token silently disappearing (a BOS that is never added, an EOS that
+ * never ends generation). */
 static int get_id(const kv_gguf *g, kv_tokenizer *t, const char *key, int32_t *dst, kv_err *err) {
     int64_t v;
     int rc = kv_gguf_get_i64(g, key, &v, err);
+    if (rc == 1) return 0;
     if (rc < 0) {
         uint64_t u;
-        /* uint32 -1 ("none") does not fit some getters' signed range. */
-        if (kv_gguf_get_u64(g, key, &u, NULL) == 0) {
-            kv_err_clear(err);
+        if (kv_gguf_get_u64(g, key, &u, NULL) != 0) return rc; /* not an integer */
+        kv_err_clear(err);
+        if (u == UINT64_MAX) {
             *dst = -1;
             return 0;
         }
-        return rc;
+        return kv_err_set(err, KV_ERR_FORMAT, "tokenizer: %s = %llu is outside the vocabulary (ids 0..%d)", key,
+                          (unsigned long long)u, t->n_vocab - 1);
     }
-    if (rc == 0) *dst = valid_id(t, v);
+    if (v == -1 || v == (int64_t)UINT32_MAX) {
+        *dst = -1;
+        return 0;
+    }
+    if (v < 0 || v >= t->n_vocab)
+        return kv_err_set(err, KV_ERR_FORMAT, "tokenizer: %s = %lld is outside the vocabulary (ids 0..%d)", key,
+                          (long long)v, t->n_vocab - 1);
+    *dst = (int32_t)v;
     return 0;
 }
 
@@ -321,7 +340,19 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
     t->pre = kv_pre_kind_from_name(t->pre_name);
     /* NOTE: an unknown pre name falls back to llama.cpp's default pipeline
      * rather than failing: the ids may then differ slightly from the
-     * model's own tokenizer, but the text still round-trips. */
+     * model's own tokenizer, but the text still round-trips. The front ends
+     * say so (kv_tokenizer_warning); SentencePiece has no pre-tokenizer. */
+    if (t->type == KV_TOK_BPE && !kv_pre_name_known(t->pre_name)) {
+        if (t->pre_name[0])
+            snprintf(t->warning, sizeof t->warning,
+                     "tokenizer.ggml.pre '%s' is not a pre-tokenizer kvtop knows; using 'default' (token ids may "
+                     "differ from the model's own tokenizer)",
+                     t->pre_name);
+        else
+            snprintf(t->warning, sizeof t->warning,
+                     "the GGUF has no tokenizer.ggml.pre; using the 'default' pre-tokenizer (token ids may differ "
+                     "from the model's own tokenizer)");
+    }
 
     t->add_bos = (t->type == KV_TOK_SPM) || t->pre == KV_PRE_LLAMA3;
     t->add_space_prefix = t->type == KV_TOK_SPM;

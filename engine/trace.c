@@ -6,6 +6,7 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,8 @@ struct kv_trace {
     int shown;            /* frame last returned by kv_trace_frame, -1 none */
     kv_snap_request *view_req; /* (max_n[A_REQ]) requests with their tables clamped */
     kv_snapshot view;     /* what kv_trace_frame returns */
+    int truncated;        /* bool: the file ends inside a frame (kv_trace_truncated) */
+    char end_note[1200];  /* how it ends when truncated, "" otherwise */
 };
 
 static void header_sizes(uint32_t sizes[6]) {
@@ -340,7 +343,25 @@ typedef struct loader {
     unsigned char *buf;   /* (cap_buf) the frame being read */
     size_t cap_buf;
     uint32_t count[N_ARR]; /* every array's length after the last frame */
+    int cut;              /* bool: the error set is the end of the data (a cut-off recording) */
 } loader;
+
+/* The data ended inside a frame: marks the load as cut off (the frames
+ * before load) and sets the message of what was being read. Returns
+ * KV_ERR_FORMAT; a read error (ferror) is KV_ERR_IO and no cut. */
+static int __attribute__((format(printf, 2, 3))) cut_off(loader *L, const char *fmt, ...) {
+    if (ferror(L->f))
+        return kv_err_set(L->err, KV_ERR_IO, "%s: read error: %s", L->path, strerror(errno ? errno : EIO));
+    L->cut = 1;
+    if (L->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(L->err->msg, sizeof L->err->msg, fmt, ap);
+        va_end(ap);
+        L->err->code = KV_ERR_FORMAT;
+    }
+    return KV_ERR_FORMAT;
+}
 
 /* Whether `bytes` more can be in the stream (always when its size is
  * unknown; fread then finds out). */
@@ -357,12 +378,14 @@ static int read_u32(loader *L, uint32_t *x) { return fread(x, sizeof *x, 1, L->f
 static int read_records(loader *L, int frame, const char *what, void **arr, size_t *len, size_t *cap, uint32_t n,
                         size_t el) {
     if (!n) return 0;
-    if (n > MAX_COUNT || !fits(L, (uint64_t)n * el))
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
+    if (n > MAX_COUNT)
+        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: %u %s", L->path, frame, n, what);
+    if (!fits(L, (uint64_t)n * el))
+        return cut_off(L, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
     if (kv_grow_size(arr, cap, *len + n, el))
         return kv_err_set(L->err, KV_ERR_NOMEM, "trace: out of memory at frame %d", frame);
     if (fread((char *)*arr + *len * el, el, n, L->f) != n)
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
+        return cut_off(L, "%s: frame %d: truncated (%u %s)", L->path, frame, n, what);
     *len += n;
     return 0;
 }
@@ -374,7 +397,7 @@ static int read_array(loader *L, int fi, int a, trace_arr *x, size_t *used) {
     const size_t el = arr_elem[a];
     uint32_t count, mode, n;
     if (!read_u32(L, &count) || !read_u32(L, &mode))
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%s)", L->path, fi, names[a]);
+        return cut_off(L, "%s: frame %d: truncated (%s)", L->path, fi, names[a]);
     if (count > MAX_COUNT)
         return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: array %s has %u entries", L->path, fi, names[a],
                           count);
@@ -388,7 +411,7 @@ static int read_array(loader *L, int fi, int a, trace_arr *x, size_t *used) {
             return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame 0: not a keyframe (%s is a delta)", L->path,
                               names[a]);
         if (!read_u32(L, &n))
-            return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (%s)", L->path, fi, names[a]);
+            return cut_off(L, "%s: frame %d: truncated (%s)", L->path, fi, names[a]);
         if (n > MAX_COUNT)
             return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: array %s has %u entries", L->path, fi,
                               names[a], n);
@@ -403,13 +426,12 @@ static int read_array(loader *L, int fi, int a, trace_arr *x, size_t *used) {
     }
     uint64_t bytes = (uint64_t)n * (mode ? 4 + el : el);
     if (!fits(L, bytes))
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (array %s has %u entries)", L->path, fi,
-                          names[a], n);
+        return cut_off(L, "%s: frame %d: truncated (array %s has %u entries)", L->path, fi, names[a], n);
     if (kv_grow_size((void **)&L->buf, &L->cap_buf, *used + (size_t)bytes, 1))
         return kv_err_set(L->err, KV_ERR_NOMEM, "trace: out of memory at frame %d", fi);
     unsigned char *p = L->buf + *used;
     if (bytes && fread(p, 1, (size_t)bytes, L->f) != bytes)
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated (array %s)", L->path, fi, names[a]);
+        return cut_off(L, "%s: frame %d: truncated (array %s)", L->path, fi, names[a]);
     for (uint32_t k = 0; mode && k < n; k++) {
         uint32_t idx;
         memcpy(&idx, p + (size_t)k * (4 + el), 4);
@@ -433,7 +455,7 @@ static int read_frame(loader *L, kv_trace *t) {
     memset(fr, 0, sizeof *fr);
     uint32_t flags, n_st, n_dc;
     if (!read_u32(L, &flags) || !read_u32(L, &n_st) || !read_u32(L, &n_dc))
-        return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: truncated", L->path, fi);
+        return cut_off(L, "%s: frame %d: truncated", L->path, fi);
     if (flags & ~FLAG_RESET)
         return kv_err_set(L->err, KV_ERR_FORMAT, "%s: frame %d: unknown flags 0x%x", L->path, fi, flags);
     size_t st0 = t->n_steps, dc0 = t->n_dec;
@@ -527,7 +549,11 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
         uint32_t fm;
         size_t got = fread(&fm, 1, sizeof fm, f);
         if (got == 0 && feof(f)) break;
-        if (got != sizeof fm || fm != FRAME_MAGIC) {
+        if (got != sizeof fm) {
+            if (cut_off(&L, "%s: frame %d: truncated (frame marker)", path, t->n) != KV_ERR_FORMAT) goto fail;
+            break;
+        }
+        if (fm != FRAME_MAGIC) {
             kv_err_set(err, KV_ERR_FORMAT, "%s: frame %d: bad frame marker", path, t->n);
             goto fail;
         }
@@ -535,11 +561,28 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err) {
             kv_err_set(err, KV_ERR_NOMEM, "trace: out of memory at frame %d", t->n);
             goto fail;
         }
+        size_t st0 = t->n_steps, dc0 = t->n_dec;
         if (read_frame(&L, t)) {
             free(t->frames[t->n].blob);
-            goto fail;
+            if (!L.cut) goto fail;
+            /* a recording cut off mid-frame: the frames before it stand,
+             * and nothing of the partial one (its records) is kept */
+            t->n_steps = st0;
+            t->n_dec = dc0;
+            break;
         }
         t->n++;
+    }
+    if (L.cut) {
+        t->truncated = 1;
+        if (t->n > 0)
+            snprintf(t->end_note, sizeof t->end_note,
+                     "%s: trace ends mid-frame after frame %d (%d complete frame%s): the recording was cut off", path,
+                     t->n - 1, t->n, t->n == 1 ? "" : "s");
+        else
+            snprintf(t->end_note, sizeof t->end_note,
+                     "%s: trace ends inside its first frame: the recording was cut off", path);
+        kv_err_clear(err); /* loaded: what was read last is no error */
     }
     /* Scratch for materialising: the largest frame's arrays. */
     for (int a = 0; a < N_ARR; a++) {
@@ -564,6 +607,8 @@ fail:
 }
 
 int kv_trace_n_frames(const kv_trace *t) { return t ? t->n : 0; }
+int kv_trace_truncated(const kv_trace *t) { return t ? t->truncated : 0; }
+const char *kv_trace_end_note(const kv_trace *t) { return t ? t->end_note : ""; }
 const char *kv_trace_profile(const kv_trace *t) { return t && t->profile ? t->profile : ""; }
 
 /* Applies frame fr's arrays to t->cur (indices were checked at load). */

@@ -31,7 +31,9 @@
  *   keyframe's have come since it (so a frame is rebuilt from about two
  *   keyframes' bytes at most), and stores any array in full whenever that
  *   is smaller than its delta. A file cut at a frame boundary loads with
- *   the frames before the cut. */
+ *   the frames before the cut; a file cut inside a frame (a recording
+ *   killed mid-write) loads with its complete frames too, and says so
+ *   (kv_trace_truncated, kv_trace_end_note). */
 #ifndef KV_TRACE_H
 #define KV_TRACE_H
 
@@ -65,10 +67,14 @@ int kv_trace_writer_close(kv_trace_writer *w);
 
 typedef struct kv_trace kv_trace;
 
-/* Loads a whole trace. Truncated or inconsistent files are rejected with a
- * message naming the file and the frame; nothing is half-loaded. The trace
- * keeps the frames delta-encoded as in the file plus every step record and
- * decision once. */
+/* Loads a whole trace. A file that ends inside a frame (the recording was
+ * cut off: a crash, SIGKILL, a full disk) loads every complete frame before
+ * the cut, and nothing of the partial one; kv_trace_truncated then says so.
+ * Inconsistent content (a bad marker, mode, flag or index, a count beyond
+ * the format's caps, a delta before the first keyframe) and a cut inside
+ * the header are rejected with a message naming the file and the frame;
+ * nothing is half-loaded. The trace keeps the frames delta-encoded as in
+ * the file plus every step record and decision once. */
 kv_trace *kv_trace_load(const char *path, kv_err *err);
 /* The same from an open stream (read to its end, not closed); path names
  * it in messages. */
@@ -76,6 +82,16 @@ kv_trace *kv_trace_load_stream(FILE *f, const char *path, kv_err *err);
 void kv_trace_free(kv_trace *t); /* NULL is a no-op */
 /* Frames in the trace (0 for NULL). */
 int kv_trace_n_frames(const kv_trace *t);
+/* 1 when the file ended inside a frame (only the frames before it
+ * loaded; a front end shows kv_trace_end_note), 0 when it ends at a frame
+ * boundary (or t is NULL). */
+int kv_trace_truncated(const kv_trace *t);
+/* How a truncated file ends, for front ends to show: "PATH: trace ends
+ * mid-frame after frame N (M complete frames): the recording was cut off"
+ * (N is the last complete frame, counted from 0; "... ends inside its
+ * first frame ..." when none is complete). "" for a file that ends at a
+ * frame boundary, and for NULL. Borrowed, valid until kv_trace_free. */
+const char *kv_trace_end_note(const kv_trace *t);
 /* Frame i, materialised from the nearest keyframe into a snapshot the trace
  * owns (a walk forward from the frame shown before costs one delta a
  * step). Its steps and decisions are the last ones up to that step, as

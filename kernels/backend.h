@@ -75,6 +75,15 @@ typedef struct kv_pages {
     uint8_t *v;         /* same shape as k */
 } kv_pages;
 
+/* Fills kv's row_bytes, slot_bytes and layer_bytes from its dtype,
+ * head_dim, n_kv_heads, block_size and n_blocks (the layout above). No
+ * overflow check: a caller sizing pages from outside input checks first. */
+static inline void kv_pages_set_sizes(kv_pages *kv) {
+    kv->row_bytes = kv_cache_row_bytes(kv->dtype, kv->head_dim);
+    kv->slot_bytes = (size_t)kv->n_kv_heads * kv->row_bytes;
+    kv->layer_bytes = (size_t)kv->n_blocks * (size_t)kv->block_size * kv->slot_bytes;
+}
+
 /* Byte offset in kv->k (or kv->v) of the row of kv head `head` at slot
  * `slot` of `layer`. */
 static inline size_t kv_pages_row_offset(const kv_pages *kv, int layer, int64_t slot, int head) {

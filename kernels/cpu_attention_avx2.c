@@ -9,8 +9,9 @@
 
 #ifdef KV_HAVE_X86_KERNELS
 
-#include <immintrin.h>
 #include <math.h>
+
+#include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 
@@ -51,13 +52,6 @@ INL __m256 ld8(const uint8_t *row, const int DT, int c, __m256 sc, __m256 mn) {
     }
 }
 
-INL float hsum8(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
 /* The four sums of a0..a3 in one vector (each reduced in the same order). */
 INL __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -72,12 +66,8 @@ INL void scores_avx2_nh(const float *const *q, int hd, const uint8_t *rows, size
     const int hd8 = hd & ~7;
     for (int t = 0; t < nt; t += 4) {
         const uint8_t *r[4];
-        float sk[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mk[4] = {0};
-        UNROLL for (int k = 0; k < 4; k++) {
-            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
-            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sk[k] = row_scale(r[k], hd, (kv_cache_dtype)DT);
-            if (DT == KV_CACHE_INT8_ASYM) mk[k] = row_min(r[k], hd);
-        }
+        float sk[4], mk[4];
+        key_quad(rows, stride, t, nt, hd, DT, r, sk, mk);
         __m256 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_ps();
@@ -105,12 +95,9 @@ INL void scores_avx2_nh(const float *const *q, int hd, const uint8_t *rows, size
 
 static void scores_avx2(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                                kv_cache_dtype d, float scale, float *s, int ss) {
-#define S2(NH, DT) \
-    case NH * KV_CACHE_DTYPE_COUNT + DT: scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT); break;
-#define S2D(NH) S2(NH, 0) S2(NH, 1) S2(NH, 2) S2(NH, 3) S2(NH, 4) S2(NH, 5)
-    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { S2D(1) S2D(2) S2D(3) S2D(4) default: break; }
-#undef S2D
-#undef S2
+#define CALL(NH, DT) scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT)
+    ATTN_SWITCH(nr, d, CALL)
+#undef CALL
 }
 
 /* Column groups of CV vectors keep NH * CV independent accumulator chains
@@ -126,9 +113,8 @@ INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t st
             UNROLL for (int v = 0; v < CV; v++) a[h][v] = v < nv ? _mm256_loadu_ps(acc[h] + c0 + 8 * v) : _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
             const uint8_t *r = rows + (size_t)t * stride;
-            float sc = 1.0f, mn = 0.0f;
-            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
-            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
+            float sc, mn;
+            row_factors(r, hd, DT, &sc, &mn);
             __m256 x[4];
             UNROLL for (int v = 0; v < CV; v++)
                 x[v] = v < nv ? ld8(r, DT, c0 + 8 * v, _mm256_set1_ps(sc), _mm256_set1_ps(mn)) : _mm256_setzero_ps();
@@ -143,9 +129,8 @@ INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t st
     for (int c = hd8; c < hd; c++)
         for (int t = 0; t < nt; t++) {
             const uint8_t *r = rows + (size_t)t * stride;
-            float sc = 1.0f, mn = 0.0f;
-            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
-            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
+            float sc, mn;
+            row_factors(r, hd, DT, &sc, &mn);
             float x = raw_scalar(r, c, (kv_cache_dtype)DT, sc, mn);
             UNROLL for (int h = 0; h < NH; h++)
                 acc[h][c] += (ATTN_DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]) * x;
@@ -154,30 +139,21 @@ INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t st
 
 static void accum_avx2(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                               kv_cache_dtype d, const float *p, int ps) {
-#define A2(NH, DT) \
-    case NH * KV_CACHE_DTYPE_COUNT + DT: accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, DT); break;
-#define A2D(NH) A2(NH, 0) A2(NH, 1) A2(NH, 2) A2(NH, 3) A2(NH, 4) A2(NH, 5)
-    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { A2D(1) A2D(2) A2D(3) A2D(4) default: break; }
-#undef A2D
-#undef A2
+#define CALL(NH, DT) accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, DT)
+    ATTN_SWITCH(nr, d, CALL)
+#undef CALL
 }
 
-/* exp(x) for x <= 0: 2^n * poly(r), |r| <= ln2/2, degree-6 Taylor (rel. err
- * ~2e-7); inputs below -87.3 are clamped (exp ~1e-38, nothing next to the
- * 1.0 of the running maximum). */
+/* exp(x) for x <= 0 (cpu_attention_isa.h's ATTN_EXP_*); inputs below -87.3
+ * are clamped (exp ~1e-38, nothing next to the 1.0 of the running maximum). */
 INL __m256 exp8(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ATTN_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
-    __m256 y = _mm256_set1_ps(1.0f / 720.0f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120.0f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24.0f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6.0f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATTN_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATTN_EXP_LN2_LO), r);
+    __m256 y = _mm256_set1_ps(attn_exp_poly[0]);
+    UNROLL for (int i = 1; i < 7; i++) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(attn_exp_poly[i]));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
@@ -190,7 +166,7 @@ static float expsum_avx2(float *s, int n, float m) {
         _mm256_storeu_ps(s + i, e);
         sum = _mm256_add_ps(sum, e);
     }
-    float t = hsum8(sum);
+    float t = kv_hsum256(sum);
     if (i < n) {
         float tmp[8] = {0};
         for (int j = i; j < n; j++) tmp[j - i] = s[j] - m;
@@ -209,10 +185,7 @@ static float maxf_avx2(const float *s, int n) {
     if (n >= 8) {
         __m256 v = _mm256_loadu_ps(s);
         for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + i));
-        __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-        x = _mm_max_ss(x, _mm_movehdup_ps(x));
-        mx = _mm_cvtss_f32(x);
+        mx = kv_hmax256(v);
     }
     for (; i < n; i++) mx = s[i] > mx ? s[i] : mx;
     return mx;
@@ -331,6 +304,4 @@ void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n) {
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_cpu_attention_avx2_unused; /* ISO C wants a declaration */
 #endif

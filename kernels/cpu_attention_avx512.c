@@ -7,8 +7,9 @@
 
 #ifdef KV_HAVE_X86_KERNELS
 
-#include <immintrin.h>
 #include <math.h>
+
+#include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 
@@ -54,17 +55,13 @@ INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_
                              float scale, float *s, int ss, const int NH, const int DT) {
     for (int t = 0; t < nt; t += 4) {
         const uint8_t *r[4];
-        float sk[4] = {1.0f, 1.0f, 1.0f, 1.0f}, mk[4] = {0};
-        UNROLL for (int k = 0; k < 4; k++) {
-            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
-            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sk[k] = row_scale(r[k], hd, (kv_cache_dtype)DT);
-            if (DT == KV_CACHE_INT8_ASYM) mk[k] = row_min(r[k], hd);
-        }
+        float sk[4], mk[4];
+        key_quad(rows, stride, t, nt, hd, DT, r, sk, mk);
         __m512 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_setzero_ps();
         for (int c = 0; c < hd; c += 16) {
-            const __mmask16 m = hd - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - c)) - 1);
+            const __mmask16 m = kv_tail16(hd - c);
             __m512 x[4];
             UNROLL for (int k = 0; k < 4; k++)
                 x[k] = ld16(r[k], DT, c, m, _mm512_set1_ps(sk[k]), _mm512_set1_ps(mk[k]));
@@ -90,12 +87,9 @@ INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_
 
 static void scores_512(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                              kv_cache_dtype d, float scale, float *s, int ss) {
-#define S5(NH, DT) \
-    case NH * KV_CACHE_DTYPE_COUNT + DT: scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT); break;
-#define S5D(NH) S5(NH, 0) S5(NH, 1) S5(NH, 2) S5(NH, 3) S5(NH, 4) S5(NH, 5)
-    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { S5D(1) S5D(2) S5D(3) S5D(4) default: break; }
-#undef S5D
-#undef S5
+#define CALL(NH, DT) scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT)
+    ATTN_SWITCH(nr, d, CALL)
+#undef CALL
 }
 
 /* Column groups of 4 vectors (64 floats): NH * 4 independent accumulator
@@ -106,16 +100,15 @@ INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t str
         __mmask16 m[4];
         UNROLL for (int v = 0; v < 4; v++) {
             int rem = hd - c0 - 16 * v;
-            m[v] = rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : (__mmask16)0;
+            m[v] = rem > 0 ? kv_tail16(rem) : (__mmask16)0;
         }
         __m512 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
         for (int t = 0; t < nt; t++) {
             const uint8_t *r = rows + (size_t)t * stride;
-            float sc = 1.0f, mn = 0.0f;
-            if (ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM) sc = row_scale(r, hd, (kv_cache_dtype)DT);
-            if (DT == KV_CACHE_INT8_ASYM) mn = row_min(r, hd);
+            float sc, mn;
+            row_factors(r, hd, DT, &sc, &mn);
             __m512 x[4];
             UNROLL for (int v = 0; v < 4; v++) x[v] = ld16(r, DT, c0 + 16 * v, m[v], _mm512_set1_ps(sc), _mm512_set1_ps(mn));
             UNROLL for (int h = 0; h < NH; h++) {
@@ -130,35 +123,27 @@ INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t str
 
 static void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                             kv_cache_dtype d, const float *p, int ps) {
-#define A5(NH, DT) \
-    case NH * KV_CACHE_DTYPE_COUNT + DT: accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, DT); break;
-#define A5D(NH) A5(NH, 0) A5(NH, 1) A5(NH, 2) A5(NH, 3) A5(NH, 4) A5(NH, 5)
-    switch (nr * KV_CACHE_DTYPE_COUNT + (int)d) { A5D(1) A5D(2) A5D(3) A5D(4) default: break; }
-#undef A5D
-#undef A5
+#define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, DT)
+    ATTN_SWITCH(nr, d, CALL)
+#undef CALL
 }
 
 /* exp(x), x <= 0, as exp8; scalef gives exact 2^n scaling and flushes to 0
  * on underflow, so no clamp is needed. */
 INL __m512 exp16(__m512 x) {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ATTN_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 y = _mm512_set1_ps(1.0f / 720.0f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_EXP_LN2_LO), r);
+    __m512 y = _mm512_set1_ps(attn_exp_poly[0]);
+    UNROLL for (int i = 1; i < 7; i++) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(attn_exp_poly[i]));
     return _mm512_scalef_ps(y, n);
 }
 
 static float expsum_512(float *s, int n, float m) {
     __m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __mmask16 k = kv_tail16(n - i);
         __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), vm));
         _mm512_mask_storeu_ps(s + i, k, e);
         sum = _mm512_mask_add_ps(sum, k, sum, e);
@@ -169,7 +154,7 @@ static float expsum_512(float *s, int n, float m) {
 static float maxf_512(const float *s, int n) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int i = 0; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __mmask16 k = kv_tail16(n - i);
         mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + i));
     }
     return _mm512_reduce_max_ps(mx);
@@ -178,7 +163,7 @@ static float maxf_512(const float *s, int n) {
 static void scalev_512(float *a, int n, float f) {
     const __m512 vf = _mm512_set1_ps(f);
     for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 k = kv_tail16(n - i);
         _mm512_mask_storeu_ps(a + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + i), vf));
     }
 }
@@ -187,6 +172,4 @@ const kv_attn_kernels kv_attn_kernels_avx512 = {scores_512, accum_512, expsum_51
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_cpu_attention_avx512_unused; /* ISO C wants a declaration */
 #endif

@@ -87,6 +87,48 @@ static inline float raw_scalar(const uint8_t *row, int i, kv_cache_dtype d, floa
  * row scale (the symmetric quantized dtypes). */
 #define ATTN_DT_FOLDS(DT) ((DT) == KV_CACHE_INT8 || (DT) == KV_CACHE_FP8_E4M3 || (DT) == KV_CACHE_FP8_E5M2)
 
+/* A row's factors for the SIMD loads: *sc its row_scale (1 for the float
+ * dtypes), *mn its row_min (0 but for int8_asym). */
+static inline __attribute__((always_inline)) void row_factors(const uint8_t *row, int hd, int DT, float *sc, float *mn) {
+    *sc = ATTN_DT_FOLDS(DT) || DT == KV_CACHE_INT8_ASYM ? row_scale(row, hd, (kv_cache_dtype)DT) : 1.0f;
+    *mn = DT == KV_CACHE_INT8_ASYM ? row_min(row, hd) : 0.0f;
+}
+
+/* The four keys t..t+3 a scores step reads (keys past nt repeat the last
+ * one; their scores are not stored) and their factors. */
+static inline __attribute__((always_inline)) void key_quad(const uint8_t *rows, size_t stride, int t, int nt, int hd,
+                                                          int DT, const uint8_t *r[4], float sk[4], float mk[4]) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+        row_factors(r[k], hd, DT, &sk[k], &mk[k]);
+    }
+}
+
+/* The switch that turns a call's run-time (nr, d), nr = 1..ATTN_HC, into
+ * the compile-time (NH, DT) of an ISA's kernel body: CALL(NH, DT) is a
+ * macro the kernel file defines around its *_nh function. */
+_Static_assert(KV_CACHE_DTYPE_COUNT == 6 && ATTN_HC == 4, "ATTN_SWITCH lists 4 row counts x 6 dtypes");
+#define ATTN_CASE(CALL, NH, DT) \
+    case NH * KV_CACHE_DTYPE_COUNT + DT: CALL(NH, DT); break;
+#define ATTN_CASES(CALL, NH) \
+    ATTN_CASE(CALL, NH, 0) ATTN_CASE(CALL, NH, 1) ATTN_CASE(CALL, NH, 2) \
+    ATTN_CASE(CALL, NH, 3) ATTN_CASE(CALL, NH, 4) ATTN_CASE(CALL, NH, 5)
+#define ATTN_SWITCH(nr, d, CALL)                                                                              \
+    switch ((nr) * KV_CACHE_DTYPE_COUNT + (int)(d)) {                                                          \
+        ATTN_CASES(CALL, 1) ATTN_CASES(CALL, 2) ATTN_CASES(CALL, 3) ATTN_CASES(CALL, 4) default: break;        \
+    }
+
+/* exp(x) for x <= 0 in the softmax kernels (cpu_attention_avx2.c exp8,
+ * cpu_attention_avx512.c exp16): x = n ln2 + r with ln2 split in two
+ * (Cody-Waite), then 2^n times the degree-6 Taylor polynomial of e^r,
+ * |r| <= ln2/2, relative error ~2e-7. The polynomial's coefficients from
+ * the highest degree down (Horner). */
+#define ATTN_EXP_LOG2E 1.44269504f
+#define ATTN_EXP_LN2_HI 0.693145752f
+#define ATTN_EXP_LN2_LO 1.42860677e-6f
+static const float attn_exp_poly[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
+
 #ifdef KV_HAVE_X86_KERNELS
 extern const kv_attn_kernels kv_attn_kernels_avx2;   /* cpu_attention_avx2.c */
 extern const kv_attn_kernels kv_attn_kernels_avx512; /* cpu_attention_avx512.c */

@@ -6,7 +6,7 @@
 
 #ifdef KV_HAVE_X86_KERNELS
 
-#include <immintrin.h>
+#include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx2,fma")
 
@@ -19,10 +19,7 @@ float kv_cpu_sumsq_avx2(const float *x, int dim) {
         a1 = _mm256_fmadd_ps(v1, v1, a1);
     }
     a0 = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
+    float s = kv_hsum256(a0);
     for (; i < dim; i++) s += x[i] * x[i];
     return s;
 }
@@ -60,6 +57,4 @@ int64_t kv_cpu_silu_mul_avx2(float *g, const float *u, int64_t n) {
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_cpu_avx2_unused; /* ISO C wants a declaration */
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fp_bits.h"
 #include "types.h"
 
 static const char *const dtype_names[KV_CACHE_DTYPE_COUNT] = {
@@ -56,68 +57,20 @@ int kv_dtype_is_quantized(kv_cache_dtype d) {
     return d == KV_CACHE_INT8 || d == KV_CACHE_INT8_ASYM || d == KV_CACHE_FP8_E4M3 || d == KV_CACHE_FP8_E5M2;
 }
 
-/* ---- fp8 ---- */
-
-/* Rounds |f| (a finite or infinite float) to the nearest fp8 code with mbits
- * mantissa bits and exponent bias `bias`, ties to even, saturating at
- * max_code. Works on the float's bits so no double rounding can happen. */
-static uint8_t fp8_encode(float f, int mbits, int bias, uint32_t max_code, uint32_t nan_code) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 24) & 0x80;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint8_t)(sign | nan_code);
-    if (ax == 0x7f800000u) return (uint8_t)(sign | max_code);
-    if ((ax >> 23) == 0) return (uint8_t)sign; /* f32 zero or subnormal: far below fp8's range */
-    int e = (int)(ax >> 23) - 127 + bias;      /* biased fp8 exponent */
-    uint32_t m = ax & 0x7fffffu;
-    uint32_t code;
-    int shift;
-    if (e >= 1) {
-        shift = 23 - mbits;
-        code = ((uint32_t)e << mbits) | (m >> shift);
-    } else {
-        /* fp8 subnormal: value in units of 2^(1 - bias - mbits) */
-        m |= 0x800000u;
-        shift = 23 - mbits + 1 - e;
-        if (shift >= 25) return (uint8_t)sign; /* below half the smallest subnormal */
-        code = m >> shift;
-    }
-    uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (code & 1))) code++; /* carry into the exponent is correct */
-    if (code > max_code) code = max_code;
-    return (uint8_t)(sign | code);
-}
-
-static float fp8_decode_calc(uint8_t v, int mbits, int bias, int ieee) {
-    int ebits = 7 - mbits;
-    int e = (v >> mbits) & ((1 << ebits) - 1);
-    int m = v & ((1 << mbits) - 1);
-    float r;
-    if (ieee && e == (1 << ebits) - 1) {
-        r = m ? NAN : INFINITY;
-    } else if (!ieee && (v & 0x7f) == 0x7f) {
-        r = NAN;
-    } else if (e == 0) {
-        r = ldexpf((float)m, 1 - bias - mbits);
-    } else {
-        r = ldexpf(1.0f + (float)m / (float)(1 << mbits), e - bias);
-    }
-    return (v & 0x80) ? -r : r;
-}
+/* ---- fp8 (the conversions: fp_bits.h; decoding through a table) ---- */
 
 static float lut_e4m3[256], lut_e5m2[256];
 static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
 
 static void lut_init(void) {
     for (int i = 0; i < 256; i++) {
-        lut_e4m3[i] = fp8_decode_calc((uint8_t)i, 3, 7, 0);
-        lut_e5m2[i] = fp8_decode_calc((uint8_t)i, 2, 15, 1);
+        lut_e4m3[i] = kv_fp8_bits_to_f32((uint32_t)i, 3, 7, 0);
+        lut_e5m2[i] = kv_fp8_bits_to_f32((uint32_t)i, 2, 15, 1);
     }
 }
 
-uint8_t kv_fp8_e4m3_from_fp32(float f) { return fp8_encode(f, 3, 7, 0x7e, 0x7f); }
-uint8_t kv_fp8_e5m2_from_fp32(float f) { return fp8_encode(f, 2, 15, 0x7b, 0x7e); }
+uint8_t kv_fp8_e4m3_from_fp32(float f) { return kv_f32_to_fp8_bits(f, 3, 7, 0x7e, 0x7f); }
+uint8_t kv_fp8_e5m2_from_fp32(float f) { return kv_f32_to_fp8_bits(f, 2, 15, 0x7b, 0x7e); }
 
 float kv_fp8_e4m3_to_fp32(uint8_t v) {
     pthread_once(&lut_once, lut_init);

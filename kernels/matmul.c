@@ -64,13 +64,7 @@ void kv_q8a_row_ref(const float *x, int64_t K, size_t bstride, int8_t *qs, float
             qs[o * KV_QK + i] = (int8_t)q;
             sum += q;
         }
-        if (bad || isinf(amax)) { /* non-finite block: d = NaN poisons its dots */
-            db = NAN;
-            sum = 0;
-        }
-        d[o] = db;
-        ioff[o] = -zp * sum;
-        ds[o] = db * (float)sum;
+        kv_q8a_put(d, ioff, ds, o, db, sum, bad || isinf(amax), zp);
     }
 }
 
@@ -182,7 +176,10 @@ static void prep_task(void *ctx, int ith, int nth) {
     if (t->xp) {
         int groups = (t->args.n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
         int g0 = (int)((int64_t)groups * ith / nth), g1 = (int)((int64_t)groups * (ith + 1) / nth);
-        if (g1 > g0) t->xpack(t->args.x, t->args.n, t->args.K, t->xp, g0, g1);
+        for (int g = g0; g < g1; g++)
+            t->xpack(t->args.x + (size_t)g * KV_MM_XGROUP * (size_t)t->args.K,
+                     KV_MIN(t->args.n - g * KV_MM_XGROUP, KV_MM_XGROUP), t->args.K,
+                     t->xp + (size_t)g * (size_t)t->args.K * KV_MM_XGROUP);
     } else {
         int n = t->args.n;
         quant_rows(t, (int)((int64_t)n * ith / nth), (int)((int64_t)n * (ith + 1) / nth));

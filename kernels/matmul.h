@@ -78,8 +78,23 @@ typedef void (*kv_mm_rows_fn)(const kv_mm_args *a, int64_t r0, int64_t r1, void 
  * ISA produces bit-identical results (round-half-even, same arithmetic). */
 typedef void (*kv_q8a_row_fn)(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff,
                               float *ds, int zp);
-/* Packs activation groups g0..g1 of x (n, K) into xp (see kv_mm_args.xp). */
-typedef void (*kv_mm_xpack_fn)(const float *x, int n, int64_t K, float *xp, int g0, int g1);
+
+/* The last step of every ISA's quantizer: block o's scale db and quant sum
+ * into the q8a arrays. A block that held inf or NaN (nonfinite) gets
+ * d = NaN, which poisons its dots, and sum 0. */
+static inline void kv_q8a_put(float *d, int32_t *ioff, float *ds, size_t o, float db, int sum, int nonfinite, int zp) {
+    if (nonfinite) {
+        db = __builtin_nanf("");
+        sum = 0;
+    }
+    d[o] = db;
+    ioff[o] = -zp * sum;
+    ds[o] = db * (float)sum;
+}
+/* Packs one group of kv_mm_args.xp: `rows` (<= KV_MM_XGROUP) activation
+ * rows of K floats at src into dst (K, 16), rows past `rows` zero. The
+ * driver walks the groups. */
+typedef void (*kv_mm_xpack_fn)(const float *src, int rows, int64_t K, float *dst);
 
 /* Per-ISA entry points; NULL when not compiled for this target. */
 typedef struct kv_mm_isa_kernels {
@@ -92,15 +107,60 @@ void kv_mm_rows_ref(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_ref(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                     int zp);
 
+/* k-chunk of the packed float kernels: the panel's slice (KV_MM_KC x 16
+ * floats) stays in L1 while every activation group passes over it. */
+#define KV_MM_KC 256
+
+/* One group of `left` packed activation rows, the first activation row g0
+ * (packed at xg), against a packed weight panel pf of `rows` rows from r0,
+ * over k in [k0, k1); adds to y when k0 > 0. */
+typedef void (*kv_mm_group_fn)(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1,
+                               int64_t r0, int rows, int g0, int left);
+
+/* The loop of the packed float kernels over one panel: k chunk by chunk,
+ * every activation group of kv_mm_args.xp (the ISA's group kernel). */
+static inline void kv_mm_panel_groups(const kv_mm_args *a, const float *pf, int64_t r0, int rows, kv_mm_group_fn group) {
+    for (int64_t k0 = 0; k0 < a->K; k0 += KV_MM_KC) {
+        int64_t k1 = KV_MIN(a->K, k0 + KV_MM_KC);
+        for (int g0 = 0; g0 < a->n; g0 += KV_MM_XGROUP)
+            group(a, pf, a->xp + (size_t)(g0 / KV_MM_XGROUP) * (size_t)a->K * KV_MM_XGROUP, k0, k1, r0, rows, g0,
+                  KV_MIN(a->n - g0, KV_MM_XGROUP));
+    }
+}
+
+/* The row-function table of an ISA file: each defines rows_<type> for the
+ * six weight types the SIMD kernels cover (see kv_mm_rows_typed). */
+#define KV_MM_ROWS_TABLE                                                                                             \
+    {                                                                                                                \
+        [KV_TYPE_Q8_0] = rows_KV_TYPE_Q8_0, [KV_TYPE_Q4_0] = rows_KV_TYPE_Q4_0, [KV_TYPE_Q4_1] = rows_KV_TYPE_Q4_1, \
+        [KV_TYPE_F32] = rows_KV_TYPE_F32, [KV_TYPE_F16] = rows_KV_TYPE_F16, [KV_TYPE_BF16] = rows_KV_TYPE_BF16,     \
+    }
+
+/* The partial last tile of a direct kernel: weight rows r..r+rows copied
+ * to tw, rb bytes each, back to back; the rows up to `tile` repeat row r
+ * (the kernels never store their lanes). */
+static inline void kv_mm_copy_tile(const kv_mm_args *a, int64_t r, int rows, int tile, size_t rb, uint8_t *tw) {
+    for (int i = 0; i < tile; i++)
+        __builtin_memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+}
+
+/* Runs table[a->type], an ISA's row function per weight type, or the
+ * scalar reference for a type the ISA has none for (entry NULL). */
+static inline void kv_mm_rows_typed(const kv_mm_rows_fn table[KV_TYPE_COUNT], const kv_mm_args *a, int64_t r0,
+                                    int64_t r1, void *scratch) {
+    kv_mm_rows_fn f = (unsigned)a->type < KV_TYPE_COUNT ? table[a->type] : NULL;
+    (f ? f : kv_mm_rows_ref)(a, r0, r1, scratch);
+}
+
 #ifdef KV_HAVE_X86_KERNELS
 void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                      int zp);
-void kv_mm_xpack_avx2(const float *x, int n, int64_t K, float *xp, int g0, int g1);
+void kv_mm_xpack_avx2(const float *src, int rows, int64_t K, float *dst);
 void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                        int zp);
-void kv_mm_xpack_avx512(const float *x, int n, int64_t K, float *xp, int g0, int g1);
+void kv_mm_xpack_avx512(const float *src, int rows, int64_t K, float *dst);
 #endif
 
 /* ---- the driver --------------------------------------------------------- */

@@ -18,37 +18,16 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+#include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 
 #define KV_AI static inline __attribute__((always_inline))
-#define KV_FKC 256
 
 /* ---- activation quantizer ------------------------------------------------ */
-
-KV_AI float hmax256(__m256 v) {
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-KV_AI float hsum256(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-KV_AI int hsum256i(__m256i v) {
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-    return _mm_cvtsi128_si32(h);
-}
 
 void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                      int zp) {
@@ -64,23 +43,17 @@ void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, floa
             m = _mm256_max_ps(_mm256_and_ps(v[i], absmask), m); /* NaN lanes keep m */
             nanv = _mm256_or_ps(nanv, _mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
         }
-        float amax = hmax256(m);
+        float amax = kv_hmax256(m);
         float db = amax / 127.0f;
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
         for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
-        int sum = hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        int sum = kv_hsum256i(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
         __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
         _mm256_storeu_si256((__m256i *)(void *)(qs + o * KV_QK), p);
-        if (_mm256_movemask_ps(nanv) || isinf(amax)) { /* non-finite block: d = NaN poisons its dots; sum is moot */
-            db = NAN;
-            sum = 0;
-        }
-        d[o] = db;
-        ioff[o] = -zp * sum;
-        ds[o] = db * (float)sum;
+        kv_q8a_put(d, ioff, ds, o, db, sum, _mm256_movemask_ps(nanv) || isinf(amax), zp);
     }
 }
 
@@ -155,7 +128,7 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
                 _mm256_storeu_ps(s + b, _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(ad + b)));
                 if (t == KV_TYPE_Q4_1) mt = _mm256_fmadd_ps(_mm256_loadu_ps(mw + b), _mm256_loadu_ps(ads + b), mt);
             }
-            mterm[rr][jj] = t == KV_TYPE_Q4_1 ? hsum256(mt) : 0.0f;
+            mterm[rr][jj] = t == KV_TYPE_Q4_1 ? kv_hsum256(mt) : 0.0f;
         }
     }
     const __m256i ones = _mm256_set1_epi16(1);
@@ -192,25 +165,8 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
 #pragma GCC unroll 4
     for (int rr = 0; rr < R; rr++)
 #pragma GCC unroll 2
-        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = hsum256(acc[rr][jj]) + mterm[rr][jj];
+        for (int jj = 0; jj < J; jj++) a->y[(size_t)(j0 + jj) * a->M + r + rr] = kv_hsum256(acc[rr][jj]) + mterm[rr][jj];
 }
-
-#define QD(t)                                                                                                          \
-    static void qd_4_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc) {                         \
-        if (J == 2)                                                                                                    \
-            qd_tile(a, t, r, 4, j0, 2, sc);                                                                            \
-        else                                                                                                           \
-            qd_tile(a, t, r, 4, j0, 1, sc);                                                                            \
-    }                                                                                                                  \
-    static void qd_1_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc) {                         \
-        if (J == 2)                                                                                                    \
-            qd_tile(a, t, r, 1, j0, 2, sc);                                                                            \
-        else                                                                                                           \
-            qd_tile(a, t, r, 1, j0, 1, sc);                                                                            \
-    }
-QD(KV_TYPE_Q8_0)
-QD(KV_TYPE_Q4_0)
-QD(KV_TYPE_Q4_1)
 
 typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc);
 
@@ -232,6 +188,25 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
         r += R;
     }
 }
+
+/* Per quantized type t: the R-row tile (R = 4, 1) for 1 or 2 activation
+ * rows, and the type's row function (t a constant in each). */
+#define QD_R(t, R)                                                                                                     \
+    static void qd_##R##_##t(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc) {                     \
+        if (J == 2)                                                                                                    \
+            qd_tile(a, t, r, R, j0, 2, sc);                                                                            \
+        else                                                                                                           \
+            qd_tile(a, t, r, R, j0, 1, sc);                                                                            \
+    }
+#define QD(t)                                                                                                          \
+    QD_R(t, 4)                                                                                                         \
+    QD_R(t, 1)                                                                                                         \
+    static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
+        q_rows(a, t, r0, r1, scratch, qd_4_##t, qd_1_##t);                                                             \
+    }
+QD(KV_TYPE_Q8_0)
+QD(KV_TYPE_Q4_0)
+QD(KV_TYPE_Q4_1)
 
 /* ---- float tiles --------------------------------------------------------- */
 
@@ -279,10 +254,11 @@ KV_AI void tr8(__m256 r[8]) {
     }
 }
 
-/* Packs rows r0..r0+rows as pf[k][16] (f32; missing rows and the k tail
- * beyond K are zero-filled through a small staging copy). */
-KV_AI void pack_f(const kv_mm_args *a, kv_type t, int64_t r0, int rows, float *pf) {
-    const int64_t K = a->K;
+/* Packs `rows` (<= 16) rows of K elements of type t, row i at base + i *
+ * stride bytes, k-major as dst[k][16] in f32: the weight panels and the
+ * activation groups (kv_mm_args.xp) alike. Missing rows and the k tail
+ * beyond K are zero-filled through a small staging copy. */
+KV_AI void pack16(const uint8_t *base, size_t stride, kv_type t, int rows, int64_t K, float *dst) {
     for (int64_t k = 0; k < K; k += 8) {
         int nk = (int)KV_MIN((int64_t)8, K - k);
         for (int half = 0; half < 2; half++) {
@@ -292,17 +268,23 @@ KV_AI void pack_f(const kv_mm_args *a, kv_type t, int64_t r0, int rows, float *p
                 if (rr >= rows) {
                     v[i] = _mm256_setzero_ps();
                 } else if (nk == 8) {
-                    v[i] = ldw(t, a->w + (size_t)(r0 + rr) * a->nb1, k);
+                    v[i] = ldw(t, base + (size_t)rr * stride, k);
                 } else {
                     float tmp[8] = {0};
-                    for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, a->w + (size_t)(r0 + rr) * a->nb1, k + kk);
+                    for (int kk = 0; kk < nk; kk++) tmp[kk] = ldw1(t, base + (size_t)rr * stride, k + kk);
                     v[i] = _mm256_loadu_ps(tmp);
                 }
             }
             tr8(v);
-            for (int i = 0; i < nk; i++) _mm256_store_ps(pf + (k + i) * 16 + half * 8, v[i]);
+            for (int i = 0; i < nk; i++) _mm256_storeu_ps(dst + (k + i) * 16 + half * 8, v[i]);
         }
     }
+}
+
+_Static_assert(KV_MM_XGROUP == 16, "pack16 writes the activation groups");
+
+void kv_mm_xpack_avx2(const float *src, int rows, int64_t K, float *dst) {
+    pack16((const uint8_t *)src, (size_t)K * sizeof(float), KV_TYPE_F32, rows, K, dst);
 }
 
 /* y rows j0..j0+J (xg: their packed activations, 16 floats per k) x panel
@@ -342,10 +324,7 @@ KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int6
             _mm256_storeu_ps(yj + 8, acc[jj][1]);
         }
     } else {
-        /* partial panel: lanes past `rows` are not ours */
-        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), idx);
-        __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows - 8), idx);
+        /* partial panel: lanes past `rows` (m0, m1) are not ours */
 #pragma GCC unroll 6
         for (int jj = 0; jj < J; jj++) {
             float *yj = a->y + (size_t)(j0 + jj) * a->M + r0;
@@ -355,64 +334,29 @@ KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int6
     }
 }
 
-static void fp_panel(const kv_mm_args *a, const float *pf, int64_t r0, int rows) {
-    for (int64_t k0 = 0; k0 < a->K; k0 += KV_FKC) {
-        int64_t k1 = KV_MIN(a->K, k0 + KV_FKC);
-        for (int g0 = 0; g0 < a->n; g0 += KV_MM_XGROUP) {
-            const float *xg = a->xp + (size_t)(g0 / KV_MM_XGROUP) * (size_t)a->K * KV_MM_XGROUP;
-            int left = KV_MIN(a->n - g0, KV_MM_XGROUP), jo = 0;
-            for (; left - jo >= 6; jo += 6) fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 6);
-            switch (left - jo) {
-            case 5: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 5); break;
-            case 4: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 4); break;
-            case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 3); break;
-            case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 2); break;
-            case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 1); break;
-            default: break;
-            }
-        }
+/* A group of `left` activation rows: fp_kernel 6 at a time, then the rest. */
+static void fp_group(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0, int rows,
+                     int g0, int left) {
+    int jo = 0;
+    for (; left - jo >= 6; jo += 6) fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 6);
+    switch (left - jo) {
+    case 5: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 5); break;
+    case 4: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 4); break;
+    case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 3); break;
+    case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 2); break;
+    case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, rows, g0 + jo, 1); break;
+    default: break;
     }
 }
 
-void kv_mm_xpack_avx2(const float *x, int n, int64_t K, float *xp, int g0, int g1) {
-    for (int g = g0; g < g1; g++) {
-        float *dst = xp + (size_t)g * (size_t)K * KV_MM_XGROUP;
-        int rows = KV_MIN(n - g * KV_MM_XGROUP, KV_MM_XGROUP);
-        const float *src = x + (size_t)g * KV_MM_XGROUP * (size_t)K;
-        for (int64_t k = 0; k < K; k += 8) {
-            int nk = (int)KV_MIN((int64_t)8, K - k);
-            for (int half = 0; half < 2; half++) {
-                __m256 v[8];
-                for (int i = 0; i < 8; i++) {
-                    int rr = half * 8 + i;
-                    if (rr >= rows) {
-                        v[i] = _mm256_setzero_ps();
-                    } else if (nk == 8) {
-                        v[i] = _mm256_loadu_ps(src + (size_t)rr * K + k);
-                    } else {
-                        float tmp[8] = {0};
-                        memcpy(tmp, src + (size_t)rr * K + k, (size_t)nk * sizeof(float));
-                        v[i] = _mm256_loadu_ps(tmp);
-                    }
-                }
-                tr8(v);
-                for (int i = 0; i < nk; i++) _mm256_storeu_ps(dst + (k + i) * KV_MM_XGROUP + half * 8, v[i]);
-            }
-        }
-    }
-}
-
-static void pack_f32(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F32, r0, rows, pf); }
-static void pack_f16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F16, r0, rows, pf); }
-static void pack_bf16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_BF16, r0, rows, pf); }
-
-static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
-                     void (*pack)(const kv_mm_args *, int64_t, int, float *)) {
+/* Rows r0..r1 of float weights of type t, a panel of 16 at a time packed
+ * to scratch, against the packed activations. */
+KV_AI void f_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch) {
     float *pf = scratch;
     for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
         int rows = (int)KV_MIN(r1 - r, (int64_t)KV_MM_PANEL);
-        pack(a, r, rows, pf);
-        fp_panel(a, pf, r, rows);
+        pack16(a->w + (size_t)r * a->nb1, a->nb1, t, rows, a->K, pf);
+        kv_mm_panel_groups(a, pf, r, rows, fp_group);
     }
 }
 
@@ -481,7 +425,22 @@ KV_AI void fd8(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int6
     }
 }
 
-/* One 16-row tile (T = 2) or 8-row group (T = 1) against every activation row. */
+typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows, int T);
+
+static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
+    const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
+    int64_t r = r0;
+    for (; r + 16 <= r1; r += 16) f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 16, 2);
+    if (r < r1) { /* partial tile: copied, missing rows repeat the first (not stored) */
+        int rows = (int)(r1 - r), T = rows > 8 ? 2 : 1;
+        uint8_t *tw = scratch;
+        kv_mm_copy_tile(a, r, rows, 8 * T, rb, tw);
+        f(a, tw, rb, r, rows, T);
+    }
+}
+
+/* Per float type t: one 16-row tile (T = 2) or 8-row group (T = 1) against
+ * every activation row, and the type's row function (packed x or direct). */
 #define FD_FN(t)                                                                                                       \
     static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows, int T) {              \
         int j0 = 0;                                                                                                    \
@@ -492,64 +451,24 @@ KV_AI void fd8(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int6
             for (; j0 + 2 <= a->n; j0 += 2) fd8(a, t, w, ws, r0, rows, j0, 2, 1);                                     \
             if (j0 < a->n) fd8(a, t, w, ws, r0, rows, j0, 1, 1);                                                       \
         }                                                                                                              \
+    }                                                                                                                  \
+    static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
+        if (a->xp)                                                                                                     \
+            f_packed(a, t, r0, r1, scratch);                                                                           \
+        else                                                                                                           \
+            f_direct(a, r0, r1, scratch, fd_##t);                                                                      \
     }
 FD_FN(KV_TYPE_F32)
 FD_FN(KV_TYPE_F16)
 FD_FN(KV_TYPE_BF16)
 
-typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, int rows, int T);
-
-static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
-    const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
-    int64_t r = r0;
-    for (; r + 16 <= r1; r += 16) f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 16, 2);
-    if (r < r1) { /* partial tile: copied, missing rows repeat the first (not stored) */
-        int rows = (int)(r1 - r), T = rows > 8 ? 2 : 1;
-        uint8_t *tw = scratch;
-        for (int i = 0; i < 8 * T; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
-        f(a, tw, rb, r, rows, T);
-    }
-}
-
 /* ---- entry --------------------------------------------------------------- */
 
 void kv_mm_rows_avx2(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
-    switch (a->type) {
-    case KV_TYPE_Q8_0:
-        q_rows(a, KV_TYPE_Q8_0, r0, r1, scratch, qd_4_KV_TYPE_Q8_0, qd_1_KV_TYPE_Q8_0);
-        break;
-    case KV_TYPE_Q4_0:
-        q_rows(a, KV_TYPE_Q4_0, r0, r1, scratch, qd_4_KV_TYPE_Q4_0, qd_1_KV_TYPE_Q4_0);
-        break;
-    case KV_TYPE_Q4_1:
-        q_rows(a, KV_TYPE_Q4_1, r0, r1, scratch, qd_4_KV_TYPE_Q4_1, qd_1_KV_TYPE_Q4_1);
-        break;
-    case KV_TYPE_F32:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_f32);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F32);
-        break;
-    case KV_TYPE_F16:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_f16);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F16);
-        break;
-    case KV_TYPE_BF16:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_bf16);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_BF16);
-        break;
-    default:
-        kv_mm_rows_ref(a, r0, r1, scratch);
-        break;
-    }
+    static const kv_mm_rows_fn rows[KV_TYPE_COUNT] = KV_MM_ROWS_TABLE;
+    kv_mm_rows_typed(rows, a, r0, r1, scratch);
 }
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_matmul_avx2_unused; /* ISO C wants a declaration */
 #endif

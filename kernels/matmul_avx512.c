@@ -30,10 +30,11 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
@@ -49,7 +50,6 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 #define KV_PF_AHEAD_Q 2
 #define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
-#define KV_FKC 256 /* k-chunk of the packed float kernel (L1-sized slices) */
 
 /* ---- activation quantizer ------------------------------------------------ */
 
@@ -72,13 +72,7 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
         _mm_storeu_si128((__m128i *)(void *)(qs + o * KV_QK), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(void *)(qs + o * KV_QK + 16), _mm512_cvtsepi32_epi8(q1));
         int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        if (bad || isinf(amax)) { /* non-finite block: d = NaN poisons its dots; sum is moot */
-            db = NAN;
-            sum = 0;
-        }
-        d[o] = db;
-        ioff[o] = -zp * sum;
-        ds[o] = db * (float)sum;
+        kv_q8a_put(d, ioff, ds, o, db, sum, bad || isinf(amax), zp);
     }
 }
 
@@ -93,7 +87,21 @@ KV_AI __m512i bcast32(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-KV_AI __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+/* Transposes the 4x4 blocks of 32-bit elements that v[4g..4g+3] hold in
+ * each 128-bit lane, g < G: the first two steps of tr16 and of pack_q's
+ * regrouping. */
+KV_AI void tr4x4_lanes(__m512 *v, const int G) {
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        __m512 *r = v + 4 * g;
+        const __m512 t0 = _mm512_unpacklo_ps(r[0], r[1]), t1 = _mm512_unpackhi_ps(r[0], r[1]);
+        const __m512 t2 = _mm512_unpacklo_ps(r[2], r[3]), t3 = _mm512_unpackhi_ps(r[2], r[3]);
+        r[0] = _mm512_shuffle_ps(t0, t2, 0x44);
+        r[1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+        r[2] = _mm512_shuffle_ps(t1, t3, 0x44);
+        r[3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+    }
+}
 
 /* ---- packed quantized panels (batched n) -------------------------------- */
 
@@ -179,22 +187,15 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
     for (int64_t b = 0; b < nb; b++) {
         size_t bo = (size_t)b * bs;
         pf_step(&pc);
-        __m512i z[8], u[8], tt[8];
+        __m512 z[8];
+        __m512i u[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) z[i] = q_pair(t, base[i] + bo, base[i + 8] + bo);
-        /* 8x8 dword transpose inside each 256-bit half */
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            tt[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
-            tt[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
-        }
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; i++) {
-            u[4 * i + 0] = _mm512_unpacklo_epi64(tt[4 * i], tt[4 * i + 2]);
-            u[4 * i + 1] = _mm512_unpackhi_epi64(tt[4 * i], tt[4 * i + 2]);
-            u[4 * i + 2] = _mm512_unpacklo_epi64(tt[4 * i + 1], tt[4 * i + 3]);
-            u[4 * i + 3] = _mm512_unpackhi_epi64(tt[4 * i + 1], tt[4 * i + 3]);
-        }
+        for (int i = 0; i < 8; i++) z[i] = _mm512_castsi512_ps(q_pair(t, base[i] + bo, base[i + 8] + bo));
+        /* 8x8 dword transpose inside each 256-bit half: 4x4 inside lanes, then
+         * the permutes below */
+        tr4x4_lanes(z, 2);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) u[i] = _mm512_castps_si512(z[i]);
         /* u[c] (rows 0-3 | 8-11) and u[4+c] (rows 4-7 | 12-15) hold columns
          * c (128-bit lanes 0, 2) and c+4 (lanes 1, 3) */
         uint8_t *pb = pq + (size_t)b * 512;
@@ -223,27 +224,20 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
     const int32_t *io = a->a.ioff + j0;
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
         const uint8_t *pb = pq + (size_t)b * 512;
-        __m512i w0 = _mm512_load_si512((const void *)(pb + 0 * 64)), w1 = _mm512_load_si512((const void *)(pb + 1 * 64));
-        __m512i w2 = _mm512_load_si512((const void *)(pb + 2 * 64)), w3 = _mm512_load_si512((const void *)(pb + 3 * 64));
-        __m512i w4 = _mm512_load_si512((const void *)(pb + 4 * 64)), w5 = _mm512_load_si512((const void *)(pb + 5 * 64));
-        __m512i w6 = _mm512_load_si512((const void *)(pb + 6 * 64)), w7 = _mm512_load_si512((const void *)(pb + 7 * 64));
+        __m512i wg[8]; /* group g: elements 4g..4g+3 of the 16 rows */
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
         __m512 dw = _mm512_load_ps(pd + b * 16);
         __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
         for (int jj = 0; jj < J; jj++) {
             const int8_t *ap = aq + jj * KV_QK;
-            __m512i s0 = t == KV_TYPE_Q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(io[jj]);
-            __m512i s1 = _mm512_setzero_si512();
-            s0 = _mm512_dpbusd_epi32(s0, w0, bcast32(ap + 0));
-            s1 = _mm512_dpbusd_epi32(s1, w1, bcast32(ap + 4));
-            s0 = _mm512_dpbusd_epi32(s0, w2, bcast32(ap + 8));
-            s1 = _mm512_dpbusd_epi32(s1, w3, bcast32(ap + 12));
-            s0 = _mm512_dpbusd_epi32(s0, w4, bcast32(ap + 16));
-            s1 = _mm512_dpbusd_epi32(s1, w5, bcast32(ap + 20));
-            s0 = _mm512_dpbusd_epi32(s0, w6, bcast32(ap + 24));
-            s1 = _mm512_dpbusd_epi32(s1, w7, bcast32(ap + 28));
+            /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
+            __m512i s[2] = {t == KV_TYPE_Q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(io[jj]), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
             __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj]));
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[jj]);
+            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), sc, acc[jj]);
             if (t == KV_TYPE_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
         }
     }
@@ -288,7 +282,7 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
     for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
         int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
         pack_q(a, t, r, rows, pq, pd, pm);
-        f(a, pq, pd, pm, r, tail_mask(rows));
+        f(a, pq, pd, pm, r, kv_tail16(rows));
     }
 }
 
@@ -373,19 +367,26 @@ static qs_perm qs_perm_for(kv_type t) {
  * blocks (q4_1: 20), 15 per 2 blocks (q8_0). NOTE: a 16-lane gather per
  * block cost about 30% of the decode tile on Zen 4, scalar loads and stores
  * (2 memory operations per row and block) about 25%. */
+/* Levels 1 and 2 of the tree: the 64-byte loads (lanes outside m zero) at
+ * byte off of the 16 rows into q[4], items of 4 rows each. */
+KV_AI void qs_gather(const uint8_t *w, size_t ws, size_t off, __mmask64 m, const qs_perm *ix, __m512i q[4]) {
+    __m512i p[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        p[i] = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i) * ws + off), ix->i1,
+                                         _mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i + 1) * ws + off));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) q[i] = _mm512_permutex2var_epi16(p[2 * i], ix->i2, p[2 * i + 1]);
+}
+
 KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const qs_perm *ix, uint16_t *sc) {
     const size_t bs = qblk_bytes(t);
-    const __m512i i1 = ix->i1, i2 = ix->i2, i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
+    const __m512i i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
     if (t == KV_TYPE_Q8_0) { /* 2 blocks' headers per 64-byte load; 15 permutes */
         for (int64_t b = 0; b < nb; b += 2) {
             __mmask64 m = nb - b >= 2 ? ~(__mmask64)0 : (((__mmask64)1 << bs) - 1);
-            __m512i p[8], q[4];
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                p[i] = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i) * ws + (size_t)b * bs), i1,
-                                                 _mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i + 1) * ws + (size_t)b * bs));
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) q[i] = _mm512_permutex2var_epi16(p[2 * i], i2, p[2 * i + 1]);
+            __m512i q[4];
+            qs_gather(w, ws, (size_t)b * bs, m, ix, q);
             __m512i r0 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r1 = _mm512_permutex2var_epi16(q[2], i30, q[3]);
             _mm512_storeu_si512((void *)(sc + (size_t)b * 16), _mm512_permutex2var_epi16(r0, i40, r1));
         }
@@ -395,13 +396,8 @@ KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const q
     for (int64_t b = 0; b < nb; b += 4) {
         /* the last group may hold fewer than 4 blocks: load only its bytes */
         __mmask64 m = nb - b >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << ((size_t)(nb - b) * bs)) - 1);
-        __m512i p[8], q[4];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            p[i] = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i) * ws + (size_t)b * bs), i1,
-                                             _mm512_maskz_loadu_epi8(m, w + (size_t)(2 * i + 1) * ws + (size_t)b * bs));
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) q[i] = _mm512_permutex2var_epi16(p[2 * i], i2, p[2 * i + 1]);
+        __m512i q[4];
+        qs_gather(w, ws, (size_t)b * bs, m, ix, q);
         uint16_t *o = sc + (size_t)b * (size_t)(16 * F);
         if (F == 1) {
             __m512i r0 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r1 = _mm512_permutex2var_epi16(q[2], i30, q[3]);
@@ -494,18 +490,6 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, con
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
 }
 
-#define QD_FN(t)                                                                                                       \
-    static void qd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs_perm *ix, uint16_t *sc,            \
-                       int64_t r0, __mmask16 mask, const pf_plan *pf) {                                                \
-        qd_scales(t, w, ws, a->K / KV_QK, ix, sc);                                                                     \
-        int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) qd16(a, t, w, ws, sc, r0, mask, j0, 2, pf);                                   \
-        if (j0 < a->n) qd16(a, t, w, ws, sc, r0, mask, j0, 1, pf);                                                     \
-    }
-QD_FN(KV_TYPE_Q8_0)
-QD_FN(KV_TYPE_Q4_0)
-QD_FN(KV_TYPE_Q4_1)
-
 typedef void (*qd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs_perm *ix, uint16_t *sc, int64_t r0,
                       __mmask16 mask, const pf_plan *pf);
 
@@ -525,21 +509,34 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
         /* a partial tile: its rows copied to scratch, missing rows repeat
          * the first (their lanes are masked off when y is stored) */
         int rows = (int)(r1 - r);
-        for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        kv_mm_copy_tile(a, r, rows, KV_MM_PANEL, rb, tw);
         pf_plan pf = pf_plan_for(a, a->M, nb); /* nothing left to prefetch */
-        f(a, tw, rb, &ix, sc, r, tail_mask(rows), &pf);
+        f(a, tw, rb, &ix, sc, r, kv_tail16(rows), &pf);
     }
 }
 
+#define QD_FN(t)                                                                                                       \
+    static void qd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs_perm *ix, uint16_t *sc,            \
+                       int64_t r0, __mmask16 mask, const pf_plan *pf) {                                                \
+        qd_scales(t, w, ws, a->K / KV_QK, ix, sc);                                                                     \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 2 <= a->n; j0 += 2) qd16(a, t, w, ws, sc, r0, mask, j0, 2, pf);                                   \
+        if (j0 < a->n) qd16(a, t, w, ws, sc, r0, mask, j0, 1, pf);                                                     \
+    }                                                                                                                  \
+    static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
+        if (a->n >= KV_PACK_MIN_Q)                                                                                     \
+            q_packed(a, t, r0, r1, scratch, qp_##t);                                                                   \
+        else                                                                                                           \
+            q_direct(a, t, r0, r1, scratch, qd_##t);                                                                   \
+    }
+QD_FN(KV_TYPE_Q8_0)
+QD_FN(KV_TYPE_Q4_0)
+QD_FN(KV_TYPE_Q4_1)
+
 /* ---- float weights -------------------------------------------------------- */
 
-KV_AI __m512 ldw(kv_type t, const uint8_t *row, int64_t k) {
-    if (t == KV_TYPE_F32) return _mm512_loadu_ps((const float *)(const void *)row + k);
-    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k));
-    if (t == KV_TYPE_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
+/* Elements k.. of a float row as f32, the lanes outside m zero (no memory
+ * past them is read). */
 KV_AI __m512 ldw_mask(kv_type t, const uint8_t *row, int64_t k, __mmask16 m) {
     if (t == KV_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + k);
     __m256i h = _mm256_maskz_loadu_epi16(m, (const void *)(row + 2 * k));
@@ -547,23 +544,14 @@ KV_AI __m512 ldw_mask(kv_type t, const uint8_t *row, int64_t k, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+KV_AI __m512 ldw(kv_type t, const uint8_t *row, int64_t k) { return ldw_mask(t, row, k, (__mmask16)0xFFFF); }
+
 /* ---- packed float panels (batched n) ------------------------------------- */
 
 /* In-register transpose of a 16x16 float tile. */
 KV_AI void tr16(__m512 r[16]) {
     __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
+    tr4x4_lanes(r, 4);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
@@ -579,27 +567,32 @@ KV_AI void tr16(__m512 r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* Packs rows r0..r0+rows as pf[k][16] (f32). */
-KV_AI void pack_f(const kv_mm_args *a, kv_type t, int64_t r0, int rows, float *pf) {
-    const int64_t K = a->K;
-    const uint8_t *base[16]; /* missing rows repeat row r0; their lanes are never stored */
-    for (int rr = 0; rr < 16; rr++) base[rr] = a->w + (size_t)(r0 + (rr < rows ? rr : 0)) * a->nb1;
-    pf_cursor pc;
-    pf_init(&pc, a, r0 + KV_MM_PANEL, (K + 15) / 16);
+/* Packs `rows` (<= 16) rows of K elements of type t, row i at base + i *
+ * stride bytes, k-major as dst[k][16] in f32: the weight panels and the
+ * activation groups (kv_mm_args.xp) alike; missing rows are zero. pc: the
+ * prefetch of the next weight panel, a slice per step (NULL: none). */
+KV_AI void pack16(const uint8_t *base, size_t stride, kv_type t, int rows, int64_t K, float *dst, pf_cursor *pc) {
     for (int64_t k = 0; k < K; k += 16) {
-        __mmask16 m = tail_mask(K - k);
-        pf_step(&pc);
+        __mmask16 m = kv_tail16(K - k);
+        if (pc) pf_step(pc);
         __m512 v[16];
 #pragma GCC unroll 16
-        for (int rr = 0; rr < 16; rr++) v[rr] = ldw_mask(t, base[rr], k, m);
+        for (int rr = 0; rr < 16; rr++)
+            v[rr] = rr < rows ? ldw_mask(t, base + (size_t)rr * stride, k, m) : _mm512_setzero_ps();
         tr16(v);
         if (K - k >= 16) {
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) _mm512_store_ps(pf + (k + i) * 16, v[i]);
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (k + i) * 16, v[i]);
         } else {
-            for (int i = 0; i < K - k; i++) _mm512_store_ps(pf + (k + i) * 16, v[i]);
+            for (int i = 0; i < K - k; i++) _mm512_storeu_ps(dst + (k + i) * 16, v[i]);
         }
     }
+}
+
+_Static_assert(KV_MM_XGROUP == 16, "pack16 writes the activation groups");
+
+void kv_mm_xpack_avx512(const float *src, int rows, int64_t K, float *dst) {
+    pack16((const uint8_t *)src, (size_t)K * sizeof(float), KV_TYPE_F32, rows, K, dst, NULL);
 }
 
 /* y rows j0..j0+J (xg: their packed activations, row stride 16 floats per
@@ -621,67 +614,29 @@ KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int6
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
 }
 
-static void fp_panel(const kv_mm_args *a, const float *pf, int64_t r0, __mmask16 mask) {
-    for (int64_t k0 = 0; k0 < a->K; k0 += KV_FKC) {
-        int64_t k1 = KV_MIN(a->K, k0 + KV_FKC);
-        for (int g0 = 0; g0 < a->n; g0 += KV_MM_XGROUP) {
-            const float *xg = a->xp + (size_t)(g0 / KV_MM_XGROUP) * (size_t)a->K * KV_MM_XGROUP;
-            int left = KV_MIN(a->n - g0, KV_MM_XGROUP), jo = 0;
-            if (left == 16) {
-                fp_kernel(a, pf, xg, k0, k1, r0, mask, g0, 16);
-                continue;
-            }
-            if (left - jo >= 8) {
-                fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 8);
-                jo += 8;
-            }
-            if (left - jo >= 4) {
-                fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 4);
-                jo += 4;
-            }
-            switch (left - jo) {
-            case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 3); break;
-            case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 2); break;
-            case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 1); break;
-            default: break;
-            }
-        }
+/* A group of `left` activation rows: all 16 in one fp_kernel, else 8, 4
+ * and the rest; lanes past `rows` are masked off. */
+static void fp_group(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0, int rows,
+                     int g0, int left) {
+    const __mmask16 mask = kv_tail16(rows);
+    int jo = 0;
+    if (left == 16) {
+        fp_kernel(a, pf, xg, k0, k1, r0, mask, g0, 16);
+        return;
     }
-}
-
-void kv_mm_xpack_avx512(const float *x, int n, int64_t K, float *xp, int g0, int g1) {
-    for (int g = g0; g < g1; g++) {
-        float *dst = xp + (size_t)g * (size_t)K * KV_MM_XGROUP;
-        int rows = KV_MIN(n - g * KV_MM_XGROUP, KV_MM_XGROUP);
-        const float *src = x + (size_t)g * KV_MM_XGROUP * (size_t)K;
-        for (int64_t k = 0; k < K; k += 16) {
-            __mmask16 m = tail_mask(K - k);
-            __m512 v[16];
-#pragma GCC unroll 16
-            for (int rr = 0; rr < 16; rr++)
-                v[rr] = rr < rows ? _mm512_maskz_loadu_ps(m, src + (size_t)rr * K + k) : _mm512_setzero_ps();
-            tr16(v);
-            if (K - k >= 16) {
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (k + i) * KV_MM_XGROUP, v[i]);
-            } else {
-                for (int i = 0; i < K - k; i++) _mm512_storeu_ps(dst + (k + i) * KV_MM_XGROUP, v[i]);
-            }
-        }
+    if (left - jo >= 8) {
+        fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 8);
+        jo += 8;
     }
-}
-
-static void pack_f32(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F32, r0, rows, pf); }
-static void pack_f16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_F16, r0, rows, pf); }
-static void pack_bf16(const kv_mm_args *a, int64_t r0, int rows, float *pf) { pack_f(a, KV_TYPE_BF16, r0, rows, pf); }
-
-static void f_packed(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
-                     void (*pack)(const kv_mm_args *, int64_t, int, float *)) {
-    float *pf = scratch; /* K * 16 floats */
-    for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
-        int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
-        pack(a, r, rows, pf);
-        fp_panel(a, pf, r, tail_mask(rows));
+    if (left - jo >= 4) {
+        fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 4);
+        jo += 4;
+    }
+    switch (left - jo) {
+    case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 3); break;
+    case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 2); break;
+    case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 1); break;
+    default: break;
     }
 }
 
@@ -712,7 +667,7 @@ KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
             for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(v[i], _mm512_set1_ps(xs[jj][k + i]), acc[jj]);
     }
     if (k < K) {
-        __mmask16 m = tail_mask(K - k);
+        __mmask16 m = kv_tail16(K - k);
         __m512 v[16];
 #pragma GCC unroll 16
         for (int rr = 0; rr < 16; rr++) v[rr] = ldw_mask(t, w + (size_t)rr * ws, k, m);
@@ -725,21 +680,25 @@ KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
 }
 
-#define FD_FN(t)                                                                                                       \
-    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,                 \
-                       const pf_plan *pf) {                                                                            \
-        int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pf);                                       \
-        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pf);                                                         \
-    }
-FD_FN(KV_TYPE_F32)
-FD_FN(KV_TYPE_F16)
-FD_FN(KV_TYPE_BF16)
-
 typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,
                       const pf_plan *pf);
 
-static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
+/* Rows r0..r1 of float weights of type t: with packed activations (a->xp)
+ * a panel of 16 at a time packed to scratch while the next is prefetched;
+ * else direct tiles of 16 rows, f, read in place while a later tile is
+ * prefetched. */
+KV_AI void f_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
+    if (a->xp) {
+        float *pf = scratch; /* K * 16 floats */
+        for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
+            const int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
+            pf_cursor pc;
+            pf_init(&pc, a, r + KV_MM_PANEL, (a->K + 15) / 16);
+            pack16(a->w + (size_t)r * a->nb1, a->nb1, t, rows, a->K, pf, &pc);
+            kv_mm_panel_groups(a, pf, r, rows, fp_group);
+        }
+        return;
+    }
     const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
     int64_t r = r0;
     for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
@@ -749,11 +708,25 @@ static void f_direct(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch,
     if (r < r1) { /* partial tile: copied, missing rows repeat the first (masked off at the store) */
         int rows = (int)(r1 - r);
         uint8_t *tw = scratch;
-        for (int i = 0; i < KV_MM_PANEL; i++) memcpy(tw + (size_t)i * rb, a->w + (size_t)(r + (i < rows ? i : 0)) * a->nb1, rb);
+        kv_mm_copy_tile(a, r, rows, KV_MM_PANEL, rb, tw);
         pf_plan pf = pf_plan_for(a, a->M, 1); /* nothing left to prefetch */
-        f(a, tw, rb, r, tail_mask(rows), &pf);
+        f(a, tw, rb, r, kv_tail16(rows), &pf);
     }
 }
+
+#define FD_FN(t)                                                                                                       \
+    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,                 \
+                       const pf_plan *pf) {                                                                            \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pf);                                       \
+        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pf);                                                         \
+    }                                                                                                                  \
+    static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
+        f_rows(a, t, r0, r1, scratch, fd_##t);                                                                         \
+    }
+FD_FN(KV_TYPE_F32)
+FD_FN(KV_TYPE_F16)
+FD_FN(KV_TYPE_BF16)
 
 /* ---- entry --------------------------------------------------------------- */
 
@@ -762,51 +735,10 @@ void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratc
         kv_mm_rows_ref(a, r0, r1, scratch);
         return;
     }
-    switch (a->type) {
-    case KV_TYPE_Q8_0:
-        if (a->n >= KV_PACK_MIN_Q)
-            q_packed(a, KV_TYPE_Q8_0, r0, r1, scratch, qp_KV_TYPE_Q8_0);
-        else
-            q_direct(a, KV_TYPE_Q8_0, r0, r1, scratch, qd_KV_TYPE_Q8_0);
-        break;
-    case KV_TYPE_Q4_0:
-        if (a->n >= KV_PACK_MIN_Q)
-            q_packed(a, KV_TYPE_Q4_0, r0, r1, scratch, qp_KV_TYPE_Q4_0);
-        else
-            q_direct(a, KV_TYPE_Q4_0, r0, r1, scratch, qd_KV_TYPE_Q4_0);
-        break;
-    case KV_TYPE_Q4_1:
-        if (a->n >= KV_PACK_MIN_Q)
-            q_packed(a, KV_TYPE_Q4_1, r0, r1, scratch, qp_KV_TYPE_Q4_1);
-        else
-            q_direct(a, KV_TYPE_Q4_1, r0, r1, scratch, qd_KV_TYPE_Q4_1);
-        break;
-    case KV_TYPE_F32:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_f32);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F32);
-        break;
-    case KV_TYPE_F16:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_f16);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_F16);
-        break;
-    case KV_TYPE_BF16:
-        if (a->xp)
-            f_packed(a, r0, r1, scratch, pack_bf16);
-        else
-            f_direct(a, r0, r1, scratch, fd_KV_TYPE_BF16);
-        break;
-    default:
-        kv_mm_rows_ref(a, r0, r1, scratch);
-        break;
-    }
+    static const kv_mm_rows_fn rows[KV_TYPE_COUNT] = KV_MM_ROWS_TABLE;
+    kv_mm_rows_typed(rows, a, r0, r1, scratch);
 }
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_matmul_avx512_unused; /* ISO C wants a declaration */
 #endif

@@ -49,16 +49,30 @@ static inline uint16_t rd16(const uint8_t *p) {
 }
 static inline void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
-static void deq_q8_0(const uint8_t *src, float *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, src += sizeof(blk_q8_0), dst += QK) {
+/* ---- decode (n elements, n % block == 0) ---- */
+
+static void deq_f32(const void *src, float *dst, int64_t n) { memmove(dst, src, (size_t)n * sizeof(float)); }
+
+static void deq_f16(const void *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = kv_fp16_to_fp32(rd16((const uint8_t *)src + 2 * i));
+}
+
+static void deq_bf16(const void *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = kv_bf16_to_fp32(rd16((const uint8_t *)src + 2 * i));
+}
+
+static void deq_q8_0(const void *vsrc, float *dst, int64_t n) {
+    const uint8_t *src = vsrc;
+    for (int64_t b = 0; b < n / QK; b++, src += sizeof(blk_q8_0), dst += QK) {
         float d = kv_fp16_to_fp32(rd16(src));
         const int8_t *qs = (const int8_t *)(src + 2);
         for (int i = 0; i < QK; i++) dst[i] = (float)qs[i] * d;
     }
 }
 
-static void deq_q4_0(const uint8_t *src, float *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, src += sizeof(blk_q4_0), dst += QK) {
+static void deq_q4_0(const void *vsrc, float *dst, int64_t n) {
+    const uint8_t *src = vsrc;
+    for (int64_t b = 0; b < n / QK; b++, src += sizeof(blk_q4_0), dst += QK) {
         float d = kv_fp16_to_fp32(rd16(src));
         const uint8_t *qs = src + 2;
         for (int i = 0; i < QK / 2; i++) {
@@ -68,8 +82,9 @@ static void deq_q4_0(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void deq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, src += sizeof(blk_q4_1), dst += QK) {
+static void deq_q4_1(const void *vsrc, float *dst, int64_t n) {
+    const uint8_t *src = vsrc;
+    for (int64_t b = 0; b < n / QK; b++, src += sizeof(blk_q4_1), dst += QK) {
         float d = kv_fp16_to_fp32(rd16(src));
         float m = kv_fp16_to_fp32(rd16(src + 2));
         const uint8_t *qs = src + 4;
@@ -80,61 +95,22 @@ static void deq_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-/* Elements per block of t, or 0 when t has no row conversion. NOTE: not
- * kv_type_get(): workers call these functions concurrently (get_rows) and
- * the traits getter writes a shared temporary for types quant_ext marks. */
-static int64_t block_elems(kv_type t) {
-    switch (t) {
-    case KV_TYPE_F32:
-    case KV_TYPE_F16:
-    case KV_TYPE_BF16:
-        return 1;
-    case KV_TYPE_Q8_0:
-    case KV_TYPE_Q4_0:
-    case KV_TYPE_Q4_1:
-        return QK;
-    default: {
-        const kv_qext_ops *o = kv_qext_get(t);
-        return o ? o->blck_size : 0;
-    }
-    }
+/* ---- encode ---- */
+
+static void q_f32(const float *src, void *dst, int64_t n) { memmove(dst, src, (size_t)n * sizeof(float)); }
+
+static void q_f16(const float *src, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) wr16((uint8_t *)dst + 2 * i, kv_fp32_to_fp16(src[i]));
 }
 
-int kv_dequantize_row(kv_type t, const void *src, float *dst, int64_t n) {
-    int64_t be = block_elems(t);
-    if (be <= 0 || n < 0 || n % be || !src || !dst) return -1;
-    const uint8_t *s = src;
-    switch (t) {
-    case KV_TYPE_F32:
-        memmove(dst, src, (size_t)n * sizeof(float));
-        return 0;
-    case KV_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = kv_fp16_to_fp32(rd16(s + 2 * i));
-        return 0;
-    case KV_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = kv_bf16_to_fp32(rd16(s + 2 * i));
-        return 0;
-    case KV_TYPE_Q8_0:
-        deq_q8_0(s, dst, n / QK);
-        return 0;
-    case KV_TYPE_Q4_0:
-        deq_q4_0(s, dst, n / QK);
-        return 0;
-    case KV_TYPE_Q4_1:
-        deq_q4_1(s, dst, n / QK);
-        return 0;
-    default: {
-        const kv_qext_ops *o = kv_qext_get(t); /* the other GGUF block types */
-        if (!o) return -1;
-        o->dequantize_row(src, dst, n);
-        return 0;
-    }
-    }
+static void q_bf16(const float *src, void *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) wr16((uint8_t *)dst + 2 * i, kv_fp32_to_bf16(src[i]));
 }
 
 /* q8_0: d = amax / 127, q = round(x / d) (half away from zero, as roundf). */
-static void q_q8_0(const float *x, uint8_t *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, x += QK, dst += sizeof(blk_q8_0)) {
+static void q_q8_0(const float *x, void *vdst, int64_t n) {
+    uint8_t *dst = vdst;
+    for (int64_t b = 0; b < n / QK; b++, x += QK, dst += sizeof(blk_q8_0)) {
         float amax = 0.0f;
         for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(x[i]));
         float d = amax / 127.0f;
@@ -151,8 +127,9 @@ static void q_q8_0(const float *x, uint8_t *dst, int64_t nb) {
 /* q4_0: d = (the value of largest magnitude, with its sign) / -8, so that
  * value maps to q = 0 and the range [-8, 7] is used in full;
  * q = min(15, trunc(x / d + 8.5)). */
-static void q_q4_0(const float *x, uint8_t *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, x += QK, dst += sizeof(blk_q4_0)) {
+static void q_q4_0(const float *x, void *vdst, int64_t n) {
+    uint8_t *dst = vdst;
+    for (int64_t b = 0; b < n / QK; b++, x += QK, dst += sizeof(blk_q4_0)) {
         float amax = 0.0f, max = 0.0f;
         for (int i = 0; i < QK; i++) {
             if (amax < fabsf(x[i])) {
@@ -171,8 +148,9 @@ static void q_q4_0(const float *x, uint8_t *dst, int64_t nb) {
 }
 
 /* q4_1: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d + 0.5)). */
-static void q_q4_1(const float *x, uint8_t *dst, int64_t nb) {
-    for (int64_t b = 0; b < nb; b++, x += QK, dst += sizeof(blk_q4_1)) {
+static void q_q4_1(const float *x, void *vdst, int64_t n) {
+    uint8_t *dst = vdst;
+    for (int64_t b = 0; b < n / QK; b++, x += QK, dst += sizeof(blk_q4_1)) {
         float min = FLT_MAX, max = -FLT_MAX;
         for (int i = 0; i < QK; i++) {
             if (x[i] < min) min = x[i];
@@ -189,34 +167,45 @@ static void q_q4_1(const float *x, uint8_t *dst, int64_t nb) {
     }
 }
 
+/* ---- the row functions of each type ---- */
+
+typedef struct row_ops {
+    int64_t blck;                 /* elements per block */
+    kv_qext_to_f32_fn to_f32;     /* decode n elements */
+    kv_qext_from_f32_fn from_f32; /* encode n elements */
+} row_ops;
+
+static const row_ops basic_ops[KV_TYPE_COUNT] = {
+    [KV_TYPE_F32] = {1, deq_f32, q_f32},      [KV_TYPE_F16] = {1, deq_f16, q_f16},
+    [KV_TYPE_BF16] = {1, deq_bf16, q_bf16},   [KV_TYPE_Q8_0] = {QK, deq_q8_0, q_q8_0},
+    [KV_TYPE_Q4_0] = {QK, deq_q4_0, q_q4_0}, [KV_TYPE_Q4_1] = {QK, deq_q4_1, q_q4_1},
+};
+
+/* t's row functions into *o: the basic types' above, the other GGUF block
+ * types' from quant_ext. Returns 0 when t has none. NOTE: not
+ * kv_type_get(): workers call these functions concurrently (get_rows) and
+ * the traits getter writes a shared temporary for types quant_ext marks. */
+static int row_ops_of(kv_type t, row_ops *o) {
+    if ((unsigned)t < KV_TYPE_COUNT && basic_ops[t].to_f32) {
+        *o = basic_ops[t];
+        return 1;
+    }
+    const kv_qext_ops *q = kv_qext_get(t);
+    if (!q) return 0;
+    *o = (row_ops){q->blck_size, q->dequantize_row, q->quantize_row};
+    return 1;
+}
+
+int kv_dequantize_row(kv_type t, const void *src, float *dst, int64_t n) {
+    row_ops o;
+    if (!row_ops_of(t, &o) || n < 0 || n % o.blck || !src || !dst) return -1;
+    o.to_f32(src, dst, n);
+    return 0;
+}
+
 int kv_quantize_row(kv_type t, const float *src, void *dst, int64_t n) {
-    int64_t be = block_elems(t);
-    if (be <= 0 || n < 0 || n % be || !src || !dst) return -1;
-    uint8_t *d = dst;
-    switch (t) {
-    case KV_TYPE_F32:
-        memmove(dst, src, (size_t)n * sizeof(float));
-        return 0;
-    case KV_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) wr16(d + 2 * i, kv_fp32_to_fp16(src[i]));
-        return 0;
-    case KV_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) wr16(d + 2 * i, kv_fp32_to_bf16(src[i]));
-        return 0;
-    case KV_TYPE_Q8_0:
-        q_q8_0(src, d, n / QK);
-        return 0;
-    case KV_TYPE_Q4_0:
-        q_q4_0(src, d, n / QK);
-        return 0;
-    case KV_TYPE_Q4_1:
-        q_q4_1(src, d, n / QK);
-        return 0;
-    default: {
-        const kv_qext_ops *o = kv_qext_get(t);
-        if (!o) return -1;
-        o->quantize_row(src, dst, n);
-        return 0;
-    }
-    }
+    row_ops o;
+    if (!row_ops_of(t, &o) || n < 0 || n % o.blck || !src || !dst) return -1;
+    o.from_f32(src, dst, n);
+    return 0;
 }

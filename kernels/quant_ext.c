@@ -81,6 +81,62 @@ static void k4_pack_scales(const uint8_t ls[8], const uint8_t lm[8], uint8_t out
     }
 }
 
+/* The quants of a q5_0 / q5_1 block in element order, minus `zero` (16 for
+ * q5_0's signed values, 0 for q5_1): nibble of qs plus the 5th bit from qh. */
+static inline void q5_values(const uint8_t qs[16], const uint8_t qh4[4], int zero, int8_t v[32]) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)((int)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - zero);
+        v[j + 16] = (int8_t)((int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - zero);
+    }
+}
+
+/* The quants of a q4_K (qh NULL) or q5_K super-block in element order:
+ * element 64g + l (l < 32) is the low nibble of qs[32g + l], 64g + 32 + l
+ * its high nibble; q5_K adds bit 2g (resp. 2g + 1) of qh[l] as 16. */
+static inline void k4_values(const uint8_t qs[128], const uint8_t *qh, int8_t v[256]) {
+    for (int g = 0; g < 4; g++, qs += 32, v += 64) {
+        for (int l = 0; l < 32; l++) {
+            v[l] = (int8_t)((qs[l] & 0xF) | (qh ? ((qh[l] >> (2 * g)) & 1) << 4 : 0));
+            v[l + 32] = (int8_t)((qs[l] >> 4) | (qh ? ((qh[l] >> (2 * g + 1)) & 1) << 4 : 0));
+        }
+    }
+}
+
+/* The quants of a q6_K super-block in element order, in [-32, 31]: per
+ * half h, ql's low nibbles are elements 0..63, its high nibbles 64..127,
+ * each with two bits of qh[32h + l] at shifts 0/2 (low) and 4/6 (high). */
+static inline void q6_values(const kv_block_q6_K *x, int8_t q[256]) {
+    const uint8_t *ql = x->ql, *qh = x->qh;
+    for (int h = 0; h < 2; h++, ql += 64, qh += 32, q += 128) {
+        for (int l = 0; l < 32; l++) {
+            q[l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            q[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
+}
+
+/* sum of q[j] * a[j] for j < n (exact in int for n <= 256). */
+static inline int isum_i8(const int8_t *q, const int8_t *a, int n) {
+    int s = 0;
+    for (int j = 0; j < n; j++) s += q[j] * a[j];
+    return s;
+}
+
+/* ggml's 8-bit block scale: d = amax / 127 of the 32 values; *id = 1 / d
+ * (0 for an all-zero block). Stores d as fp16 at dh. */
+static float q8_block_scale(const float *x, void *dh, float *id) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = amax / 127;
+    *id = d ? 1.0f / d : 0.0f;
+    f2h(dh, d);
+    return d;
+}
+
 #define GROUP_MAX_EPS 1e-15f
 
 /* ggml's make_qx_quants (rmse_type 1, no importance weights): symmetric
@@ -204,14 +260,9 @@ static void deq_q5_0(const void *src, float *y, int64_t n) {
     const kv_block_q5_0 *x = src;
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
         const float d = h2f(&x[i].d);
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
-            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
-            y[j] = x0 * d;
-            y[j + 16] = x1 * d;
-        }
+        int8_t v[32];
+        q5_values(x[i].qs, x[i].qh, 16, v);
+        for (int j = 0; j < 32; j++) y[j] = v[j] * d;
     }
 }
 
@@ -219,14 +270,9 @@ static void deq_q5_1(const void *src, float *y, int64_t n) {
     const kv_block_q5_1 *x = src;
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
         const float d = h2f(&x[i].d), m = h2f(&x[i].m);
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
-            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
-            y[j] = x0 * d + m;
-            y[j + 16] = x1 * d + m;
-        }
+        int8_t v[32];
+        q5_values(x[i].qs, x[i].qh, 0, v);
+        for (int j = 0; j < 32; j++) y[j] = v[j] * d + m;
     }
 }
 
@@ -295,11 +341,8 @@ static void quant_q5_1(const float *x, void *dst, int64_t n) {
 static void quant_q8_1(const float *x, void *dst, int64_t n) {
     kv_block_q8_1 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        f2h(&y[i].d, d);
+        float id;
+        const float d = q8_block_scale(x, &y[i].d, &id);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
             y[i].qs[j] = round_i8(x[j] * id);
@@ -313,11 +356,8 @@ static void quant_q8_1(const float *x, void *dst, int64_t n) {
 static void quant_q8_0(const float *x, void *dst, int64_t n) {
     qx_block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        f2h(&y[i].d, d);
+        float id;
+        q8_block_scale(x, &y[i].d, &id);
         for (int j = 0; j < 32; j++) y[i].qs[j] = round_i8(x[j] * id);
     }
 }
@@ -325,60 +365,45 @@ static void quant_q8_0(const float *x, void *dst, int64_t n) {
 /* ------------------------------------------------------------------ */
 /* K-quants                                                           */
 
+/* One q4_K / q5_K super-block (quants v, as k4_values gives them) to
+ * floats: sub-block j is d * scale_j * q - dmin * min_j. */
+static void deq_k4_block(const uint16_t *dh, const uint16_t *dminh, const uint8_t *scales, const int8_t v[256],
+                         float *y) {
+    const float d = h2f(dh), min = h2f(dminh);
+    for (int j = 0; j < 8; j++, v += 32, y += 32) {
+        uint8_t sc, m;
+        k4_scale_min(j, scales, &sc, &m);
+        const float dj = d * sc, mj = min * m;
+        for (int l = 0; l < 32; l++) y[l] = dj * v[l] - mj;
+    }
+}
+
 static void deq_q4_K(const void *src, float *y, int64_t n) {
     const kv_block_q4_K *x = src;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const uint8_t *q = x[i].qs;
-        const float d = h2f(&x[i].d), min = h2f(&x[i].dmin);
-        for (int g = 0; g < 4; g++, q += 32) {
-            uint8_t sc, m;
-            k4_scale_min(2 * g, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
-        }
+    int8_t v[256];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, y += KV_QK_K) {
+        k4_values(x[i].qs, NULL, v);
+        deq_k4_block(&x[i].d, &x[i].dmin, x[i].scales, v, y);
     }
 }
 
 static void deq_q5_K(const void *src, float *y, int64_t n) {
     const kv_block_q5_K *x = src;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
-        const float d = h2f(&x[i].d), min = h2f(&x[i].dmin);
-        uint8_t u1 = 1, u2 = 2;
-        for (int g = 0; g < 4; g++, ql += 32, u1 <<= 2, u2 <<= 2) {
-            uint8_t sc, m;
-            k4_scale_min(2 * g, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            k4_scale_min(2 * g + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-        }
+    int8_t v[256];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, y += KV_QK_K) {
+        k4_values(x[i].qs, x[i].qh, v);
+        deq_k4_block(&x[i].d, &x[i].dmin, x[i].scales, v, y);
     }
 }
 
 static void deq_q6_K(const void *src, float *y, int64_t n) {
     const kv_block_q6_K *x = src;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
+    int8_t q[256];
+    for (int64_t i = 0; i < n / KV_QK_K; i++, y += KV_QK_K) {
         const float d = h2f(&x[i].d);
-        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
-        const int8_t *sc = x[i].scales;
-        for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * sc[is + 0] * q1;
-                y[l + 32] = d * sc[is + 2] * q2;
-                y[l + 64] = d * sc[is + 4] * q3;
-                y[l + 96] = d * sc[is + 6] * q4;
-            }
-        }
+        q6_values(&x[i], q);
+        /* element e is in sub-block e / 16 */
+        for (int e = 0; e < KV_QK_K; e++) y[e] = d * x[i].scales[e / 16] * q[e];
     }
 }
 
@@ -550,53 +575,14 @@ static void quant_q8_K(const float *x, void *dst, int64_t n) {
 /* ------------------------------------------------------------------ */
 /* scalar dot products (the oracle)                                   */
 
-static float dot_q5_0_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_0 *x = vw;
-    const qx_block_q8_0 *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
-            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
-            sumi += x0 * y[i].qs[j] + x1 * y[i].qs[j + 16];
-        }
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi;
-    }
-    return sum;
-}
+/* Each reference dot is a per-block function summed over the blocks in
+ * order (dot_blocks): the integer part exact, one float step per block. */
+typedef float (*blk_dot_fn)(const void *w, const void *a);
 
-static float dot_q5_1_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_1 *x = vw;
-    const kv_block_q8_1 *y = va;
+static inline float dot_blocks(int64_t nb, const void *w, size_t wsize, const void *a, size_t asize, blk_dot_fn f) {
+    const uint8_t *pw = w, *pa = a;
     float sum = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh;
-        memcpy(&qh, x[i].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (int)((x[i].qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
-            const int x1 = (int)((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
-            sumi += x0 * y[i].qs[j] + x1 * y[i].qs[j + 16];
-        }
-        /* sum_j (q_j d + m) a_j d_a = d d_a sum(q a) + m * (d_a sum(a)) = ... + m * s */
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi + h2f(&x[i].m) * h2f(&y[i].s);
-    }
-    return sum;
-}
-
-/* q8_1 weights (d, s, qs) against q8_0 activations: s is not needed. */
-static float dot_q8_1_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q8_1 *x = vw;
-    const qx_block_q8_0 *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * (float)sumi;
-    }
+    for (int64_t i = 0; i < nb; i++) sum += f(pw + (size_t)i * wsize, pa + (size_t)i * asize);
     return sum;
 }
 
@@ -606,95 +592,87 @@ static inline float q8k_d(const kv_block_q8_K *b) {
     return d;
 }
 
-static float dot_q4_K_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q4_K *x = vw;
-    const kv_block_q8_K *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const uint8_t *q = x[i].qs;
-        const int8_t *a = y[i].qs;
-        int sumi = 0, summ = 0;
-        for (int g = 0; g < 4; g++, q += 32, a += 64) {
-            uint8_t sc0, m0, sc1, m1;
-            k4_scale_min(2 * g, x[i].scales, &sc0, &m0);
-            k4_scale_min(2 * g + 1, x[i].scales, &sc1, &m1);
-            int s0 = 0, s1 = 0;
-            for (int l = 0; l < 32; l++) {
-                s0 += (q[l] & 0xF) * a[l];
-                s1 += (q[l] >> 4) * a[l + 32];
-            }
-            sumi += sc0 * s0 + sc1 * s1;
-            summ += m0 * (y[i].bsums[4 * g] + y[i].bsums[4 * g + 1]) + m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
-        }
-        const float dy = q8k_d(&y[i]);
-        sum += h2f(&x[i].d) * dy * (float)sumi - h2f(&x[i].dmin) * dy * (float)summ;
-    }
-    return sum;
+static float blk_q5_0(const void *w, const void *a) {
+    const kv_block_q5_0 *x = w;
+    const qx_block_q8_0 *y = a;
+    int8_t v[32];
+    q5_values(x->qs, x->qh, 16, v);
+    return h2f(&x->d) * h2f(&y->d) * (float)isum_i8(v, y->qs, 32);
 }
 
-static float dot_q5_K_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_K *x = vw;
-    const kv_block_q8_K *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const uint8_t *q = x[i].qs, *qh = x[i].qh;
-        const int8_t *a = y[i].qs;
-        int sumi = 0, summ = 0;
-        for (int g = 0; g < 4; g++, q += 32, a += 64) {
-            uint8_t sc0, m0, sc1, m1;
-            k4_scale_min(2 * g, x[i].scales, &sc0, &m0);
-            k4_scale_min(2 * g + 1, x[i].scales, &sc1, &m1);
-            int s0 = 0, s1 = 0;
-            for (int l = 0; l < 32; l++) {
-                s0 += ((q[l] & 0xF) | (((qh[l] >> (2 * g)) & 1) << 4)) * a[l];
-                s1 += ((q[l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) * a[l + 32];
-            }
-            sumi += sc0 * s0 + sc1 * s1;
-            summ += m0 * (y[i].bsums[4 * g] + y[i].bsums[4 * g + 1]) + m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
-        }
-        const float dy = q8k_d(&y[i]);
-        sum += h2f(&x[i].d) * dy * (float)sumi - h2f(&x[i].dmin) * dy * (float)summ;
-    }
-    return sum;
+/* sum_j (q_j d + m) a_j d_a = d d_a sum(q a) + m * (d_a sum(a)) = ... + m * s */
+static float blk_q5_1(const void *w, const void *a) {
+    const kv_block_q5_1 *x = w;
+    const kv_block_q8_1 *y = a;
+    int8_t v[32];
+    q5_values(x->qs, x->qh, 0, v);
+    return h2f(&x->d) * h2f(&y->d) * (float)isum_i8(v, y->qs, 32) + h2f(&x->m) * h2f(&y->s);
 }
 
-static float dot_q6_K_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q6_K *x = vw;
-    const kv_block_q8_K *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        int8_t q[256];
-        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
-        for (int h = 0; h < 2; h++, ql += 64, qh += 32) {
-            for (int l = 0; l < 32; l++) {
-                q[128 * h + l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                q[128 * h + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                q[128 * h + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                q[128 * h + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-            }
-        }
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++) s += q[16 * j + l] * y[i].qs[16 * j + l];
-            sumi += x[i].scales[j] * s;
-        }
-        sum += h2f(&x[i].d) * q8k_d(&y[i]) * (float)sumi;
-    }
-    return sum;
+/* q8_1 weights (d, s, qs) against q8_0 activations: s is not needed. */
+static float blk_q8_1(const void *w, const void *a) {
+    const kv_block_q8_1 *x = w;
+    const qx_block_q8_0 *y = a;
+    return h2f(&x->d) * h2f(&y->d) * (float)isum_i8(x->qs, y->qs, 32);
 }
 
-static float dot_q8_K_ref(int64_t n, const void *vw, const void *va) {
-    const kv_block_q8_K *x = vw;
-    const kv_block_q8_K *y = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        int sumi = 0;
-        for (int j = 0; j < KV_QK_K; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sum += q8k_d(&x[i]) * q8k_d(&y[i]) * (float)sumi;
+/* q4_K / q5_K (quants v from k4_values): d * sum_j sc_j (q . a)_j minus
+ * dmin * sum_j m_j * (the activations' sum over sub-block j). */
+static float k4_block_dot(const uint16_t *dh, const uint16_t *dminh, const uint8_t *scales, const int8_t v[256],
+                          const kv_block_q8_K *y) {
+    int sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        k4_scale_min(j, scales, &sc, &m);
+        sumi += sc * isum_i8(v + 32 * j, y->qs + 32 * j, 32);
+        summ += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
-    return sum;
+    const float dy = q8k_d(y);
+    return h2f(dh) * dy * (float)sumi - h2f(dminh) * dy * (float)summ;
 }
+
+static float blk_q4_K(const void *w, const void *a) {
+    const kv_block_q4_K *x = w;
+    int8_t v[256];
+    k4_values(x->qs, NULL, v);
+    return k4_block_dot(&x->d, &x->dmin, x->scales, v, a);
+}
+
+static float blk_q5_K(const void *w, const void *a) {
+    const kv_block_q5_K *x = w;
+    int8_t v[256];
+    k4_values(x->qs, x->qh, v);
+    return k4_block_dot(&x->d, &x->dmin, x->scales, v, a);
+}
+
+static float blk_q6_K(const void *w, const void *a) {
+    const kv_block_q6_K *x = w;
+    const kv_block_q8_K *y = a;
+    int8_t q[256];
+    q6_values(x, q);
+    int sumi = 0;
+    for (int j = 0; j < 16; j++) sumi += x->scales[j] * isum_i8(q + 16 * j, y->qs + 16 * j, 16);
+    return h2f(&x->d) * q8k_d(y) * (float)sumi;
+}
+
+static float blk_q8_K(const void *w, const void *a) {
+    const kv_block_q8_K *x = w, *y = a;
+    return q8k_d(x) * q8k_d(y) * (float)isum_i8(x->qs, y->qs, KV_QK_K);
+}
+
+/* The kv_qext_dot_fn of each type: n elements of blocks of qk. */
+#define DOT_REF(name, wblock, ablock, qk)                                                                              \
+    static float dot_##name##_ref(int64_t n, const void *w, const void *a) {                                           \
+        return dot_blocks(n / (qk), w, sizeof(wblock), a, sizeof(ablock), blk_##name);                                 \
+    }
+DOT_REF(q5_0, kv_block_q5_0, qx_block_q8_0, 32)
+DOT_REF(q5_1, kv_block_q5_1, kv_block_q8_1, 32)
+DOT_REF(q8_1, kv_block_q8_1, qx_block_q8_0, 32)
+DOT_REF(q4_K, kv_block_q4_K, kv_block_q8_K, KV_QK_K)
+DOT_REF(q5_K, kv_block_q5_K, kv_block_q8_K, KV_QK_K)
+DOT_REF(q6_K, kv_block_q6_K, kv_block_q8_K, KV_QK_K)
+DOT_REF(q8_K, kv_block_q8_K, kv_block_q8_K, KV_QK_K)
+#undef DOT_REF
 
 /* ------------------------------------------------------------------ */
 /* the table and the run-time choice                                  */
@@ -725,17 +703,11 @@ static const kv_qext_dot_fn simd_tab[3][OPS_COUNT] = {
 #endif
 };
 
+/* ops_tab's row of weight type t, or -1. */
 static int ops_index(kv_type t) {
-    switch (t) {
-    case KV_TYPE_Q5_0: return OPS_Q5_0;
-    case KV_TYPE_Q5_1: return OPS_Q5_1;
-    case KV_TYPE_Q8_1: return OPS_Q8_1;
-    case KV_TYPE_Q4_K: return OPS_Q4_K;
-    case KV_TYPE_Q5_K: return OPS_Q5_K;
-    case KV_TYPE_Q6_K: return OPS_Q6_K;
-    case KV_TYPE_Q8_K: return OPS_Q8_K;
-    default: return -1;
-    }
+    for (int i = 0; i < OPS_COUNT; i++)
+        if (ops_tab[i].type == t) return i;
+    return -1;
 }
 
 #ifdef KV_QEXT_HAVE_X86
@@ -782,12 +754,8 @@ kv_qext_isa kv_qext_isa_best(void) {
 }
 
 const char *kv_qext_isa_name(kv_qext_isa isa) {
-    switch (isa) {
-    case KV_QEXT_ISA_SCALAR: return "scalar";
-    case KV_QEXT_ISA_AVX2: return "avx2";
-    case KV_QEXT_ISA_AVX512: return "avx512";
-    default: return "unknown";
-    }
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return (unsigned)isa < sizeof names / sizeof names[0] ? names[isa] : "unknown";
 }
 
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
@@ -818,20 +786,13 @@ void kv_qext_init(void) {
 }
 
 int kv_qext_quantize_act(kv_type vec_type, const float *src, void *dst, int64_t n) {
-    if (n < 0) return -1;
-    switch (vec_type) {
-    case KV_TYPE_Q8_0:
-        if (n % 32) return -1;
-        quant_q8_0(src, dst, n);
+    /* the activation quantizer of vec_type is the one of any weight type
+     * whose dots read vec_type (ops_tab pairs them) */
+    for (int i = 0; i < OPS_COUNT; i++) {
+        if (ops_tab[i].vec_type != vec_type) continue;
+        if (n < 0 || n % kv_type_get(vec_type)->blck_size) return -1;
+        ops_tab[i].quantize_act_row(src, dst, n);
         return 0;
-    case KV_TYPE_Q8_1:
-        if (n % 32) return -1;
-        quant_q8_1(src, dst, n);
-        return 0;
-    case KV_TYPE_Q8_K:
-        if (n % KV_QK_K) return -1;
-        quant_q8_K(src, dst, n);
-        return 0;
-    default: return -1;
     }
+    return -1;
 }

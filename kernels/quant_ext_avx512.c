@@ -42,6 +42,24 @@ static inline __m512i split_epi16(int a, int b) {
     return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b));
 }
 
+#define KV_AI static inline __attribute__((always_inline))
+
+/* acc + (d0 in lanes 0-7, d1 in 8-15) * (signed dot of the quants of two
+ * 32-blocks, qx, with their activations a0 and a1). */
+KV_AI __m512 fma_pair_i8(__m512 acc, __m512i qx, const int8_t *a0, const int8_t *a1, float d0, float d1) {
+    const __m512i dp = dp_i8_512(_mm512_setzero_si512(), qx, load2x256(a0, a1));
+    return _mm512_fmadd_ps(split_ps(d0, d1), _mm512_cvtepi32_ps(dp), acc);
+}
+
+/* d * (dot of one 32-block's quants qx with the activations at a): qx
+ * signed (us = 0) or unsigned (us = 1); the odd block at the end of a row. */
+KV_AI float dot_block32(__m256i qx, const int8_t *a, float d, const int us) {
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i dp = us ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), qx, qy)
+                          : _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+    return d * kv_hsum256(_mm256_cvtepi32_ps(dp));
+}
+
 float kv_qext_dot_q5_0_avx512(int64_t n, const void *vw, const void *va) {
     const kv_block_q5_0 *x = vw;
     const qx_block_q8_0 *y = va;
@@ -53,18 +71,13 @@ float kv_qext_dot_q5_0_avx512(int64_t n, const void *vw, const void *va) {
         const __mmask64 hm = (__mmask64)rd32(x[i].qh) | ((__mmask64)rd32(x[i + 1].qh) << 32);
         __m512i qx = nibbles64(x[i].qs, x[i + 1].qs);
         qx = _mm512_mask_blend_epi8(hm, _mm512_or_si512(qx, f0), qx); /* clear 5th bit: q - 16 */
-        const __m512i qy = load2x256(y[i].qs, y[i + 1].qs);
-        const __m512i dp = dp_i8_512(_mm512_setzero_si512(), qx, qy);
-        const __m512 d = split_ps(h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc);
+        acc = fma_pair_i8(acc, qx, y[i].qs, y[i + 1].qs, h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
     }
     float sum = _mm512_reduce_add_ps(acc);
     if (i < nb) { /* odd block count: one 256-bit step */
         __m256i qx = nibbles32(x[i].qs);
         qx = _mm256_mask_blend_epi8(rd32(x[i].qh), _mm256_or_si256(qx, _mm256_set1_epi8((char)0xF0)), qx);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp));
+        sum += dot_block32(qx, y[i].qs, h2f(&x[i].d) * h2f(&y[i].d), 0);
     }
     return sum;
 }
@@ -91,9 +104,7 @@ float kv_qext_dot_q5_1_avx512(int64_t n, const void *vw, const void *va) {
     if (i < nb) {
         __m256i qx = nibbles32(x[i].qs);
         qx = _mm256_mask_add_epi8(qx, rd32(x[i].qh), qx, _mm256_set1_epi8(0x10));
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qx, qy);
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp)) + h2f(&x[i].m) * h2f(&y[i].s);
+        sum += dot_block32(qx, y[i].qs, h2f(&x[i].d) * h2f(&y[i].d), 1) + h2f(&x[i].m) * h2f(&y[i].s);
     }
     return sum;
 }
@@ -104,20 +115,11 @@ float kv_qext_dot_q8_1_avx512(int64_t n, const void *vw, const void *va) {
     const int64_t nb = n / 32;
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __m512i qx = load2x256(x[i].qs, x[i + 1].qs);
-        const __m512i qy = load2x256(y[i].qs, y[i + 1].qs);
-        const __m512i dp = dp_i8_512(_mm512_setzero_si512(), qx, qy);
-        const __m512 d = split_ps(h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc);
-    }
+    for (; i + 1 < nb; i += 2)
+        acc = fma_pair_i8(acc, load2x256(x[i].qs, x[i + 1].qs), y[i].qs, y[i + 1].qs, h2f(&x[i].d) * h2f(&y[i].d),
+                          h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
     float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) {
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        const __m256i dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
-        sum += h2f(&x[i].d) * h2f(&y[i].d) * hsum_ps256(_mm256_cvtepi32_ps(dp));
-    }
+    if (i < nb) sum += dot_block32(_mm256_loadu_si256((const __m256i *)x[i].qs), y[i].qs, h2f(&x[i].d) * h2f(&y[i].d), 0);
     return sum;
 }
 
@@ -137,46 +139,19 @@ float kv_qext_dot_q8_K_avx512(int64_t n, const void *vw, const void *va) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* q4_K / q5_K: 64 quant bytes hold groups 2h and 2h+1; low nibbles are
- * sub-blocks 4h and 4h+2 (elements 128h + 0..31 and 128h + 64..95), high
- * nibbles 4h+1 and 4h+3 (128h + 32..63 and 128h + 96..127). */
-float kv_qext_dot_q4_K_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q4_K *x = vw;
-    const kv_block_q8_K *y = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc = _mm512_setzero_ps();
-    float accm = 0;
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        uint8_t sm[16];
-        k4_unpack(x[i].scales, sm);
-        const float dy = q8k_d(&y[i]);
-        accm += h2f(&x[i].dmin) * dy * (float)k4_min_sum(sm, y[i].bsums);
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const int8_t *a = y[i].qs + 128 * h;
-            const __m512i q4 = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
-            const __m512i q4l = _mm512_and_si512(q4, m4);
-            const __m512i q4h = _mm512_and_si512(_mm512_srli_epi16(q4, 4), m4);
-            const __m512i yl = load2x256(a, a + 64);
-            const __m512i yh = load2x256(a + 32, a + 96);
-            const __m512i pl = _mm512_madd_epi16(split_epi16(sm[4 * h], sm[4 * h + 2]), _mm512_maddubs_epi16(q4l, yl));
-            const __m512i ph = _mm512_madd_epi16(split_epi16(sm[4 * h + 1], sm[4 * h + 3]), _mm512_maddubs_epi16(q4h, yh));
-            sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(pl, ph));
-        }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
-    }
-    return _mm512_reduce_add_ps(acc) - accm;
-}
-
-float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_K *x = vw;
-    const kv_block_q8_K *y = va;
+/* q4_K (Q5 = 0) and q5_K (Q5 = 1: the 5th bit from qh). 64 quant bytes
+ * hold groups 2h and 2h+1; low nibbles are sub-blocks 4h and 4h+2 (elements
+ * 128h + 0..31 and 128h + 64..95), high nibbles 4h+1 and 4h+3 (128h +
+ * 32..63 and 128h + 96..127). d, dmin and scales lead both layouts. */
+KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int Q5) {
+    const kv_block_q4_K *x4 = vw;
+    const kv_block_q5_K *x5 = vw;
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     /* which qh bit each byte lane needs: register 2h holds the low nibbles of
      * groups 2h and 2h+1 (bits 4h, 4h+2), register 2h+1 their high nibbles
      * (bits 4h+1, 4h+3) */
     __m512i hbit[4];
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; Q5 && r < 4; r++) {
         const int bit = 4 * (r / 2) + (r & 1);
         hbit[r] = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8((char)(1 << bit)),
                                          _mm512_set1_epi8((char)(1 << (bit + 2))));
@@ -184,31 +159,35 @@ float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) {
     __m512 acc = _mm512_setzero_ps();
     float accm = 0;
     for (int64_t i = 0; i < n / KV_QK_K; i++) {
+        const uint8_t *qs = Q5 ? x5[i].qs : x4[i].qs;
         uint8_t sm[16];
-        k4_unpack(x[i].scales, sm);
-        const float dy = q8k_d(&y[i]);
-        accm += h2f(&x[i].dmin) * dy * (float)k4_min_sum(sm, y[i].bsums);
+        accm += Q5 ? k4_min_term(x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_term(x4[i].scales, &x4[i].dmin, &y[i], sm);
         /* qh[l] serves element l of every group: the same 32 bytes in both halves */
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
+        const __m512i qh =
+            Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x5[i].qh)) : _mm512_setzero_si512();
         __m512i sumi = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const int8_t *a = y[i].qs + 128 * h;
-            const __m512i q4 = _mm512_loadu_si512((const void *)(x[i].qs + 64 * h));
-            /* the 5th bit as a byte mask: a set bit adds 16 */
-            const __m512i q5l = _mm512_mask_add_epi8(_mm512_and_si512(q4, m4), _mm512_test_epi8_mask(qh, hbit[2 * h]),
-                                                     _mm512_and_si512(q4, m4), b4);
-            const __m512i q4h = _mm512_and_si512(_mm512_srli_epi16(q4, 4), m4);
-            const __m512i q5h = _mm512_mask_add_epi8(q4h, _mm512_test_epi8_mask(qh, hbit[2 * h + 1]), q4h, b4);
+            const __m512i q4 = _mm512_loadu_si512((const void *)(qs + 64 * h));
+            __m512i ql = _mm512_and_si512(q4, m4), qhi = _mm512_and_si512(_mm512_srli_epi16(q4, 4), m4);
+            if (Q5) { /* the 5th bit as a byte mask: a set bit adds 16 */
+                ql = _mm512_mask_add_epi8(ql, _mm512_test_epi8_mask(qh, hbit[2 * h]), ql, b4);
+                qhi = _mm512_mask_add_epi8(qhi, _mm512_test_epi8_mask(qh, hbit[2 * h + 1]), qhi, b4);
+            }
             const __m512i yl = load2x256(a, a + 64);
             const __m512i yh = load2x256(a + 32, a + 96);
-            const __m512i pl = _mm512_madd_epi16(split_epi16(sm[4 * h], sm[4 * h + 2]), _mm512_maddubs_epi16(q5l, yl));
-            const __m512i ph = _mm512_madd_epi16(split_epi16(sm[4 * h + 1], sm[4 * h + 3]), _mm512_maddubs_epi16(q5h, yh));
+            const __m512i pl = _mm512_madd_epi16(split_epi16(sm[4 * h], sm[4 * h + 2]), _mm512_maddubs_epi16(ql, yl));
+            const __m512i ph = _mm512_madd_epi16(split_epi16(sm[4 * h + 1], sm[4 * h + 3]), _mm512_maddubs_epi16(qhi, yh));
             sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(pl, ph));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * dy), _mm512_cvtepi32_ps(sumi), acc);
+        const float d = h2f(Q5 ? &x5[i].d : &x4[i].d);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
     }
     return _mm512_reduce_add_ps(acc) - accm;
 }
+
+float kv_qext_dot_q4_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 0); }
+float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 1); }
 
 /* q6_K: per half h, ql[64h..64h+63] low nibbles are elements 0..63 of the
  * half, high nibbles 64..127; the 2-bit highs come from qh[32h + l] at
@@ -257,6 +236,4 @@ float kv_qext_dot_q6_K_avx512(int64_t n, const void *vw, const void *va) {
 
 KV_SIMD_TARGET_END
 
-#else  /* not x86 */
-typedef int kv_quant_ext_avx512_unused; /* ISO C wants a declaration */
 #endif

@@ -1,8 +1,8 @@
 /* quant_ext_simd.h - internal: the x86 helpers quant_ext_avx2.c and
- * quant_ext_avx512.c share (half loads, horizontal sums, nibble and bit
- * expansion, the K-quant scale unpacking). The vector ones carry the AVX2
- * target attribute, so they inline into either file's kernels. Only those
- * two files include this. */
+ * quant_ext_avx512.c share (half loads, nibble and bit expansion, the
+ * K-quant scale unpacking and min term; horizontal sums come from
+ * simd_x86.h). The vector ones carry the AVX2 target attribute, so they
+ * inline into either file's kernels. Only those two files include this. */
 #ifndef KV_QUANT_EXT_SIMD_H
 #define KV_QUANT_EXT_SIMD_H
 
@@ -10,8 +10,9 @@
 
 #ifdef KV_QEXT_HAVE_X86
 
-#include <immintrin.h>
 #include <string.h>
+
+#include "simd_x86.h"
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -19,13 +20,6 @@ static inline T_AVX2 float h2f(const void *p) {
     uint16_t v;
     memcpy(&v, p, 2);
     return _cvtsh_ss(v);
-}
-
-static inline T_AVX2 float hsum_ps256(__m256 x) {
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
 }
 
 /* 16 bytes of packed nibbles -> 32 bytes: low nibbles then high nibbles
@@ -85,6 +79,14 @@ static inline int k4_min_sum(const uint8_t sm[16], const int16_t *bsums) {
     int s = 0;
     for (int j = 0; j < 8; j++) s += sm[8 + j] * (bsums[2 * j] + bsums[2 * j + 1]);
     return s;
+}
+
+/* Unpacks a q4_K/q5_K super-block's scales into sm (k4_unpack) and returns
+ * its min term, dmin * d_y * sum_j m_j * (y's sum over sub-block j), which
+ * the dot subtracts. */
+static inline T_AVX2 float k4_min_term(const uint8_t *scales, const uint16_t *dmin, const kv_block_q8_K *y, uint8_t sm[16]) {
+    k4_unpack(scales, sm);
+    return h2f(dmin) * q8k_d(y) * (float)k4_min_sum(sm, y->bsums);
 }
 
 /* sum_j scales[j] * bsums[j]: the correction for q6_K's offset of 32 */

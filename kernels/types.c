@@ -5,6 +5,8 @@
 #include <ctype.h>
 #include <string.h>
 
+#include "fp_bits.h"
+
 /* blck_size / type_size follow GGUF's block structs exactly. The `supported`
  * column is what kvtop can dequantize and multiply. */
 static const kv_type_traits traits[KV_TYPE_COUNT] = {
@@ -89,33 +91,7 @@ float kv_fp16_to_fp32(uint16_t h) {
     return f;
 }
 
-uint16_t kv_fp32_to_fp16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) /* inf or NaN */
-        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-    if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
-        return (uint16_t)(sign | 0x7c00);
-    if (absx < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
-        if (absx < 0x33000000u) return (uint16_t)sign; /* < 2^-25 rounds to 0 */
-        uint32_t e = absx >> 23;
-        uint32_t m = (absx & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e; /* value in units of the half subnormal step 2^-24 */
-        uint32_t r = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1);
-        uint32_t halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t e = (absx >> 23) - 127 + 15;
-    uint32_t m = absx & 0x7fffff;
-    uint32_t r = (e << 10) | (m >> 13);
-    uint32_t rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++; /* may carry into exponent: correct */
-    return (uint16_t)(sign | r);
-}
+uint16_t kv_fp32_to_fp16(float f) { return kv_f32_to_f16_bits(f); }
 
 float kv_bf16_to_fp32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;

@@ -429,11 +429,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             rc->method_ok = !strcmp(method, rc->rt->method) ||
                             (!strcmp(rc->rt->method, "GET") && !strcmp(method, MHD_HTTP_METHOD_HEAD));
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > DRAIN_CAP) { /* not worth reading: answer now and close */
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared > DRAIN_CAP) { /* not worth reading: answer now and close */
             rc->too_big = 1;
             set_deadline(s->http, conn_of(c), 0);
             return finish_request(rc, method, url);
         }
+        rc->too_big = declared > s->cfg.server.max_body; /* read and dropped, never stored */
         return MHD_YES;
     }
     if (*upload_size) {

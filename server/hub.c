@@ -53,6 +53,9 @@ struct srv_hub {
     kv_event *ev;       /* (EVENT_BATCH) dispatcher scratch */
     fin_item *fin;      /* (EVENT_BATCH) */
     kv_snapshot *snap;  /* dispatcher scratch: finished rows */
+    int forward;        /* bool: keep foreign events */
+    kv_event *foreign;  /* (n_foreign) events of requests not the server's, oldest first */
+    int n_foreign, cap_foreign;
 };
 
 static void hist_init(srv_hist *h, const double *b, int n) {
@@ -114,7 +117,10 @@ srv_job *srv_job_new(int n) {
 
 static void job_free(srv_job *j) {
     if (!j) return;
-    for (int i = 0; i < j->n_choices; i++) free(j->choices[i].text);
+    for (int i = 0; i < j->n_choices; i++) {
+        free(j->choices[i].text);
+        free(j->choices[i].marks);
+    }
     free(j->choices);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -143,6 +149,7 @@ int srv_job_wait(srv_job *job, uint64_t *seen, int timeout_ms) {
  * which the reply then lacks; the request itself goes on. */
 static void choice_append(srv_choice *c, const char *s, size_t n) {
     if (n == 0) return;
+    if (kv_grow((void **)&c->marks, &c->cap_marks, c->n_marks + 1, sizeof *c->marks)) return;
     if (c->len + n + 1 > c->cap) {
         size_t cap = c->cap ? c->cap : 256;
         while (cap < c->len + n + 1) cap *= 2;
@@ -154,6 +161,7 @@ static void choice_append(srv_choice *c, const char *s, size_t n) {
     memcpy(c->text + c->len, s, n);
     c->len += n;
     c->text[c->len] = 0;
+    c->marks[c->n_marks++] = c->len;
 }
 
 /* ---- the registry (hub->mu held) ---- */
@@ -180,7 +188,12 @@ static void remove_entry(srv_hub *h, int i) {
  * h->fin for finalize(). */
 static void route(srv_hub *h, const kv_event *ev, int *n_fin) {
     int i = find_entry(h, ev->req);
-    if (i < 0) return; /* not ours (a TUI tab's), or a rejection */
+    if (i < 0) { /* not ours: a TUI tab's, or a rejection */
+        /* NOTE: out of memory drops the event; its owner then misses it */
+        if (h->forward && kv_grow((void **)&h->foreign, &h->cap_foreign, h->n_foreign + 1, sizeof *h->foreign) == 0)
+            h->foreign[h->n_foreign++] = *ev;
+        return;
+    }
     srv_job *job = h->ent[i].job;
     srv_choice *c = &job->choices[h->ent[i].idx];
     pthread_mutex_lock(&job->mu);
@@ -273,11 +286,12 @@ static void *dispatch_main(void *arg) {
     return NULL;
 }
 
-srv_hub *srv_hub_new(kv_engine *e, int max_pending, kv_err *err) {
+srv_hub *srv_hub_new(kv_engine *e, int max_pending, int forward, kv_err *err) {
     srv_hub *h = calloc(1, sizeof *h);
     if (!h) goto nomem;
     h->e = e;
     h->max_pending = max_pending;
+    h->forward = forward;
     pthread_mutex_init(&h->mu, NULL);
     hist_init(&h->st.ttft, ttft_bounds, (int)KV_ARRAY_LEN(ttft_bounds));
     hist_init(&h->st.itl, itl_bounds, (int)KV_ARRAY_LEN(itl_bounds));
@@ -320,6 +334,7 @@ void srv_hub_free(srv_hub *h) {
         if (last && --j->refs == 0) job_free(j);
     }
     free(h->ent);
+    free(h->foreign);
     free(h->ev);
     free(h->fin);
     kv_snapshot_free(h->snap);
@@ -353,8 +368,9 @@ int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, sr
         int64_t id = kv_engine_submit(h->e, &params[i], &err);
         if (id < 0) {
             h->st.rejected++;
-            rc = srv_fail(e, 400, "invalid_request_error", err.code == KV_ERR_RANGE ? "max_tokens" : NULL,
-                          err.code == KV_ERR_RANGE ? "context_length_exceeded" : "invalid_value", "%s", err.msg);
+            int ctx = strstr(err.msg, "context") || strstr(err.msg, "blocks");
+            rc = srv_fail(e, 400, "invalid_request_error", strstr(err.msg, "max_tokens") ? "max_tokens" : NULL,
+                          ctx ? "context_length_exceeded" : "invalid_value", "%s", err.msg);
             for (int k = 0; k < i; k++) kv_engine_cancel(h->e, job->choices[k].id);
             break;
         }
@@ -423,6 +439,18 @@ void srv_hub_cancel_all(srv_hub *h) {
     pthread_mutex_unlock(&h->mu);
     for (int i = 0; ids && i < n; i++) kv_engine_cancel(h->e, ids[i]);
     free(ids);
+}
+
+int srv_hub_poll_foreign(srv_hub *h, kv_event *out, int cap) {
+    pthread_mutex_lock(&h->mu);
+    int n = KV_MIN(cap, h->n_foreign);
+    if (n > 0) {
+        memcpy(out, h->foreign, (size_t)n * sizeof *out);
+        memmove(h->foreign, h->foreign + n, (size_t)(h->n_foreign - n) * sizeof *h->foreign);
+        h->n_foreign -= n;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return n > 0 ? n : 0;
 }
 
 int srv_hub_pending(srv_hub *h) {

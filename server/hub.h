@@ -25,6 +25,9 @@ typedef struct srv_choice {
     /* ---- */
     char *text;            /* (len) reply text so far, owned, NUL-terminated */
     size_t len, cap;
+    size_t *marks;         /* (n_marks) where each event's text ends in text: a stream sends one chunk
+                              per token, as the engine made them */
+    int n_marks, cap_marks;
     int n_tokens;          /* tokens generated */
     int done;              /* bool: its DONE event arrived (and the fields below are final) */
     kv_finish finish;
@@ -73,9 +76,15 @@ typedef struct srv_stats {
 typedef struct srv_hub srv_hub;
 
 /* max_pending: engine requests the server lets in at once
- * (scheduler.max_seqs + server.max_queue). The engine must outlive the hub.
- * Starts the dispatcher. NULL with err on failure. */
-srv_hub *srv_hub_new(kv_engine *e, int max_pending, kv_err *err);
+ * (scheduler.max_seqs + server.max_queue). forward: keep the events of
+ * requests that are not the server's (another front end's, on a shared
+ * engine) for srv_hub_poll_foreign; otherwise they are dropped. The engine
+ * must outlive the hub, and nothing else may call kv_engine_poll on it:
+ * the dispatcher is its one reader. Starts the dispatcher. NULL with err
+ * on failure. */
+srv_hub *srv_hub_new(kv_engine *e, int max_pending, int forward, kv_err *err);
+/* Takes up to cap of the kept foreign events (oldest first); never blocks. */
+int srv_hub_poll_foreign(srv_hub *h, kv_event *out /* OUT: (cap) */, int cap);
 /* Stops the dispatcher and frees the hub; jobs must have been released. */
 void srv_hub_free(srv_hub *h);
 
@@ -87,7 +96,7 @@ srv_job *srv_job_new(int n);
  * max_pending requests, 503 while shutting down, 400 with the engine's
  * reason when it rejects one (those already queued are cancelled).
  * Returns 0 or -1 with e filled. Events may arrive before it returns. */
-int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, srv_error *e);
+int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, srv_error *e /* OUT: */);
 /* The handler is done with job: choices not finished are cancelled (a
  * client that went away: counted as a disconnect when disconnected) and
  * the job is freed once their DONE events have come. */
@@ -100,7 +109,7 @@ void srv_hub_cancel_job(srv_hub *h, srv_job *job);
 
 /* Waits until job->version differs from *seen or timeout_ms passes;
  * updates *seen. Call without job->mu held. Returns 1 on change. */
-int srv_job_wait(srv_job *job, uint64_t *seen, int timeout_ms);
+int srv_job_wait(srv_job *job, uint64_t *seen /* IN/OUT */, int timeout_ms);
 
 /* Refuses new submissions from now on (503 "shutting down"). */
 void srv_hub_close(srv_hub *h);
@@ -112,7 +121,7 @@ int srv_hub_pending(srv_hub *h);
 /* Counts one HTTP response of status (100..599). */
 void srv_hub_count_http(srv_hub *h, int status);
 /* Copies the counters and histograms (OUT). */
-void srv_hub_stats(srv_hub *h, srv_stats *out);
+void srv_hub_stats(srv_hub *h, srv_stats *out /* OUT: */);
 /* The finish reason's OpenAI name: "stop", "length", or NULL for
  * cancellations, rejections and errors (which are error replies). */
 const char *srv_finish_name(kv_finish f);

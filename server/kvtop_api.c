@@ -132,8 +132,8 @@ void srv_handle_tokenize(srv *s, const char *body, size_t len, srv_reply *r) {
         srv_tok_req_free(&q);
         return;
     }
-    if (q.prompt) rc = srv_prompt_text(m, q.prompt, q.len, q.add_special, q.parse_special, &ids, &n, &err);
-    else rc = srv_prompt_chat(m, q.msgs, q.n_msgs, q.add_generation_prompt, q.parse_special, &ids, &n, &err);
+    if (q.prompt) rc = srv_prompt_text(m, q.prompt, q.len, q.add_special, q.parse_special, s->ctx, &ids, &n, &err);
+    else rc = srv_prompt_chat(m, q.msgs, q.n_msgs, q.add_generation_prompt, q.parse_special, s->ctx, &ids, &n, &err);
     srv_tok_req_free(&q);
     if (rc) {
         srv_fail(&e, 400, NULL, "prompt", NULL, "%s", err.msg);

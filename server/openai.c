@@ -52,6 +52,7 @@ typedef struct gen {
     int *prompt_tokens;  /* (n_prompts) */
     char **echo;         /* (n_prompts) completions with echo: the prompt text, owned */
     size_t *sent;        /* (n_choices) bytes of text already streamed */
+    int *marks_sent;     /* (n_choices) of the choice's marks, those streamed */
     int *fin_sent;       /* (n_choices) bool: its finish_reason chunk is out */
     int started;         /* bool: the first chunks are out */
     int ended;           /* bool: [DONE] is out */
@@ -90,24 +91,38 @@ static int encode_prompt(srv *s, gen *g, int p, int32_t **ids, int *n, srv_error
         for (int i = 0; i < rq->n_msgs; i++) bytes += rq->msgs[i].len;
     else bytes = rq->prompts[p].text ? rq->prompts[p].len : 0;
     /* no token is longer than the longest piece: a text this long is over
-     * the context for certain, and is refused before the work of encoding */
+     * the context for certain, and is refused before any work */
     size_t max_piece = (size_t)KV_MAX(kv_tokenizer_max_piece(m->tok), 1);
+    const char *param = rq->kind == SRV_CHAT ? "messages" : "prompt";
     if (bytes / max_piece > (size_t)s->ctx)
-        return srv_fail(e, 400, NULL, rq->kind == SRV_CHAT ? "messages" : "prompt", "context_length_exceeded",
+        return srv_fail(e, 400, NULL, param, "context_length_exceeded",
                         "the prompt (%zu bytes) is longer than the model's context of %d tokens", bytes, s->ctx);
     int rc;
+    /* encoding stops one token past the context: the engine refuses that, with its reason */
     if (rq->kind == SRV_CHAT) {
-        rc = srv_prompt_chat(m, rq->msgs, rq->n_msgs, 1, rq->parse_special, ids, n, &err);
+        rc = srv_prompt_chat(m, rq->msgs, rq->n_msgs, 1, rq->parse_special, s->ctx + 1, ids, n, &err);
     } else if (rq->prompts[p].ids) {
+        int nv = kv_tokenizer_n_vocab(m->tok);
+        for (int i = 0; i < rq->prompts[p].n_ids; i++)
+            if (rq->prompts[p].ids[i] >= nv) {
+                char pp[48];
+                snprintf(pp, sizeof pp, "prompt[%d]", p);
+                return srv_fail(e, 400, NULL, pp, "invalid_value", "token id %d is outside the vocabulary [0, %d)",
+                                rq->prompts[p].ids[i], nv);
+            }
         *n = rq->prompts[p].n_ids;
         *ids = malloc((size_t)*n * sizeof **ids);
         if (!*ids) return srv_fail(e, 500, "internal_error", NULL, "out_of_memory", "out of memory");
         memcpy(*ids, rq->prompts[p].ids, (size_t)*n * sizeof **ids);
         rc = 0;
     } else {
-        rc = srv_prompt_text(m, rq->prompts[p].text, rq->prompts[p].len, 1, rq->parse_special, ids, n, &err);
+        rc = srv_prompt_text(m, rq->prompts[p].text, rq->prompts[p].len, 1, rq->parse_special, s->ctx + 1, ids, n,
+                             &err);
     }
-    if (rc) return srv_fail(e, rc == KV_ERR_NOMEM ? 500 : 400, NULL, "prompt", NULL, "%s", err.msg);
+    if (rc == KV_ERR_RANGE)
+        return srv_fail(e, 400, NULL, param, "context_length_exceeded", "the prompt is longer than the context: %s",
+                        err.msg);
+    if (rc) return srv_fail(e, rc == KV_ERR_NOMEM ? 500 : 400, NULL, param, NULL, "%s", err.msg);
     if (rq->echo) {
         char *t;
         if (rq->prompts[p].text) t = strdup(rq->prompts[p].text);
@@ -134,9 +149,10 @@ static int gen_start(srv *s, gen *g, srv_error *e) {
     g->prompt_tokens = calloc((size_t)n_prompts, sizeof *g->prompt_tokens);
     g->echo = calloc((size_t)n_prompts, sizeof *g->echo);
     g->sent = calloc((size_t)nc, sizeof *g->sent);
+    g->marks_sent = calloc((size_t)nc, sizeof *g->marks_sent);
     g->fin_sent = calloc((size_t)nc, sizeof *g->fin_sent);
     g->job = srv_job_new(nc);
-    if (!par || !ids || !g->prompt_tokens || !g->echo || !g->sent || !g->fin_sent || !g->job) {
+    if (!par || !ids || !g->prompt_tokens || !g->echo || !g->sent || !g->marks_sent || !g->fin_sent || !g->job) {
         srv_fail(e, 500, "internal_error", NULL, "out_of_memory", "out of memory");
         goto done;
     }
@@ -172,7 +188,7 @@ static int gen_start(srv *s, gen *g, srv_error *e) {
             q->n_stop = n_stop;
             q->priority = rq->priority;
             q->ignore_eos = rq->ignore_eos;
-            q->session = 0;
+            q->session = SRV_SESSION;
         }
     }
     rc = srv_hub_submit(s->hub, g->job, par, e);
@@ -225,6 +241,7 @@ static void gen_destroy(srv_stream *st, int client_gone) {
     free(g->echo);
     free(g->prompt_tokens);
     free(g->sent);
+    free(g->marks_sent);
     free(g->fin_sent);
     srv_gen_req_free(&g->req);
     free(g);
@@ -461,23 +478,39 @@ static int gen_next(srv_stream *st, srv_buf *out, int wait_ms) {
         if (g->fin_sent[i]) continue;
         pthread_mutex_lock(&job->mu);
         int done = c->done;
-        size_t n = c->len - g->sent[i];
+        size_t n = c->len - g->sent[i], base = g->sent[i];
+        int k0 = g->marks_sent[i], k1 = c->n_marks;
         char *piece = n ? malloc(n) : NULL;
-        if (piece) memcpy(piece, c->text + g->sent[i], n);
+        size_t *ends = k1 > k0 ? malloc((size_t)(k1 - k0) * sizeof *ends) : NULL;
+        if (piece) memcpy(piece, c->text + base, n);
+        if (ends) memcpy(ends, c->marks + k0, (size_t)(k1 - k0) * sizeof *ends);
         pthread_mutex_unlock(&job->mu);
-        if (n && !piece) goto nomem;
+        if ((n && !piece) || (k1 > k0 && !ends)) {
+            free(piece);
+            free(ends);
+            goto nomem;
+        }
         srv_error e;
         if (done && choice_error(g, c, &e)) {
             free(piece);
+            free(ends);
             sse_error(g, out, &e);
             break;
         }
-        if (n) {
-            int rc = sse_chunk(g, out, i, NULL, piece, n, NULL);
-            free(piece);
-            if (rc) goto nomem;
-            g->sent[i] += n;
+        /* one chunk per token's text, as the engine emitted them */
+        size_t at = 0;
+        int rc = 0;
+        for (int k = 0; k < k1 - k0 && rc == 0; k++) {
+            size_t end = ends[k] - base;
+            if (end > at) rc = sse_chunk(g, out, i, NULL, piece + at, end - at, NULL);
+            at = end;
         }
+        if (rc == 0 && n > at) rc = sse_chunk(g, out, i, NULL, piece + at, n - at, NULL);
+        free(piece);
+        free(ends);
+        if (rc) goto nomem;
+        g->sent[i] += n;
+        g->marks_sent[i] = k1;
         if (done) {
             if (sse_chunk(g, out, i, NULL, NULL, 0, srv_finish_name(c->finish))) goto nomem;
             g->fin_sent[i] = 1;

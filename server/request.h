@@ -35,7 +35,7 @@ typedef struct srv_error {
 
 /* Fills e and returns -1 (so callers can `return srv_fail(...)`). param and
  * code may be NULL. */
-int srv_fail(srv_error *e, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
+int srv_fail(srv_error *e /* OUT: */, int status, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
@@ -82,8 +82,8 @@ typedef struct srv_gen_req {
  * ...). Features kvtop does not have (logprobs, tools, penalties other than
  * repetition_penalty) are a 400 saying so. Returns 0, or -1 with e filled
  * (then *out holds nothing to free). */
-int srv_parse_gen(const char *body, size_t len, srv_kind kind, const kv_sampling *sampling, srv_gen_req *out,
-                  srv_error *e);
+int srv_parse_gen(const char *body, size_t len, srv_kind kind, const kv_sampling *sampling,
+                  srv_gen_req *out /* OUT: */, srv_error *e /* OUT: */);
 void srv_gen_req_free(srv_gen_req *r); /* NULL is a no-op; leaves it empty */
 
 /* POST /tokenize: {"prompt": "..."} or {"messages": [...],
@@ -99,7 +99,7 @@ typedef struct srv_tok_req {
     int add_special;          /* bool: BOS as the tokenizer says */
     int parse_special;
 } srv_tok_req;
-int srv_parse_tokenize(const char *body, size_t len, srv_tok_req *out, srv_error *e);
+int srv_parse_tokenize(const char *body, size_t len, srv_tok_req *out /* OUT: */, srv_error *e /* OUT: */);
 void srv_tok_req_free(srv_tok_req *r);
 
 /* POST /detokenize: {"tokens": [ids], "model"}. ids (owned) are checked
@@ -109,7 +109,7 @@ typedef struct srv_detok_req {
     int32_t *ids;
     int n_ids;
 } srv_detok_req;
-int srv_parse_detokenize(const char *body, size_t len, srv_detok_req *out, srv_error *e);
+int srv_parse_detokenize(const char *body, size_t len, srv_detok_req *out /* OUT: */, srv_error *e /* OUT: */);
 void srv_detok_req_free(srv_detok_req *r);
 
 /* POST /kvtop/v1/control: {"action": "pause" | "resume" | "step" |
@@ -120,6 +120,6 @@ typedef struct srv_ctl_req {
     srv_ctl_action action;
     int delay_ms;
 } srv_ctl_req;
-int srv_parse_control(const char *body, size_t len, srv_ctl_req *out, srv_error *e);
+int srv_parse_control(const char *body, size_t len, srv_ctl_req *out /* OUT: */, srv_error *e /* OUT: */);
 
 #endif

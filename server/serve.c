@@ -156,6 +156,26 @@ static int drain(srv *s, int ms) {
     return srv_hub_pending(s->hub) == 0;
 }
 
+/* The engine is up: its context, the cache's size, the dispatcher; then
+ * the server is ready. forward: keep foreign events (a shared engine). */
+static int serve_attach(srv *s, kv_engine *e, int forward, kv_err *err) {
+    s->e = e;
+    const kv_model *m = kv_engine_model(e);
+    const kv_config *ec = kv_engine_config(e);
+    s->ctx = ec->scheduler.max_seq_len > 0 ? KV_MIN(ec->scheduler.max_seq_len, m->hp.ctx_len) : m->hp.ctx_len;
+    kv_snapshot *snap = kv_snapshot_new();
+    if (!snap || kv_engine_snapshot(e, snap)) {
+        kv_snapshot_free(snap);
+        return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
+    }
+    s->cache_tokens = snap->n_blocks * snap->block_size;
+    kv_snapshot_free(snap);
+    s->hub = srv_hub_new(e, ec->scheduler.max_seqs + s->cfg.server.max_queue, forward, err);
+    if (!s->hub) return err->code ? err->code : KV_ERR_NOMEM;
+    atomic_store(&s->state, SRV_READY);
+    return 0;
+}
+
 static void shutdown_server(srv *s, int sig) {
     fprintf(stderr, "kvtop serve: %s: stopping (no new connections; %d request(s) in flight get %d ms)\n",
             strsignal(sig), s->hub ? srv_hub_pending(s->hub) : 0, s->cfg.server.shutdown_grace_ms);
@@ -223,22 +243,14 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     s->owns_engine = 1;
-    const kv_model *m = kv_engine_model(s->e);
-    s->ctx = s->cfg.scheduler.max_seq_len > 0 ? KV_MIN(s->cfg.scheduler.max_seq_len, m->hp.ctx_len) : m->hp.ctx_len;
-    kv_snapshot *snap = kv_snapshot_new();
-    if (!snap || kv_engine_snapshot(s->e, snap)) {
-        kv_snapshot_free(snap);
-        fprintf(stderr, "kvtop serve: out of memory\n");
+    if (kv_engine_start(s->e)) {
+        fprintf(stderr, "kvtop serve: cannot start the engine thread\n");
         goto out;
     }
-    s->cache_tokens = snap->n_blocks * snap->block_size;
-    kv_snapshot_free(snap);
-    s->hub = srv_hub_new(s->e, s->cfg.scheduler.max_seqs + s->cfg.server.max_queue, &err);
-    if (!s->hub || kv_engine_start(s->e)) {
-        fprintf(stderr, "kvtop serve: %s\n", s->hub ? "cannot start the engine thread" : err.msg);
+    if (serve_attach(s, s->e, 0, &err)) {
+        fprintf(stderr, "kvtop serve: %s\n", err.msg);
         goto out;
     }
-    atomic_store(&s->state, SRV_READY);
     fprintf(stderr, "kvtop serve: ready: model %s (%d-token context, %d KV tokens)%s\n", s->model_id, s->ctx,
             s->cache_tokens, s->api_key[0] ? ", API key required" : "");
     fflush(stderr);
@@ -256,3 +268,56 @@ out:
     free(s);
     return status;
 }
+
+/* ---- an engine another front end owns ---- */
+
+struct kv_server {
+    srv s;
+};
+
+kv_server *kv_server_start(struct kv_engine *e, const struct kv_config *cfg, int port, char *errbuf, size_t cap) {
+    kv_err err;
+    kv_err_clear(&err);
+    kv_server *ks = calloc(1, sizeof *ks);
+    if (!ks) {
+        if (cap) snprintf(errbuf, cap, "out of memory");
+        return NULL;
+    }
+    srv *s = &ks->s;
+    s->cfg = *cfg;
+    if (port >= 0) s->cfg.server.port = port;
+    const char *env_key = getenv("KVTOP_API_KEY");
+    kv_copy_str(s->api_key, sizeof s->api_key, s->cfg.server.api_key[0] ? s->cfg.server.api_key : env_key);
+    model_id(s->model_id, sizeof s->model_id, s->cfg.model.path, NULL);
+    atomic_store(&s->state, SRV_LOADING);
+    if (srv_http_start(s, &err) || serve_attach(s, e, 1, &err)) {
+        if (cap) snprintf(errbuf, cap, "%s", err.msg);
+        srv_http_stop(s);
+        srv_hub_free(s->hub);
+        free(ks);
+        return NULL;
+    }
+    return ks;
+}
+
+int kv_server_port(const kv_server *ks) { return ks ? srv_http_port(&ks->s) : 0; }
+
+int kv_server_poll(kv_server *ks, struct kv_event *out, int cap) {
+    if (!ks || !ks->s.hub || !out || cap <= 0) return 0;
+    return srv_hub_poll_foreign(ks->s.hub, out, cap);
+}
+
+void kv_server_stop(kv_server *ks) {
+    if (!ks) return;
+    srv *s = &ks->s;
+    atomic_store(&s->state, SRV_STOPPING);
+    srv_hub_close(s->hub);
+    srv_http_quiesce(s);
+    srv_hub_cancel_all(s->hub);
+    drain(s, 5000);
+    srv_http_stop(s);
+    srv_hub_free(s->hub);
+    free(ks);
+}
+
+const kv_server_ops kv_server_api = {kv_server_start, kv_server_port, kv_server_poll, kv_server_stop};

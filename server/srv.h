@@ -12,6 +12,11 @@
 #include "hub.h"
 #include "request.h"
 
+/* The session tag of the server's engine requests (the block map's owner):
+ * above the TUI's tabs and its load sessions, so on a shared engine they
+ * are told apart. */
+#define SRV_SESSION 2000
+
 typedef enum srv_state { SRV_LOADING = 0, SRV_READY = 1, SRV_STOPPING = 2, SRV_FAILED = 3 } srv_state;
 
 struct srv_http; /* http.c */
@@ -68,17 +73,17 @@ struct srv_reply {
 };
 
 /* Fills r with the OpenAI-shaped JSON of e (status e->status). */
-void srv_reply_error(srv_reply *r, const srv_error *e);
+void srv_reply_error(srv_reply *r /* OUT: */, const srv_error *e);
 /* Fills r with a JSON body (takes ownership of body). */
-void srv_reply_json(srv_reply *r, int status, char *body, size_t len);
+void srv_reply_json(srv_reply *r /* OUT: */, int status, char *body, size_t len);
 
 /* A stream's next bytes, waiting up to wait_ms for them: > 0 bytes were
  * appended to out, 0 nothing yet, -1 the stream has ended (out may have
  * gained its last bytes first). */
-int srv_stream_next(srv_stream *st, srv_buf *out, int wait_ms);
+int srv_stream_next(srv_stream *st, srv_buf *out /* OUT: appended to */, int wait_ms);
 /* A pending reply: waits up to wait_ms; returns 1 with r's status, type
  * and body filled when it is ready, 0 not yet. */
-int srv_stream_wait(srv_stream *st, srv_reply *r, int wait_ms);
+int srv_stream_wait(srv_stream *st, srv_reply *r /* OUT: */, int wait_ms);
 /* client_gone: the client disconnected (its requests are cancelled and
  * counted). NULL is a no-op. */
 void srv_stream_free(srv_stream *st, int client_gone);

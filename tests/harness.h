@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <unistd.h>
+
+#include "../base/file.h"
 
 static int harness_cur_failures;
 
@@ -66,14 +69,55 @@ static inline const char *harness_shared_path(const char *rel) {
     return buf;
 }
 
-/* Copies "<shared>/<rel>" into dst (cap bytes, truncated, NUL-terminated):
- * a model path into a kv_config. */
-static inline void harness_shared_copy(char *dst, size_t cap, const char *rel) {
-    const char *path = harness_shared_path(rel);
-    size_t n = strlen(path);
+/* Copies src into dst (cap bytes, truncated, NUL-terminated): a path into
+ * a kv_config field. */
+static inline void harness_copy_str(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
     if (n >= cap) n = cap - 1;
-    memcpy(dst, path, n);
+    memcpy(dst, src, n);
     dst[n] = 0;
+}
+
+/* Copies "<shared>/<rel>" into dst as harness_copy_str does. */
+static inline void harness_shared_copy(char *dst, size_t cap, const char *rel) {
+    harness_copy_str(dst, cap, harness_shared_path(rel));
+}
+
+/* ---- scratch files ---- */
+
+/* A scratch file path of this test process,
+ * "<TMPDIR, else /tmp>/kvtop_test_<prog>_<pid>_<tag><ext>", in one of four
+ * static buffers used in turn (a result lasts for three more calls). */
+static inline const char *harness_tmp_path(const char *prog, const char *tag, const char *ext) {
+    static char buf[4][512];
+    static int k;
+    const char *dir = getenv("TMPDIR");
+    char *b = buf[k++ & 3];
+    snprintf(b, 512, "%s/kvtop_test_%s_%d_%s%s", dir && *dir ? dir : "/tmp", prog, (int)getpid(), tag, ext);
+    return b;
+}
+
+/* The bytes of the file at path plus a NUL (kv_read_file), or NULL when it
+ * cannot be read; *n (may be NULL) is their count. The caller frees them. */
+static inline void *harness_read_file(const char *path, size_t *n) {
+    char *buf;
+    return kv_read_file(path, 0, &buf, n, NULL) == 0 ? buf : NULL;
+}
+
+/* 1 when the file at path can be read; else 0, after printing the note of
+ * a test that skips ("  (skipped: PATH not present; HINT)"). */
+static inline int harness_present(const char *path, const char *hint) {
+    if (access(path, R_OK) == 0) return 1;
+    printf("  (skipped: %s not present; %s)\n", path, hint);
+    return 0;
+}
+
+/* Writes n bytes of p to path (created or truncated). Returns 0, or -1. */
+static inline int harness_write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(p, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
 /* ---- random data for kernel tests: xorshift64 ----
@@ -113,6 +157,13 @@ static inline double harness_nerr(const float *y, const float *ref, size_t n) {
     if (!(num == num)) return INFINITY;
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+static inline void harness_free_list(void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++) free(p[i]);
+}
+
+/* free() of each pointer argument: a test's host buffers in one line. */
+#define FREE_ALL(...) harness_free_list((void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
 
 static inline int harness_run(const harness_case *cases, int n, int argc, char **argv) {
     int passed = 0, failed = 0;

@@ -35,10 +35,20 @@ const char *__lsan_default_suppressions(void) { return "leak:libreadline.so\n"; 
 
 /* ---- helpers the app's files share (app_internal.h) ---- */
 
-static volatile sig_atomic_t got_term;
+static volatile sig_atomic_t got_term, got_tstp, got_cont;
 static void on_term(int sig) {
     (void)sig;
     got_term = 1;
+}
+/* SIGTSTP from outside (kill -TSTP): the loop suspends properly. */
+static void on_tstp(int sig) {
+    (void)sig;
+    got_tstp = 1;
+}
+/* SIGCONT after a stop the app did not see coming (SIGSTOP): repaint. */
+static void on_cont(int sig) {
+    (void)sig;
+    got_cont = 1;
 }
 
 double app_wall_s(void) {
@@ -84,9 +94,84 @@ void app_block_signals(sigset_t *old) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTSTP);
+    sigaddset(&set, SIGCONT);
     pthread_sigmask(SIG_BLOCK, &set, old);
 }
 void app_restore_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* The parent of pid from /proc (Linux), or -1. */
+static pid_t parent_of(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+    char state;
+    int pp;
+    if (!p || sscanf(p + 1, " %c %d", &state, &pp) != 2) return -1;
+    return (pid_t)pp;
+}
+
+/* Whether a shell could resume us after a stop: our process group is not
+ * orphaned, i.e. we or an ancestor in our group has a parent in another
+ * group of our session (a job-control shell that made the group a job;
+ * a script run from one counts). Otherwise (sh -c, a pane's only process)
+ * the kernel discards SIGTSTP for the group, and nothing could send the
+ * SIGCONT anyway. */
+static int have_job_control(void) {
+    pid_t pg = getpgrp(), sid = getsid(0);
+    pid_t fg = tcgetpgrp(STDIN_FILENO);
+    if (fg >= 0 && fg != pg) return 0;
+    pid_t p = getppid();
+    for (int i = 0; i < 64 && p > 1; i++) {
+        pid_t ppg = getpgid(p);
+        if (ppg < 0 || getsid(p) != sid) return 0;
+        if (ppg != pg) return 1;
+        p = parent_of(p);
+    }
+    return 0;
+}
+
+void app_suspend(app *a) {
+    got_tstp = 0;
+    if (!have_job_control()) {
+        app_status(a, 1, "Ctrl-Z: no job control here (kvtop was not started as a job of an interactive shell); "
+                         "not suspended");
+        return;
+    }
+    /* The terminal as the shell left it, then stop the whole process (the
+     * engine thread with it) with the default action; SIGCONT resumes here
+     * (the signal is pending until this thread unblocks it). */
+    def_prog_mode();
+    endwin();
+    fflush(stdout);
+    struct sigaction dfl, prev;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGTSTP, &dfl, &prev);
+    sigset_t tstp, mask;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    pthread_sigmask(SIG_UNBLOCK, &tstp, &mask);
+    /* The whole process group, as the terminal's own Ctrl-Z would: a
+     * script kvtop runs under stops too, so the shell sees the job stop. */
+    kill(0, SIGTSTP);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+    sigaction(SIGTSTP, &prev, NULL);
+    got_tstp = 0;
+    got_cont = 0;
+    /* Back: curses' terminal modes, and a full repaint at the size the
+     * terminal has now. */
+    reset_prog_mode();
+    a->need_clear = 1;
+    app_status(a, 0, "resumed");
+    app_draw(a);
+}
 
 /* ---- per-frame bookkeeping from the snapshot ---- */
 
@@ -116,25 +201,20 @@ static void after_snapshot(app *a, const kv_snapshot *s) {
     kv_series_push(&a->prefix_tokens, hits >= a->last_prefix_hits ? (double)(hits - a->last_prefix_hits) : 0);
     a->last_prefix_hits = hits;
     if (s->n_steps) kv_series_push(&a->step_ms, s->steps[s->n_steps - 1].dur_ms);
-    /* TTFT of each tab's replies. */
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_turn *t = kv_session_last(a->sessions[i]);
-        if (!t || t->role != KV_ROLE_ASSISTANT || !t->req || t->ttft_ms >= 0) continue;
-        for (int k = 0; k < s->n_requests; k++)
-            if (s->requests[k].id == t->req && s->requests[k].ttft_ms >= 0) t->ttft_ms = s->requests[k].ttft_ms;
-    }
-    /* TPOT of each tab's latest reply, once it is known. */
+    /* TTFT and TPOT of each tab's latest reply (notes may follow it), once
+     * they are known. */
     for (int i = 0; i < a->n_sessions; i++) {
         kv_turn *t = NULL;
         kv_session *ss = a->sessions[i];
         for (int k = ss->n_turns - 1; k >= 0 && !t; k--)
             if (ss->turns[k].role == KV_ROLE_ASSISTANT) t = &ss->turns[k];
         if (!t || !t->req) continue;
-        for (int k = 0; k < s->n_requests; k++)
-            if (s->requests[k].id == t->req && s->requests[k].n_generated > 1) {
-                t->tpot_ms = s->requests[k].tpot_ms;
-                if (s->requests[k].ttft_ms >= 0) t->ttft_ms = s->requests[k].ttft_ms;
-            }
+        for (int k = 0; k < s->n_requests; k++) {
+            const kv_snap_request *q = &s->requests[k];
+            if (q->id != t->req) continue;
+            if (q->ttft_ms >= 0) t->ttft_ms = q->ttft_ms;
+            if (q->n_generated > 1) t->tpot_ms = q->tpot_ms;
+        }
     }
 }
 
@@ -404,6 +484,13 @@ int app_curses_start(app *a) {
               ,
               NULL);
     mouseinterval(0);
+    /* Ctrl-Z arrives as a key (raw mode) and suspends through app_suspend;
+     * a SIGTSTP from outside does too. Installed after initscr, which may
+     * have put in a handler of its own. */
+    sa.sa_handler = on_tstp;
+    sigaction(SIGTSTP, &sa, NULL);
+    sa.sa_handler = on_cont;
+    sigaction(SIGCONT, &sa, NULL);
     setup_colors(a);
     wnoutrefresh(stdscr);
     doupdate();
@@ -481,6 +568,11 @@ void app_loop(app *a, void (*on_key)(app *, kv_key), void (*on_frame)(app *)) {
     a->cpu_t0 = thread_cpu_s();
     a->wall_t0 = app_wall_s();
     while (!a->quit && !got_term) {
+        if (got_tstp) app_suspend(a);
+        if (got_cont) {
+            got_cont = 0;
+            a->need_clear = 1;
+        }
         double now = app_wall_s();
         int wait_ms = (int)((next - now) * 1000.0);
         if (wait_ms < 0) wait_ms = 0;
@@ -511,11 +603,12 @@ void app_loop(app *a, void (*on_key)(app *, kv_key), void (*on_frame)(app *)) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvtop [PROFILE.yaml] [--set key=value ...] [--frames N] [--record FILE]\n"
+    fprintf(f, "usage: kvtop [PROFILE.yaml] [--set key=value ...] [--frames N] [--record FILE] [--serve PORT]\n"
                "  PROFILE        a YAML profile (default profiles/default.yaml, else the built-in defaults)\n"
                "  --set k=v      override one profile key (repeatable), e.g. --set model.path=m.gguf\n"
                "  --frames N     exit after N frames (scripted demos and tests)\n"
                "  --record FILE  record a trace from the start (kvtop replay FILE to view it)\n"
+               "  --serve PORT   also serve the OpenAI API on this engine (as kvtop serve; 0 = any free port)\n"
                "Inside: F1 or ? (on an empty input line) shows every key and /command.\n");
 }
 
@@ -523,7 +616,7 @@ int cmd_tui(int argc, char **argv) {
     const char *profile = NULL, *record = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
-    long frames = 0;
+    long frames = 0, serve_port = -1;
     if (!sets) return 1;
     /* argv[0] is "tui" or the program name; options follow either way. */
     for (int i = 1; i < argc; i++) {
@@ -546,6 +639,21 @@ int cmd_tui(int argc, char **argv) {
             }
         } else if (!strcmp(s, "--record") && i + 1 < argc) {
             record = argv[++i];
+        } else if (!strcmp(s, "--serve") && i + 1 < argc) {
+            char *end;
+            serve_port = strtol(argv[++i], &end, 10);
+            if (*end || !argv[i][0] || serve_port < 0 || serve_port > 65535 || !serve_available()) {
+                fprintf(stderr, "kvtop: --serve needs a port in [0, 65535], got '%s'%s\n", argv[i],
+                        serve_available() ? "" : " (this binary has no server)");
+                free(sets);
+                return 2;
+            }
+        } else if (!strcmp(s, "--set") || !strcmp(s, "--frames") || !strcmp(s, "--record")) {
+            /* The option is known; its value is missing (the last argument). */
+            fprintf(stderr, "kvtop: %s needs %s\n", s,
+                    !strcmp(s, "--set") ? "key=value" : !strcmp(s, "--frames") ? "a positive number" : "a file name");
+            free(sets);
+            return 2;
         } else if (s[0] == '-') {
             fprintf(stderr, "kvtop: unknown option '%s'\n\n", s);
             usage(stderr);
@@ -563,6 +671,7 @@ int cmd_tui(int argc, char **argv) {
     static app A; /* large (the step log ring): not on the stack */
     app *a = &A;
     memset(a, 0, sizeof *a);
+    a->serve_port = (int)serve_port;
     kv_err err;
     if (kv_profile_load_with_sets(profile, sets, n_sets, &a->cfg, &err)) {
         fprintf(stderr, "kvtop: %s\n", err.msg);
@@ -596,7 +705,7 @@ int cmd_tui(int argc, char **argv) {
         kv_input_history_free(first->history);
         first->history = NULL;
     }
-    loader_start(a, &a->cfg);
+    loader_start(a, &a->cfg, profile);
     if (record) record_toggle(a, record);
     app_loop(a, commands_key, frame);
     /* Leave the terminal as we found it before anything slow. */

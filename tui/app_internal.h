@@ -13,10 +13,13 @@
 #include "../engine/trace.h"
 #include "../engine/driver.h"
 #include "../engine/workload.h"
+#include "../server/server.h"
 #include "blockmap.h"
 #include "panels.h"
 
 #define MAX_SESSIONS 32
+/* Every open tab has its own block-map glyph (chat.c picks the tags). */
+_Static_assert(MAX_SESSIONS <= KV_BLOCKMAP_GLYPHS, "more tabs than block-map glyphs");
 #define MAX_LOAD_INFLIGHT 64
 #define FORGET_CAP 512
 
@@ -34,10 +37,14 @@ typedef struct app {
     char profile_path[1024];
     /* engine and its loader thread (loader.c) */
     kv_engine *eng;
+    /* --serve PORT: the HTTP server on eng (server/, through the table the dispatcher hands over) */
+    int serve_port;              /* -1: none; 0: any free port */
+    kv_server *srv;              /* while serving: the engine's events come from srv_ops->poll */
     pthread_t loader;
     int loader_running;          /* bool */
     atomic_int loader_done;
     kv_config load_cfg;          /* what the loader loads */
+    char load_path[1024];        /* the profile it comes from */
     kv_engine *loaded;
     kv_err load_err;
     const kv_model *model;
@@ -112,6 +119,10 @@ void app_note(kv_session *s, const char *fmt, ...) __attribute__((format(printf,
  * thread ever runs their handlers; the old mask goes to *old. */
 void app_block_signals(sigset_t *old /* OUT: */);
 void app_restore_signals(const sigset_t *old);
+/* Ctrl-Z: restores the terminal and stops the process (SIGTSTP) until the
+ * shell resumes it (fg), then repaints. Without job control (no shell
+ * could resume it) it only says so on the status line. */
+void app_suspend(app *a);
 /* Adds one decision to the step log ring, keeping a scrolled view still. */
 void app_log_push(app *a, const kv_decision *d);
 /* Zooms the next panel in the zoom order (after the last: none). */
@@ -147,6 +158,9 @@ void chat_send_prompt(app *a, kv_session *s, const char *text);
 /* Sends the session's conversation (its last turn is the user's prompt),
  * leaving out the oldest exchanges to fit the context. */
 void chat_submit(app *a, kv_session *s);
+/* Cancels the tab's reply in flight and frees the tab at once (a note
+ * says so); a status message when there is none. */
+void chat_cancel(app *a, kv_session *s);
 /* Handles every engine event waiting, then flushes the autosaves. */
 void chat_poll_events(app *a);
 
@@ -188,16 +202,42 @@ void record_toggle(app *a, const char *path);
 /* Ends a recording that runs and writes the last trace as Chrome JSON. */
 void record_export(app *a, const char *out);
 
+/* ---- replay.c: the trace viewer's export ---- */
+
+/* Writes t as Chrome trace JSON to out, through out.tmp and a rename.
+ * Refuses (KV_ERR_INVAL, nothing written) an out, or an out.tmp, that is
+ * the trace's own file trace_path (by inode) or exists as anything but a
+ * regular file (a FIFO, a directory, a device). 0 or a KV_ERR_* with err. */
+int replay_export(kv_trace *t, const char *trace_path, const char *out, kv_err *err);
+
 /* ---- loader.c: the engine's lifecycle ---- */
 
-/* Starts loading cfg's engine on the loader thread (a->v.phase says how
- * it goes). */
-void loader_start(app *a, const kv_config *cfg);
-/* Called each iteration: picks up a finished load and starts the engine,
- * sending what waited for it. */
+/* Starts loading cfg's engine (from profile `path`, NULL: the defaults) on
+ * the loader thread. Without an engine a->v.phase says how it goes; with
+ * one running (/load) it keeps running, its tabs and replies untouched,
+ * until the new one is up, and stays when the new one fails (the status
+ * line says why). 0, or -1 with a status message (a load is already
+ * running, or the thread did not start). */
+int loader_start(app *a, const kv_config *cfg, const char *path);
+/* Called each iteration: picks up a finished load; on success retires the
+ * engine that ran (its replies in flight marked cancelled), starts the new
+ * one and sends what waited for it. */
 void loader_check(app *a);
-/* Stops the load, frees the engine (and one still loading) and marks the
- * replies in flight cancelled; a recording goes on with the next engine. */
+/* Stops the load (waiting for one still loading and freeing it), frees the
+ * engine and marks the replies in flight cancelled; a recording goes on
+ * with the next engine. */
 void loader_close(app *a);
+
+/* ---- serve.c: --serve PORT ---- */
+
+/* 1 when the dispatcher handed over a server (cmd_tui_set_server). */
+int serve_available(void);
+/* Starts the server on a->eng when a->serve_port >= 0 (status line: its
+ * address, or why not). */
+void serve_start(app *a);
+/* Stops it (before its engine is freed); no-op when not serving. */
+void serve_stop(app *a);
+/* The tabs' events while serving (the server reads the engine). */
+int serve_poll(app *a, kv_event *out, int cap);
 
 #endif

@@ -5,13 +5,32 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The session glyphs in tag order: 'w' is background load's. */
+static const char glyphs[KV_BLOCKMAP_GLYPHS + 1] = "abcdefghijklmnopqrstuvxyz0123456789";
+
 char kv_blockmap_glyph(int tag, int shared) {
-    char c;
-    if (tag < 0) c = '?';
-    else if (tag >= KV_SESSION_LOAD_BASE) c = 'w';
-    else c = (char)('a' + tag % 26);
-    if (shared && c != '?') c = (char)(c - 'a' + 'A');
+    if (tag < 0) return '?';
+    char c = tag >= KV_SESSION_LOAD_BASE ? 'w' : glyphs[tag % KV_BLOCKMAP_GLYPHS];
+    if (shared && c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
     return c;
+}
+
+const char *kv_blockmap_legend(void) {
+    return "a-v x-z 0-9 tab  A-Z shared(ul)  w load  : cached  . free  rev: next token  N@s: slot";
+}
+
+int kv_blockmap_pick_tag(int from, const int *live, int n_live) {
+    if (n_live >= KV_BLOCKMAP_GLYPHS) return -1;
+    if (from < 0 || from >= KV_SESSION_LOAD_BASE) from = 0;
+    for (int k = 0; k < KV_SESSION_LOAD_BASE; k++) {
+        int t = (from + k) % KV_SESSION_LOAD_BASE;
+        int taken = 0;
+        for (int i = 0; i < n_live && !taken; i++)
+            taken = live[i] >= 0 && live[i] < KV_SESSION_LOAD_BASE &&
+                    live[i] % KV_BLOCKMAP_GLYPHS == t % KV_BLOCKMAP_GLYPHS;
+        if (!taken) return t;
+    }
+    return -1;
 }
 
 int kv_blockmap_color(int tag) {

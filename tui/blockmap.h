@@ -4,10 +4,15 @@
  * curses; tests/tui/test_blockmap.c checks it as plain data.
  *
  * Glyphs (so the map reads in monochrome too):
- *   a..z  block owned by session tab a, b, ... (A..Z: shared, refcount >= 2)
+ *   a..v x..z 0..9  block owned by a session tab: 35 glyphs, one per tab
+ *                   (letters upper case when shared, refcount >= 2; shared
+ *                   cells are underlined too, digits included)
  *   w/W   block owned by injected background load (W: shared)
  *   :     cached: unreferenced, kept for prefix reuse
- *   .     free */
+ *   .     free
+ * A tab's glyph comes from its tag (tag mod 35); kv_blockmap_pick_tag
+ * gives each new tab a tag whose glyph no open tab has, so up to 35 open
+ * tabs never share one. kv_blockmap_legend() describes exactly these. */
 #ifndef KV_TUI_BLOCKMAP_H
 #define KV_TUI_BLOCKMAP_H
 
@@ -18,6 +23,8 @@
 
 /* Session tags at or above this belong to injected background load. */
 #define KV_SESSION_LOAD_BASE 1000
+/* Distinct glyphs for session tabs (a-z without w, then 0-9). */
+#define KV_BLOCKMAP_GLYPHS 35
 
 typedef enum kv_bm_kind {
     KV_BM_NONE = 0, /* a cell past the end of the pool */
@@ -56,9 +63,17 @@ typedef struct kv_blockmap_info {
 int kv_blockmap_render(const kv_snap_block *blocks, int n_blocks, const kv_blockmap_view *v, kv_bm_cell *grid,
                        kv_blockmap_info *info);
 
-/* Glyph and color slot of a session tag ('a'+tag, upper case when shared). */
+/* Glyph and color slot of a session tag: the tag's glyph (tag mod
+ * KV_BLOCKMAP_GLYPHS, see above; a letter upper case when shared), 'w'/'W'
+ * for background load, '?' for a negative tag. */
 char kv_blockmap_glyph(int session_tag, int shared);
 int kv_blockmap_color(int session_tag);
+/* The tag for a new tab: the first of from, from + 1, ... (wrapping below
+ * KV_SESSION_LOAD_BASE) whose glyph none of live[0..n_live) has. -1 when
+ * every glyph is taken (n_live >= KV_BLOCKMAP_GLYPHS). */
+int kv_blockmap_pick_tag(int from, const int *live, int n_live);
+/* The map's legend line, naming every glyph kv_blockmap_glyph draws. */
+const char *kv_blockmap_legend(void);
 
 /* A block table as text: "3(x2) 4(x2) 17 18@5" - each physical block id,
  * "(xN)" when N tables share it, "@slot" on the block where the next token

@@ -14,14 +14,17 @@ kv_session *chat_session_add(app *a, const char *name) {
         app_status(a, 1, "at most %d tabs", MAX_SESSIONS);
         return NULL;
     }
-    kv_session *s = kv_session_new(a->next_tag, name, &a->cfg.sampling, 256);
+    /* A tag whose block-map glyph no open tab has (tags wrap below the
+     * load range). */
+    int live[MAX_SESSIONS];
+    for (int i = 0; i < a->n_sessions; i++) live[i] = a->sessions[i]->tag;
+    int tag = kv_blockmap_pick_tag(a->next_tag, live, a->n_sessions);
+    kv_session *s = tag >= 0 ? kv_session_new(tag, name, &a->cfg.sampling, 256) : NULL;
     if (!s) {
         app_status(a, 1, "out of memory");
         return NULL;
     }
-    /* Tags wrap below the load range, so glyph letters and colors stay
-     * distinct for the first 26 tabs. */
-    a->next_tag = (a->next_tag + 1) % KV_SESSION_LOAD_BASE;
+    a->next_tag = (tag + 1) % KV_SESSION_LOAD_BASE;
     s->history = kv_input_history_new();
     if (a->state_dir[0]) {
         char msg[256];
@@ -52,7 +55,6 @@ void chat_session_close(app *a, int i) {
     if (a->n_sessions == 1) {
         /* The last tab is cleared rather than closed: there is always one. */
         kv_session_clear(s);
-        s->req = 0;
         app_status(a, 0, "last tab cleared");
         return;
     }
@@ -74,11 +76,30 @@ static kv_session *session_by_tag(app *a, int tag) {
 
 /* ---- submitting prompts ---- */
 
-/* Renders the conversation from turn `first` into a->prompt_buf. */
-static int render_prompt(app *a, kv_session *s, int first) {
-    return kv_session_render(s, first, a->plain, a->tmpl, a->model->chat_template, &a->prompt_buf, &a->prompt_cap) < 0
-               ? -1
-               : 0;
+/* The prompt ids of the conversation from turn `first` into ids (room for
+ * a->max_ctx): through the chat template, its markers special and every
+ * turn's text plain, so a typed "<|im_end|>" cannot forge a turn
+ * (kv_chat_tokenize); with no template, the system prompt and the latest
+ * user turn as plain text. Returns the count, KV_ERR_RANGE when longer than
+ * the context (found without encoding all of it), or another KV_ERR_*. */
+static int encode_prompt(app *a, kv_session *s, int first, int32_t *ids) {
+    const kv_tokenizer *tok = a->model->tok;
+    if (a->plain) {
+        int len = kv_session_render(s, first, 1, a->tmpl, NULL, &a->prompt_buf, &a->prompt_cap);
+        if (len < 0) return KV_ERR_NOMEM;
+        kv_encode_opts o = {.add_bos = kv_tokenizer_add_bos(tok), .max_tokens = a->max_ctx};
+        return kv_tokenizer_encode_ex(tok, a->prompt_buf, (size_t)len, &o, ids, a->max_ctx, NULL);
+    }
+    enum { MAXMSG = 1024 };
+    const char *roles[MAXMSG], *texts[MAXMSG];
+    kv_chat_msg msgs[MAXMSG];
+    int n = kv_session_messages(s, first, roles, texts, MAXMSG);
+    if (n <= 0) return KV_ERR_INVAL;
+    for (int i = 0; i < n; i++) msgs[i] = (kv_chat_msg){roles[i], texts[i]};
+    kv_chat_tok_params cp;
+    kv_chat_tok_defaults(&cp); /* the template's default system message left out, as before */
+    cp.max_tokens = a->max_ctx;
+    return kv_chat_tokenize(a->tmpl, a->model->chat_template, tok, msgs, n, &cp, ids, a->max_ctx, NULL);
 }
 
 /* Sends the session's conversation (its last turn is the user's prompt). */
@@ -90,20 +111,27 @@ void chat_submit(app *a, kv_session *s) {
     s->waiting_engine = 0;
     int first = 0, max_tokens = s->max_tokens;
     int n_tok = 0;
+    int32_t *ids = malloc((size_t)a->max_ctx * sizeof *ids);
+    if (!ids) {
+        app_note(s, "out of memory for a %d-token prompt", a->max_ctx);
+        return;
+    }
     /* Drop the oldest exchanges until prompt + reply fit the context. */
     for (;;) {
-        if (render_prompt(a, s, first)) {
-            app_note(s, "cannot format the prompt (out of memory?)");
+        n_tok = encode_prompt(a, s, first, ids);
+        if (n_tok < 0 && n_tok != KV_ERR_RANGE) {
+            app_note(s, "cannot encode the prompt (%s)", kv_err_str(n_tok));
+            free(ids);
             return;
         }
-        n_tok = kv_tokenizer_encode(a->model->tok, a->prompt_buf, strlen(a->prompt_buf),
-                                    kv_tokenizer_add_bos(a->model->tok), 1, NULL, 0, NULL);
-        if (n_tok < 0 || n_tok + max_tokens <= a->max_ctx) break;
+        if (n_tok >= 0 && n_tok + max_tokens <= a->max_ctx) break;
         int next = kv_session_next_exchange(s, first);
         if (next < 0) {
-            max_tokens = a->max_ctx - n_tok;
+            max_tokens = n_tok < 0 ? 0 : a->max_ctx - n_tok;
             if (max_tokens < 1) {
-                app_note(s, "the prompt is %d tokens, more than the %d-token context", n_tok, a->max_ctx);
+                if (n_tok < 0) app_note(s, "the prompt is longer than the %d-token context", a->max_ctx);
+                else app_note(s, "the prompt is %d tokens, more than the %d-token context", n_tok, a->max_ctx);
+                free(ids);
                 return;
             }
             break;
@@ -112,7 +140,8 @@ void chat_submit(app *a, kv_session *s) {
     }
     kv_request_params p;
     kv_engine_request_defaults(a->eng, &p);
-    p.text = a->prompt_buf;
+    p.tokens = ids;
+    p.n_tokens = n_tok;
     p.max_tokens = max_tokens;
     p.sampling = s->sampling;
     p.session = s->tag;
@@ -124,15 +153,17 @@ void chat_submit(app *a, kv_session *s) {
     }
     kv_err err;
     int64_t id = kv_engine_submit(a->eng, &p, &err);
+    free(ids); /* copied by the engine */
     if (id < 0) {
         app_note(s, "rejected: %s", err.msg);
         return;
     }
-    s->req = id;
     s->last_token_ms = -1;
-    int t = kv_session_add(s, KV_ROLE_ASSISTANT, "");
-    if (t >= 0) s->turns[t].req = id;
-    kv_session_autosave_turn(s, KV_ROLE_ASSISTANT, "");
+    if (kv_session_reply_begin(s, id) < 0) {
+        kv_engine_cancel(a->eng, id);
+        app_note(s, "out of memory: the reply was cancelled");
+        return;
+    }
     if (first > 0) app_status(a, 0, "older turns left out to fit the %d-token context", a->max_ctx);
 }
 
@@ -183,14 +214,15 @@ static void handle_event(app *a, const kv_event *ev) {
     }
     kv_session *s = session_by_tag(a, ev->session);
     if (ev->type == KV_EVENT_DONE) queue_forget(a, ev->req);
-    if (!s || s->req != ev->req) return; /* a cancelled reply of a closed or cleared tab */
-    kv_turn *t = kv_session_last(s);
-    if (!t || t->role != KV_ROLE_ASSISTANT || t->req != ev->req) return;
+    /* The reply's own turn, wherever it is: notes typed while it streams
+     * come after it. NULL: a cancelled reply, or one of a closed or
+     * cleared tab. */
+    kv_turn *t = s ? kv_session_reply(s, ev->req) : NULL;
+    if (!t) return;
     if (ev->type == KV_EVENT_TOKEN) {
         if (ev->text_len > 0) {
             int len = ev->text_len < (int)sizeof ev->text ? ev->text_len : (int)sizeof ev->text;
-            kv_session_append_src(s, ev->text, (size_t)len, (int)ev->source);
-            kv_session_autosave_text(s, ev->text, (size_t)len);
+            kv_session_reply_append(s, ev->text, (size_t)len, (int)ev->source);
         }
         t->n_tokens++;
         if (s->last_token_ms >= 0) {
@@ -203,7 +235,6 @@ static void handle_event(app *a, const kv_event *ev) {
         return;
     }
     /* Done. A stop string that ended the reply is not part of it. */
-    t->finish = ev->finish ? (int)ev->finish : KV_FINISH_EOS;
     if (ev->finish == KV_FINISH_STOP && !a->plain) {
         const char *eot = kv_chat_end_of_turn(a->tmpl);
         size_t el = strlen(eot);
@@ -212,21 +243,37 @@ static void handle_event(app *a, const kv_event *ev) {
             t->text[t->len] = 0;
         }
     }
-    s->req = 0;
+    int n_tokens = t->n_tokens;
+    kv_session_reply_end(s, ev->finish ? (int)ev->finish : KV_FINISH_EOS);
     s->last_token_ms = -1;
-    kv_session_autosave_text(s, "\n", 1);
     if (ev->finish == KV_FINISH_CANCELLED) app_note(s, "[cancelled]");
     else if (ev->finish == KV_FINISH_REJECTED || ev->finish == KV_FINISH_ERROR)
         app_note(s, "[%s: %s]", ev->finish == KV_FINISH_REJECTED ? "rejected" : "error", ev->reason);
-    else if (ev->finish == KV_FINISH_LENGTH) app_note(s, "[reply cut at %d tokens: /max N for longer]", t->n_tokens);
+    else if (ev->finish == KV_FINISH_LENGTH) app_note(s, "[reply cut at %d tokens: /max N for longer]", n_tokens);
     if (s != app_cur(a)) s->unread = 1;
+}
+
+void chat_cancel(app *a, kv_session *s) {
+    if (!s || !s->req) {
+        app_status(a, 0, "no reply to cancel in this tab");
+        return;
+    }
+    /* The engine's DONE for it comes later (or not at all when it had just
+     * finished); the tab is free now either way, and that DONE is then
+     * only forgotten. */
+    if (a->eng) kv_engine_cancel(a->eng, s->req);
+    kv_session_reply_end(s, KV_FINISH_CANCELLED);
+    s->last_token_ms = -1;
+    app_note(s, "[cancelled]");
+    app_status(a, 0, "reply cancelled");
 }
 
 void chat_poll_events(app *a) {
     if (!a->eng) return;
     kv_event ev[64];
     for (int round = 0; round < 64; round++) {
-        int n = kv_engine_poll(a->eng, ev, 64);
+        /* while serving, the server's dispatcher reads the engine and hands the tabs theirs */
+        int n = a->srv ? serve_poll(a, ev, 64) : kv_engine_poll(a->eng, ev, 64);
         for (int i = 0; i < n; i++) handle_event(a, &ev[i]);
         if (n < 64) break;
     }

@@ -82,7 +82,6 @@ static void run_command(app *a, const kv_command *c) {
     case KV_CMD_SETTINGS: show_settings(a, s); break;
     case KV_CMD_CLEAR:
         if (s->req && a->eng) kv_engine_cancel(a->eng, s->req);
-        s->req = 0;
         kv_session_clear(s);
         app_status(a, 0, "conversation cleared (the autosave keeps it)");
         break;
@@ -99,12 +98,9 @@ static void run_command(app *a, const kv_command *c) {
             app_status(a, 1, "%s", err.msg);
             break;
         }
-        loader_close(a);
-        snprintf(a->profile_path, sizeof a->profile_path, "%.1000s", c->arg);
-        snprintf(a->v.profile_path, sizeof a->v.profile_path, "%.250s", c->arg);
-        a->cfg = nc;
-        loader_start(a, &nc);
-        app_status(a, 0, "loading profile %s", c->arg);
+        /* The running engine goes on until the new one is up (loader.c). */
+        if (loader_start(a, &nc, c->arg) == 0)
+            app_status(a, 0, "loading profile %s%s", c->arg, a->eng ? " (this engine runs until it is up)" : "");
         break;
     }
     case KV_CMD_HELP: a->v.help_shown = 1; break;
@@ -136,9 +132,7 @@ static void run_command(app *a, const kv_command *c) {
         if ((int)c->num - 1 < a->n_sessions) chat_session_select(a, (int)c->num - 1);
         else app_status(a, 1, "no tab %d", (int)c->num);
         break;
-    case KV_CMD_CANCEL:
-        if (s->req && a->eng) kv_engine_cancel(a->eng, s->req);
-        break;
+    case KV_CMD_CANCEL: chat_cancel(a, s); break;
     }
 }
 
@@ -178,10 +172,7 @@ static void do_action(app *a, kv_action act, kv_key k) {
     case KV_ACT_QUIT: a->quit = 1; break;
     case KV_ACT_HELP: a->v.help_shown = !a->v.help_shown; break;
     case KV_ACT_CANCEL:
-        if (s && s->req && a->eng) {
-            kv_engine_cancel(a->eng, s->req);
-            app_status(a, 0, "cancelling the reply");
-        }
+        if (s && s->req) chat_cancel(a, s);
         break;
     case KV_ACT_FOCUS_TOGGLE: a->v.focus = a->v.focus == KV_FOCUS_INPUT ? KV_FOCUS_PANELS : KV_FOCUS_INPUT; break;
     case KV_ACT_FOCUS_INPUT: a->v.focus = KV_FOCUS_INPUT; break;
@@ -232,6 +223,7 @@ static void do_action(app *a, kv_action act, kv_key k) {
         break;
     case KV_ACT_REDRAW:
     case KV_ACT_RESIZE: a->need_clear = 1; break;
+    case KV_ACT_SUSPEND: app_suspend(a); break;
     }
 }
 

@@ -35,6 +35,7 @@ static int global_key(kv_key k, const kv_key_ctx *c, kv_action *out) {
         case KV_KEY_BTAB: *out = act(KV_ACT_FOCUS_TOGGLE, 0); return 1;
         case KV_KEY_RESIZE: *out = act(KV_ACT_RESIZE, 0); return 1;
         case KV_KEY_CTRL('l'): *out = act(KV_ACT_REDRAW, 0); return 1;
+        case KV_KEY_CTRL('z'): *out = act(KV_ACT_SUSPEND, 0); return 1;
         case KV_KEY_WHEEL_UP: *out = act(KV_ACT_SCROLL, 3); return 1;
         case KV_KEY_WHEEL_DOWN: *out = act(KV_ACT_SCROLL, -3); return 1;
         case KV_KEY_ESC:
@@ -84,7 +85,8 @@ kv_action kv_keys_map(kv_key k, const kv_key_ctx *c) {
     /* The help overlay takes the next key to close itself, except the keys
      * that must always work. */
     if (c->help_shown) {
-        if (!k.alt && (k.code == KV_KEY_CTRL('c') || k.code == KV_KEY_F(10) || k.code == KV_KEY_RESIZE))
+        if (!k.alt && (k.code == KV_KEY_CTRL('c') || k.code == KV_KEY_F(10) || k.code == KV_KEY_RESIZE ||
+                       k.code == KV_KEY_CTRL('z')))
             return global_key(k, c, &a), a;
         return act(KV_ACT_HELP, 0);
     }
@@ -160,6 +162,7 @@ const kv_key_help *kv_keys_help(void) {
         {"M-n M-w M-r", "new, close, rename tab ([n] [w] [r])"},
         {"PgUp/PgDn wheel", "scroll the transcript; [Up/Down/PgUp/PgDn] step log"},
         {"Ctrl-R", "search this tab's input history (Up/Down recall)"},
+        {"Ctrl-Z", "suspend to the shell (fg resumes; the engine stops too)"},
         {"Ctrl-C F10 M-q [q]", "quit (also Ctrl-D on an empty input line)"},
         {NULL, NULL},
     };

@@ -73,7 +73,8 @@ typedef enum kv_action_type {
     KV_ACT_RECORD,       /* start / stop trace recording */
     KV_ACT_THEME,        /* cycle color / 8 colors / monochrome */
     KV_ACT_REDRAW,
-    KV_ACT_RESIZE
+    KV_ACT_RESIZE,
+    KV_ACT_SUSPEND       /* Ctrl-Z: back to the shell until fg */
 } kv_action_type;
 
 typedef struct kv_action {

@@ -1,7 +1,9 @@
 /* loader.c - the engine's lifecycle: kv_engine_new runs on a loader thread
  * so the screen is up (and typing works) while the model loads; the UI
  * thread picks up the result, starts the engine and sends what waited for
- * it, and closes it again for /load. */
+ * it. /load builds the next engine the same way while the running one goes
+ * on serving its tabs; only once the new one is up is the old one retired,
+ * so a profile whose model fails to load leaves everything as it was. */
 #include "app_internal.h"
 
 #include <stdio.h>
@@ -14,41 +16,107 @@ static void *loader_main(void *p) {
     return NULL;
 }
 
-void loader_start(app *a, const kv_config *cfg) {
+int loader_start(app *a, const kv_config *cfg, const char *path) {
+    if (a->loader_running) {
+        app_status(a, 1, "still loading %.200s: /load again once it is up", a->load_path);
+        return -1;
+    }
     a->load_cfg = *cfg;
     a->loaded = NULL;
     kv_err_clear(&a->load_err);
     atomic_store(&a->loader_done, 0);
-    a->v.phase = KV_PHASE_LOADING;
-    snprintf(a->v.load_msg, sizeof a->v.load_msg, "loading %.480s ...", cfg->model.path);
+    snprintf(a->load_path, sizeof a->load_path, "%s", path ? path : "(defaults)");
+    /* With an engine running, it stays in charge (and the phase with it)
+     * until the new one is up. */
+    int reload = a->eng != NULL;
+    if (!reload) {
+        a->v.phase = KV_PHASE_LOADING;
+        snprintf(a->v.load_msg, sizeof a->v.load_msg, "loading %.480s ...", cfg->model.path);
+    }
     sigset_t old;
     app_block_signals(&old);
     int rc = pthread_create(&a->loader, NULL, loader_main, a);
     app_restore_signals(&old);
     if (rc) {
-        a->v.phase = KV_PHASE_FAILED;
-        snprintf(a->v.load_msg, sizeof a->v.load_msg, "cannot start the loader thread");
-        return;
+        if (!reload) {
+            a->v.phase = KV_PHASE_FAILED;
+            snprintf(a->v.load_msg, sizeof a->v.load_msg, "cannot start the loader thread");
+        }
+        app_status(a, 1, "cannot start the loader thread");
+        return -1;
     }
     a->loader_running = 1;
+    a->v.reloading = reload;
+    return 0;
 }
 
-/* Called each iteration: picks up a finished load. */
+/* Frees the running engine: the load stops, the replies in flight are
+ * marked cancelled, the step log notes the restart; a recording goes on
+ * with the next engine. */
+static void engine_retire(app *a) {
+    load_stop(a);
+    a->load.n_inflight = 0;
+    if (a->eng) {
+        serve_stop(a); /* before its engine goes */
+        record_detach(a);
+        kv_engine_free(a->eng);
+        a->eng = NULL;
+    }
+    a->model = NULL;
+    a->have_snap = 0;
+    a->n_forget = 0;
+    /* A new engine counts steps from 0 again. */
+    a->log_have = 0;
+    a->log_last_step = 0;
+    a->last_prefix_hits = 0;
+    if (a->log_n) {
+        kv_decision d;
+        memset(&d, 0, sizeof d);
+        d.kind = KV_DEC_WAIT;
+        snprintf(d.text, sizeof d.text, "---- engine restarted ----");
+        app_log_push(a, &d);
+    }
+    for (int i = 0; i < a->n_sessions; i++) {
+        kv_session *s = a->sessions[i];
+        if (s->req) {
+            kv_session_reply_end(s, KV_FINISH_CANCELLED);
+            s->req = 0;
+            app_note(s, "[engine restarted]");
+        }
+    }
+}
+
+/* The load failed: with an engine running it keeps running; without one
+ * the app shows why and waits for /load. */
+static void load_failed(app *a) {
+    const char *why = a->load_err.msg[0] ? a->load_err.msg : "load failed";
+    if (a->eng) {
+        app_status(a, 1, "/load failed, still running %.100s: %.140s (%.100s)", a->profile_path, why, a->load_path);
+        return;
+    }
+    a->v.phase = KV_PHASE_FAILED;
+    snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", why);
+    app_status(a, 1, "%s", a->v.load_msg);
+    for (int i = 0; i < a->n_sessions; i++)
+        if (a->sessions[i]->waiting_engine) app_note(a->sessions[i], "no engine: %s", a->v.load_msg);
+}
+
 void loader_check(app *a) {
     if (!a->loader_running || !atomic_load(&a->loader_done)) return;
     pthread_join(a->loader, NULL);
     a->loader_running = 0;
+    a->v.reloading = 0;
     if (!a->loaded) {
-        a->v.phase = KV_PHASE_FAILED;
-        snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->load_err.msg[0] ? a->load_err.msg : "load failed");
-        app_status(a, 1, "%s", a->v.load_msg);
-        for (int i = 0; i < a->n_sessions; i++)
-            if (a->sessions[i]->waiting_engine) app_note(a->sessions[i], "no engine: %s", a->v.load_msg);
+        load_failed(a);
         return;
     }
+    int reload = a->eng != NULL;
+    if (reload) engine_retire(a);
     a->eng = a->loaded;
     a->loaded = NULL;
     a->cfg = a->load_cfg;
+    snprintf(a->profile_path, sizeof a->profile_path, "%s", a->load_path);
+    snprintf(a->v.profile_path, sizeof a->v.profile_path, "%.250s", a->load_path);
     a->model = kv_engine_model(a->eng);
     a->plain = a->model->chat_template == NULL || !a->model->chat_template[0];
     a->tmpl = kv_chat_detect(a->model->chat_template);
@@ -80,46 +148,20 @@ void loader_check(app *a) {
         return;
     }
     a->v.phase = KV_PHASE_READY;
+    serve_start(a);
     snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->model->name);
+    if (reload) app_status(a, 0, "profile %.200s loaded (%.100s)", a->profile_path, a->model->name);
     for (int i = 0; i < a->n_sessions; i++)
         if (a->sessions[i]->waiting_engine) chat_submit(a, a->sessions[i]);
 }
 
 void loader_close(app *a) {
-    load_stop(a);
-    a->load.n_inflight = 0;
     if (a->loader_running) {
         pthread_join(a->loader, NULL);
         a->loader_running = 0;
+        a->v.reloading = 0;
         kv_engine_free(a->loaded);
         a->loaded = NULL;
     }
-    if (a->eng) {
-        record_detach(a); /* the recording goes on with the next engine */
-        kv_engine_free(a->eng);
-        a->eng = NULL;
-    }
-    a->model = NULL;
-    a->have_snap = 0;
-    a->n_forget = 0;
-    /* A new engine counts steps from 0 again. */
-    a->log_have = 0;
-    a->log_last_step = 0;
-    a->last_prefix_hits = 0;
-    if (a->log_n) {
-        kv_decision d;
-        memset(&d, 0, sizeof d);
-        d.kind = KV_DEC_WAIT;
-        snprintf(d.text, sizeof d.text, "---- engine restarted ----");
-        app_log_push(a, &d);
-    }
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_session *s = a->sessions[i];
-        if (s->req) {
-            kv_turn *t = kv_session_last(s);
-            if (t && t->role == KV_ROLE_ASSISTANT) t->finish = KV_FINISH_CANCELLED;
-            s->req = 0;
-            app_note(s, "[engine restarted]");
-        }
-    }
+    engine_retire(a);
 }

@@ -125,8 +125,8 @@ void kv_panel_tabs(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     } else if (v->phase == KV_PHASE_FAILED) {
         rn = snprintf(right, sizeof right, "no engine  ");
     } else if (s) {
-        rn = snprintf(right, sizeof right, "%s%s%s", v->recording ? "REC  " : "",
-                      v->paused ? "PAUSED  " : "", v->load_sessions ? "LOAD  " : "");
+        rn = snprintf(right, sizeof right, "%s%s%s%s", v->reloading ? "LOADING NEXT  " : "",
+                      v->recording ? "REC  " : "", v->paused ? "PAUSED  " : "", v->load_sessions ? "LOAD  " : "");
     }
     if (s)
         snprintf(right + rn, sizeof right - (size_t)rn, "%.40s  step %llu ", s->model_name,

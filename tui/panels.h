@@ -48,6 +48,7 @@ typedef struct kv_view_state {
     int help_shown;             /* bool */
     kv_engine_phase phase;
     char load_msg[512];         /* what is loading, or why it failed */
+    int reloading;              /* bool: /load is building the next engine while this one runs */
     char profile_path[256];
     /* sessions (tabs) */
     kv_session **sessions;      /* (n_sessions) borrowed */

@@ -97,8 +97,7 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         y++;
     }
     if (legend_rows)
-        panel_text(w, y, 1, iw, A_DIM,
-                   "a-z session  A-Z shared(ul)  w load  : cached  . free  rev: next token  N@s: slot", -1);
+        panel_text(w, y, 1, iw, A_DIM, kv_blockmap_legend(), -1);
 }
 
 /* ---- prefix sharing ---- */

@@ -103,7 +103,7 @@ void record_export(app *a, const char *out) {
         app_status(a, 1, "%s", err.msg);
         return;
     }
-    if (kv_trace_export_chrome(t, out, &err)) app_status(a, 1, "%s", err.msg);
+    if (replay_export(t, a->last_trace, out, &err)) app_status(a, 1, "%s", err.msg);
     else app_status(a, 0, "Chrome trace written: %s (open in ui.perfetto.dev)", out);
     kv_trace_free(t);
 }

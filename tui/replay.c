@@ -3,11 +3,57 @@
  * exports it as Chrome trace-event JSON. */
 #include "app_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "../base/cleanup.h"
 #include "tui.h"
+
+/* Refuses `path` as a file an export to `out` writes (out itself, or its
+ * temporary file; what names it in the message): one that exists and is
+ * not a regular file, or that is the trace's own file (same inode: the
+ * path itself, a hard link, a symlink to it). follow 0: a symlink is not
+ * followed (and so refused), for the temporary file that is written
+ * through. 0 or a KV_ERR_* with err. */
+static int export_target_ok(const char *out, const char *path, const char *what, int follow,
+                            const struct stat *trace, kv_err *err) {
+    struct stat st;
+    if (follow ? stat(path, &st) : lstat(path, &st)) {
+        if (errno == ENOENT) return 0;
+        return kv_err_set(err, KV_ERR_IO, "cannot export to %s: %s: %s", out, path, strerror(errno));
+    }
+    if (trace && st.st_dev == trace->st_dev && st.st_ino == trace->st_ino)
+        return kv_err_set(err, KV_ERR_INVAL, "cannot export to %s: %s is the trace itself", out, what);
+    if (!S_ISREG(st.st_mode))
+        return kv_err_set(err, KV_ERR_INVAL, "cannot export to %s: %s is not a regular file", out, what);
+    return 0;
+}
+
+int replay_export(kv_trace *t, const char *trace_path, const char *out, kv_err *err) {
+    if (!t || !out || !*out) return kv_err_set(err, KV_ERR_INVAL, "export: no file name");
+    char tmp[4200], what[4300];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    if (n < 0 || (size_t)n >= sizeof tmp) return kv_err_set(err, KV_ERR_RANGE, "export: file name too long");
+    snprintf(what, sizeof what, "its temporary file %s", tmp);
+    struct stat tr;
+    const struct stat *trp = trace_path && stat(trace_path, &tr) == 0 ? &tr : NULL;
+    int rc = export_target_ok(out, out, "it", 1, trp, err);
+    if (!rc) rc = export_target_ok(out, tmp, what, 0, trp, err);
+    if (rc) return rc;
+    /* Written beside it and renamed: a failed or interrupted export leaves
+     * the old file (if any) as it was. */
+    kv_cleanup_add(tmp);
+    rc = kv_trace_export_chrome(t, tmp, err);
+    if (!rc && rename(tmp, out))
+        rc = kv_err_set(err, KV_ERR_IO, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
+    if (rc) unlink(tmp);
+    kv_cleanup_remove(tmp);
+    return rc;
+}
 
 /* Shows frame replay_i: the only kv_trace_frame call, so a->shown stays
  * valid until the next one. */
@@ -57,6 +103,7 @@ static void replay_key(app *a, kv_key k) {
         if (a->color_ok) a->v.color = !a->v.color;
         break;
     case KV_KEY_RESIZE: a->need_clear = 1; break;
+    case KV_KEY_CTRL('z'): app_suspend(a); break;
     default: break;
     }
     if (a->replay_i < 0) a->replay_i = 0;
@@ -102,7 +149,9 @@ int cmd_replay(int argc, char **argv) {
         return 1;
     }
     if (export_path) {
-        int rc = kv_trace_export_chrome(t, export_path, &err);
+        /* No curses here: an interrupted export removes its OUT.tmp. */
+        kv_cleanup_install();
+        int rc = replay_export(t, path, export_path, &err);
         if (rc) fprintf(stderr, "kvtop replay: %s\n", err.msg);
         else printf("%s: %d steps -> %s\n", path, kv_trace_n_frames(t), export_path);
         kv_trace_free(t);

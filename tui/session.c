@@ -21,6 +21,7 @@ kv_session *kv_session_new(int tag, const char *name, const kv_sampling *samplin
     else s->sampling.top_p = 1.0f, s->sampling.repeat_penalty = 1.0f;
     s->max_tokens = max_tokens > 0 ? max_tokens : 128;
     s->last_token_ms = -1;
+    s->reply = -1;
     kv_series_clear(&s->itl);
     return s;
 }
@@ -82,10 +83,9 @@ int kv_session_add(kv_session *s, kv_role role, const char *text) {
     return s->n_turns++;
 }
 
-int kv_session_append_src(kv_session *s, const char *text, size_t len, int source) {
-    if (!s || s->n_turns == 0) return -1;
+/* Appends bytes to turn t, marking them as produced by source. 0 or -1. */
+static int turn_append(kv_turn *t, const char *text, size_t len, int source) {
     if (!text || len == 0) return 0;
-    kv_turn *t = &s->turns[s->n_turns - 1];
     if (t->len + len + 1 > t->cap) {
         size_t nc = (t->len + len + 1) * 2;
         char *nt = realloc(t->text, nc);
@@ -103,6 +103,11 @@ int kv_session_append_src(kv_session *s, const char *text, size_t len, int sourc
     return 0;
 }
 
+int kv_session_append_src(kv_session *s, const char *text, size_t len, int source) {
+    if (!s || s->n_turns == 0) return -1;
+    return turn_append(&s->turns[s->n_turns - 1], text, len, source);
+}
+
 int kv_session_append(kv_session *s, const char *text, size_t len) { return kv_session_append_src(s, text, len, 0); }
 
 void kv_session_clear(kv_session *s) {
@@ -113,9 +118,54 @@ void kv_session_clear(kv_session *s) {
     }
     s->n_turns = 0;
     s->scroll = 0;
+    s->req = 0;
+    s->reply = -1;
+    s->autosave_split = 0;
 }
 
 kv_turn *kv_session_last(kv_session *s) { return s && s->n_turns ? &s->turns[s->n_turns - 1] : NULL; }
+
+int kv_session_reply_begin(kv_session *s, int64_t req) {
+    if (!s || req <= 0) return -1;
+    int t = kv_session_add(s, KV_ROLE_ASSISTANT, "");
+    if (t < 0) return -1;
+    s->turns[t].req = req;
+    s->req = req;
+    s->reply = t;
+    s->autosave_split = 0;
+    kv_session_autosave_turn(s, KV_ROLE_ASSISTANT, "");
+    return t;
+}
+
+kv_turn *kv_session_reply(kv_session *s, int64_t req) {
+    if (!s || req <= 0 || s->req != req || s->reply < 0 || s->reply >= s->n_turns) return NULL;
+    kv_turn *t = &s->turns[s->reply];
+    return t->role == KV_ROLE_ASSISTANT && t->req == req ? t : NULL;
+}
+
+int kv_session_reply_append(kv_session *s, const char *text, size_t len, int source) {
+    kv_turn *t = s ? kv_session_reply(s, s->req) : NULL;
+    if (!t) return -1;
+    if (!text || len == 0) return 0;
+    if (s->autosave && s->autosave_split) {
+        /* A note was logged since the reply's last text: resume it. */
+        fputs("\n\n## Assistant (continued)\n\n", s->autosave);
+        s->autosave_split = 0;
+    }
+    kv_session_autosave_text(s, text, len);
+    return turn_append(t, text, len, source);
+}
+
+void kv_session_reply_end(kv_session *s, int finish) {
+    kv_turn *t = s ? kv_session_reply(s, s->req) : NULL;
+    if (!t) return;
+    t->finish = finish > 0 ? finish : 1;
+    /* The reply's paragraph ends here (a note after it ended it already). */
+    if (!s->autosave_split) kv_session_autosave_text(s, "\n", 1);
+    s->autosave_split = 0;
+    s->req = 0;
+    s->reply = -1;
+}
 
 int kv_session_messages(const kv_session *s, int first, const char **roles, const char **texts, int cap) {
     if (!s || !roles || !texts) return -1;
@@ -283,6 +333,8 @@ void kv_session_autosave_turn(kv_session *s, kv_role role, const char *text) {
     if (role == KV_ROLE_NOTE) {
         fputc('\n', s->autosave);
         write_quoted(s->autosave, text ? text : "");
+        /* In the middle of a reply: its next text resumes under a heading. */
+        if (s->reply >= 0) s->autosave_split = 1;
     } else {
         fprintf(s->autosave, "\n## %s\n\n%s", role_heading(role), text ? text : "");
         if (role == KV_ROLE_USER) fputc('\n', s->autosave);

@@ -42,6 +42,9 @@ typedef struct kv_session {
     kv_turn *turns;         /* (n_turns) the transcript */
     int n_turns, cap_turns;
     int64_t req;            /* request in flight, 0 none */
+    int reply;              /* index of the turn req's reply streams into, -1 none: notes
+                             * added while it streams go after it without ending it */
+    int autosave_split;     /* bool: a note reached the autosave in the middle of the reply */
     int waiting_engine;     /* bool: a prompt is queued until the engine is ready */
     double submit_ms;       /* engine clock at submit (from kv_event times) */
     double last_token_ms;   /* engine clock of the newest token, < 0 none */
@@ -70,8 +73,27 @@ int kv_session_add(kv_session *s, kv_role role, const char *text);
  * bonus); 0 or -1. kv_session_append is the same with source 0. */
 int kv_session_append(kv_session *s, const char *text, size_t len);
 int kv_session_append_src(kv_session *s, const char *text, size_t len, int source);
-/* Forgets the whole transcript (the autosave file keeps it). */
+/* Forgets the whole transcript (the autosave file keeps it) and the reply
+ * in flight (the caller cancels its request). */
 void kv_session_clear(kv_session *s);
+
+/* The reply in flight. The reply keeps its own turn: it is found by the
+ * request id, never as "the last turn", so notes and settings added while
+ * it streams do not cut it off.
+ * _begin adds an empty assistant turn for request req (> 0), makes it the
+ * reply in flight (s->req, s->reply) and opens it in the autosave; returns
+ * its index or -1 (allocation; nothing changes). */
+int kv_session_reply_begin(kv_session *s, int64_t req);
+/* The turn streaming request req's reply, or NULL when req is not the
+ * reply in flight (a cancelled, finished or cleared one). */
+kv_turn *kv_session_reply(kv_session *s, int64_t req);
+/* Appends streamed text to the reply in flight (its turn and the autosave,
+ * which resumes the reply under a new heading when a note came between);
+ * 0, or -1 when there is no reply in flight or memory ran out. */
+int kv_session_reply_append(kv_session *s, const char *text, size_t len, int source);
+/* Ends the reply in flight with finish (a kv_finish, > 0): the tab is free
+ * for the next prompt. No-op when none is in flight. */
+void kv_session_reply_end(kv_session *s, int finish);
 /* The last turn, or NULL. */
 kv_turn *kv_session_last(kv_session *s);
 

@@ -9,4 +9,10 @@ int cmd_tui(int argc, char **argv);
 /* Steps through a recorded trace (kvtop replay TRACE [--export OUT]). */
 int cmd_replay(int argc, char **argv);
 
+/* The server `kvtop PROFILE --serve PORT` runs on the TUI's engine, as
+ * server/'s table of calls: the dispatcher hands it over before cmd_tui, so
+ * tui/ links no server code. Without it --serve is refused. */
+struct kv_server_ops;
+void cmd_tui_set_server(const struct kv_server_ops *ops);
+
 #endif

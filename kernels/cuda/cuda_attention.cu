@@ -7,72 +7,14 @@
  * the end. Correctness first: positions are visited one at a time per warp. */
 #include <math.h>
 
+#include "../fp_bits.h"
 #include "cuda_internal.cuh"
 
 #define ATT_WARPS 4
 
 /* ---- element formats (kv_dtype.h) ---------------------------------------------- */
 
-/* kv_fp32_to_fp16, bit for bit (NaN payloads included). */
-__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
-    const uint32_t x = __float_as_uint(f);
-    const uint32_t sign = (x >> 16) & 0x8000u, absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-    if (absx < 0x38800000u) {
-        if (absx < 0x33000000u) return (uint16_t)sign;
-        const uint32_t e = absx >> 23, m = (absx & 0x7fffffu) | 0x800000u, shift = 126 - e;
-        uint32_t r = m >> shift;
-        const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (r & 1))) r++;
-        return (uint16_t)(sign | r);
-    }
-    const uint32_t e = (absx >> 23) - 127 + 15, m = absx & 0x7fffffu;
-    uint32_t r = (e << 10) | (m >> 13);
-    const uint32_t rem = m & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) r++;
-    return (uint16_t)(sign | r);
-}
-
-/* kv_dtype.c's fp8_encode: nearest, ties to even, saturating. */
-__device__ __forceinline__ uint8_t fp8_encode(float f, int mbits, int bias, uint32_t max_code, uint32_t nan_code) {
-    const uint32_t x = __float_as_uint(f);
-    const uint32_t sign = (x >> 24) & 0x80u, ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint8_t)(sign | nan_code);
-    if (ax == 0x7f800000u) return (uint8_t)(sign | max_code);
-    if ((ax >> 23) == 0) return (uint8_t)sign;
-    const int e = (int)(ax >> 23) - 127 + bias;
-    uint32_t m = ax & 0x7fffffu, code;
-    int shift;
-    if (e >= 1) {
-        shift = 23 - mbits;
-        code = ((uint32_t)e << mbits) | (m >> shift);
-    } else {
-        m |= 0x800000u;
-        shift = 23 - mbits + 1 - e;
-        if (shift >= 25) return (uint8_t)sign;
-        code = m >> shift;
-    }
-    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (code & 1))) code++;
-    if (code > max_code) code = max_code;
-    return (uint8_t)(sign | code);
-}
-
-__device__ __forceinline__ float fp8_decode(uint32_t v, int mbits, int bias, int ieee) {
-    const int ebits = 7 - mbits;
-    const int e = (int)(v >> mbits) & ((1 << ebits) - 1), m = (int)v & ((1 << mbits) - 1);
-    float r;
-    if (ieee && e == (1 << ebits) - 1)
-        r = m ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000);
-    else if (!ieee && (v & 0x7f) == 0x7f)
-        r = __int_as_float(0x7fc00000);
-    else if (e == 0)
-        r = ldexpf((float)m, 1 - bias - mbits);
-    else
-        r = ldexpf(1.0f + (float)m / (float)(1 << mbits), e - bias);
-    return (v & 0x80) ? -r : r;
-}
+/* (The f16 and fp8 conversions are the host's, fp_bits.h, bit for bit.) */
 
 /* Element d of a row; sc / mn are the row's scale and min (quantized formats). */
 __device__ __forceinline__ float kv_elem(int dt, const uint8_t *row, int d, float sc, float mn) {
@@ -81,8 +23,8 @@ __device__ __forceinline__ float kv_elem(int dt, const uint8_t *row, int d, floa
     case KV_CACHE_F16: return kvc_h2f(((const uint16_t *)row)[d]);
     case KV_CACHE_INT8: return __fmul_rn((float)(int8_t)row[d], sc);
     case KV_CACHE_INT8_ASYM: return __fadd_rn(mn, __fmul_rn((float)row[d], sc));
-    case KV_CACHE_FP8_E4M3: return __fmul_rn(fp8_decode(row[d], 3, 7, 0), sc);
-    default: return __fmul_rn(fp8_decode(row[d], 2, 15, 1), sc);
+    case KV_CACHE_FP8_E4M3: return __fmul_rn(kv_fp8_bits_to_f32(row[d], 3, 7, 0), sc);
+    default: return __fmul_rn(kv_fp8_bits_to_f32(row[d], 2, 15, 1), sc);
     }
 }
 
@@ -108,7 +50,7 @@ __device__ void encode_row(int dt, const float *src, uint8_t *dst, int hd, float
         for (int k = threadIdx.x; k < hd; k += blockDim.x) ((float *)dst)[k] = src[k];
         return;
     case KV_CACHE_F16:
-        for (int k = threadIdx.x; k < hd; k += blockDim.x) ((uint16_t *)dst)[k] = f32_to_f16_bits(src[k]);
+        for (int k = threadIdx.x; k < hd; k += blockDim.x) ((uint16_t *)dst)[k] = kv_f32_to_f16_bits(src[k]);
         return;
     case KV_CACHE_INT8_ASYM: {
         float mn = __int_as_float(0x7f800000), mx = -mn;
@@ -143,9 +85,9 @@ __device__ void encode_row(int dt, const float *src, uint8_t *dst, int hd, float
                 const float q = fminf(fmaxf(rintf(x), -127.0f), 127.0f);
                 dst[k] = (uint8_t)(int8_t)q;
             } else if (dt == KV_CACHE_FP8_E4M3) {
-                dst[k] = fp8_encode(x, 3, 7, 0x7e, 0x7f);
+                dst[k] = kv_f32_to_fp8_bits(x, 3, 7, 0x7e, 0x7f);
             } else {
-                dst[k] = fp8_encode(x, 2, 15, 0x7b, 0x7e);
+                dst[k] = kv_f32_to_fp8_bits(x, 2, 15, 0x7b, 0x7e);
             }
         }
         if (threadIdx.x == 0) kvc_stf_a1(dst + hd, scale);

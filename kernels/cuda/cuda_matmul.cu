@@ -102,21 +102,43 @@ __global__ void k_quantize_q8a(const float *x, int n, int64_t K, int8_t *xq, flo
 
 /* ---- mat-vec: one warp per weight row, up to KVC_MMV_MAX_N activation rows -- */
 
+/* The output rows of one mat-vec warp: weight row r (its bytes at row),
+ * activation rows j0 .. j0 + nc of this block; lane: the thread's lane. */
+typedef struct mmv_warp {
+    int lane, j0, nc;
+    int64_t r;
+    const uint8_t *row;
+} mmv_warp;
+
+/* This thread's warp over weights w (rows nb1 bytes apart); false when its
+ * weight row is past M (nothing to do). */
+__device__ __forceinline__ bool mmv_warp_of(const uint8_t *w, size_t nb1, int64_t M, int n, mmv_warp *wp) {
+    wp->lane = threadIdx.x & 31;
+    wp->r = (int64_t)blockIdx.x * KVC_MMV_WARPS + threadIdx.x / 32;
+    wp->j0 = blockIdx.y * KVC_MMV_MAX_N;
+    wp->nc = min(KVC_MMV_MAX_N, n - wp->j0);
+    wp->row = w + (size_t)wp->r * nb1;
+    return wp->r < M;
+}
+
+/* Each lane's partial dots summed over the warp; lane 0 stores them. */
+__device__ __forceinline__ void mmv_store(const float (&acc)[KVC_MMV_MAX_N], const mmv_warp &wp, int64_t M, float *y) {
+#pragma unroll
+    for (int c = 0; c < KVC_MMV_MAX_N; c++) {
+        const float s = kvc_warp_sum(acc[c]);
+        if (wp.lane == 0 && c < wp.nc) y[(size_t)(wp.j0 + c) * M + wp.r] = s;
+    }
+}
+
 template <int T>
 __global__ void __launch_bounds__(KVC_MMV_WARPS * 32)
     k_mmv_q(const uint8_t *w, size_t nb1, int64_t M, int64_t nb, const int8_t *xq, const float *xd, const float *xs,
             float *y, int n) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * KVC_MMV_WARPS + threadIdx.x / 32;
-    if (r >= M) return;
-    const int j0 = blockIdx.y * KVC_MMV_MAX_N;
-    const int nc = min(KVC_MMV_MAX_N, n - j0);
-    const uint8_t *row = w + (size_t)r * nb1;
-    float acc[KVC_MMV_MAX_N];
-#pragma unroll
-    for (int c = 0; c < KVC_MMV_MAX_N; c++) acc[c] = 0.0f;
-    for (int64_t b = lane; b < nb; b += 32) {
-        const uint8_t *blk = row + (size_t)b * blk_traits<T>::bytes;
+    mmv_warp wp;
+    if (!mmv_warp_of(w, nb1, M, n, &wp)) return;
+    float acc[KVC_MMV_MAX_N] = {};
+    for (int64_t b = wp.lane; b < nb; b += 32) {
+        const uint8_t *blk = wp.row + (size_t)b * blk_traits<T>::bytes;
         int32_t wq[8];
 #pragma unroll
         for (int ww = 0; ww < 8; ww++) wq[ww] = wword<T>(blk, ww);
@@ -124,47 +146,46 @@ __global__ void __launch_bounds__(KVC_MMV_WARPS * 32)
         const float m = T == KV_TYPE_Q4_1 ? kvc_h2f(kvc_ld16(blk + 2)) : 0.0f;
 #pragma unroll
         for (int c = 0; c < KVC_MMV_MAX_N; c++) {
-            if (c < nc) {
-                const int64_t ab = (int64_t)(j0 + c) * nb + b;
+            if (c < wp.nc) {
+                const int64_t ab = (int64_t)(wp.j0 + c) * nb + b;
                 acc[c] += block_dot<T>(wq, d, m, xq + ab * KVC_QK, xd[ab], xs[ab]);
             }
         }
     }
-#pragma unroll
-    for (int c = 0; c < KVC_MMV_MAX_N; c++) {
-        const float s = kvc_warp_sum(acc[c]);
-        if (lane == 0 && c < nc) y[(size_t)(j0 + c) * M + r] = s;
-    }
+    mmv_store(acc, wp, M, y);
 }
 
 template <int T>
 __global__ void __launch_bounds__(KVC_MMV_WARPS * 32)
     k_mmv_f(const uint8_t *w, size_t nb1, int64_t M, int64_t K, const float *x, float *y, int n) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * KVC_MMV_WARPS + threadIdx.x / 32;
-    if (r >= M) return;
-    const int j0 = blockIdx.y * KVC_MMV_MAX_N;
-    const int nc = min(KVC_MMV_MAX_N, n - j0);
-    const uint8_t *row = w + (size_t)r * nb1;
-    float acc[KVC_MMV_MAX_N];
-#pragma unroll
-    for (int c = 0; c < KVC_MMV_MAX_N; c++) acc[c] = 0.0f;
-    for (int64_t k = lane; k < K; k += 32) {
-        const float wv = ldw<T>(row, k);
+    mmv_warp wp;
+    if (!mmv_warp_of(w, nb1, M, n, &wp)) return;
+    float acc[KVC_MMV_MAX_N] = {};
+    for (int64_t k = wp.lane; k < K; k += 32) {
+        const float wv = ldw<T>(wp.row, k);
 #pragma unroll
         for (int c = 0; c < KVC_MMV_MAX_N; c++)
-            if (c < nc) acc[c] += wv * x[(size_t)(j0 + c) * K + k];
+            if (c < wp.nc) acc[c] += wv * x[(size_t)(wp.j0 + c) * K + k];
     }
-#pragma unroll
-    for (int c = 0; c < KVC_MMV_MAX_N; c++) {
-        const float s = kvc_warp_sum(acc[c]);
-        if (lane == 0 && c < nc) y[(size_t)(j0 + c) * M + r] = s;
-    }
+    mmv_store(acc, wp, M, y);
 }
 
 /* ---- batched: a KVC_TILE x KVC_TILE output tile per block, 4 x 4 per thread --
  * Thread (tx, ty) of 16 x 16 owns weight rows tx + 16 i and activation rows
  * ty + 16 c, so the stores y[j * M + r] are coalesced along tx. */
+
+/* The thread's 4 x 4 outputs of the tile at (r0, j0), those inside (M, n). */
+__device__ __forceinline__ void tile_store(const float (&acc)[4][4], int64_t r0, int j0, int tx, int ty, int64_t M,
+                                           int n, float *y) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int64_t r = r0 + tx + 16 * i;
+            const int j = j0 + ty + 16 * c;
+            if (r < M && j < n) y[(size_t)j * M + r] = acc[i][c];
+        }
+}
 
 template <int T>
 __global__ void __launch_bounds__(256)
@@ -176,11 +197,7 @@ __global__ void __launch_bounds__(256)
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int64_t r0 = (int64_t)blockIdx.x * KVC_TILE;
     const int j0 = blockIdx.y * KVC_TILE;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
+    float acc[4][4] = {};
     for (int64_t b = 0; b < nb; b++) {
 #pragma unroll
         for (int s = 0; s < 2; s++) {
@@ -222,14 +239,7 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int64_t r = r0 + tx + 16 * i;
-            const int j = j0 + ty + 16 * c;
-            if (r < M && j < n) y[(size_t)j * M + r] = acc[i][c];
-        }
+    tile_store(acc, r0, j0, tx, ty, M, n, y);
 }
 
 template <int T>
@@ -239,11 +249,7 @@ __global__ void __launch_bounds__(256)
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int64_t r0 = (int64_t)blockIdx.x * KVC_TILE;
     const int j0 = blockIdx.y * KVC_TILE;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
+    float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
 #pragma unroll
         for (int s = 0; s < 8; s++) {
@@ -268,14 +274,7 @@ __global__ void __launch_bounds__(256)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int64_t r = r0 + tx + 16 * i;
-            const int j = j0 + ty + 16 * c;
-            if (r < M && j < n) y[(size_t)j * M + r] = acc[i][c];
-        }
+    tile_store(acc, r0, j0, tx, ty, M, n, y);
 }
 
 /* ---- get_rows: one block per output row ------------------------------------- */

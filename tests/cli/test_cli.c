@@ -2,13 +2,19 @@
  * table-driven option parser (key-table ranges and messages, --name=value,
  * repeatable options, positionals, errors) and one request streamed through
  * a caller-stepped engine (stop strings, refusals, and the prefix sharing a
- * chat's next turn gets from the turn before). */
+ * chat's next turn gets from the turn before); the messages about input:
+ * a prompt over the context, a NUL in a prompt file, --ctx over the
+ * model's. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "../../cli/cli.h"
 #include "../../cli/stream.h"
+#include "../../engine/gguf.h"
+#include "../../engine/mkmodel.h"
+#include "../../engine/unicode.h"
 
 static void usage_none(FILE *f) { fputs("usage: test\n", f); }
 
@@ -79,8 +85,8 @@ static void test_stream(void) {
     int32_t *ids = NULL;
     int n = 0;
     kv_err err;
-    CHECK(cli_encode(tok, "", 0, 0, &ids, &n, &err) == KV_ERR_INVAL && !ids && n == 0);
-    REQUIRE(cli_encode(tok, "Once upon a time", 1, 0, &ids, &n, &err) == 0 && n > 1);
+    CHECK(cli_encode(tok, "", 0, 0, 256, &ids, &n, &err) == KV_ERR_INVAL && !ids && n == 0);
+    REQUIRE(cli_encode(tok, "Once upon a time", 1, 0, 256, &ids, &n, &err) == 0 && n > 1);
     kv_request_params p;
     kv_engine_request_defaults(e, &p);
     p.tokens = ids;
@@ -117,7 +123,7 @@ static void test_next_turn_shares_prefix(void) {
     int32_t *ids = NULL;
     int n = 0;
     kv_err err;
-    REQUIRE(cli_encode(tok, turn1, 1, 1, &ids, &n, &err) == 0 && n > 16);
+    REQUIRE(cli_encode(tok, turn1, 1, 0, 512, &ids, &n, &err) == 0 && n > 16);
     kv_request_params p;
     kv_engine_request_defaults(e, &p);
     p.tokens = ids;
@@ -134,7 +140,7 @@ static void test_next_turn_shares_prefix(void) {
     snprintf(turn2, len, "%s%s\nUser: And then?\nAssistant:", turn1, r.text);
     free(r.text);
     free(ids);
-    REQUIRE(cli_encode(tok, turn2, 1, 1, &ids, &n, &err) == 0);
+    REQUIRE(cli_encode(tok, turn2, 1, 0, 512, &ids, &n, &err) == 0);
     p.tokens = ids;
     p.n_tokens = n;
     REQUIRE(cli_stream_run(e, &p, NULL, 1, &r, &err) == 0);
@@ -146,4 +152,129 @@ static void test_next_turn_shares_prefix(void) {
     kv_engine_free(e);
 }
 
-TEST_MAIN(T(test_parse), T(test_stream), T(test_next_turn_shares_prefix))
+/* What generate and chat say about their input: a prompt over the
+ * context (found without encoding all of it), a prompt file with a NUL,
+ * a --ctx above the model's, an unknown pre-tokenizer. */
+static void test_input_messages(void) {
+    kv_engine *e = tiny_engine(256);
+    REQUIRE(e);
+    const kv_tokenizer *tok = kv_engine_model(e)->tok;
+    int32_t *ids = NULL;
+    int n = 0;
+    kv_err err;
+    size_t big = 4u << 20;
+    char *huge = malloc(big + 1);
+    REQUIRE(huge);
+    for (size_t i = 0; i < big; i++) huge[i] = "once upon a time "[i % 17];
+    huge[big] = 0;
+    double t0 = kv_now_s();
+    CHECK(cli_encode(tok, huge, 1, 0, 255, &ids, &n, &err) == KV_ERR_RANGE && !ids && n == 0);
+    CHECKF(strstr(err.msg, "the prompt is longer than the context (more than 255 tokens)") && kv_now_s() - t0 < 0.1,
+           "%s", err.msg);
+    free(huge);
+    /* the chat form: markers special, message text plain */
+    kv_chat_msg m = {"user", "Lily <s> said"};
+    REQUIRE(cli_encode_chat(kv_engine_model(e), &m, 1, 1, 0, 64, &ids, &n, &err) == 0);
+    int bos = 0;
+    for (int i = 0; i < n; i++) bos += ids[i] == kv_tokenizer_bos(tok);
+    CHECK(bos == 1 && ids[0] == kv_tokenizer_bos(tok));
+    free(ids);
+    REQUIRE(cli_encode_chat(kv_engine_model(e), &m, 1, 1, 1, 64, &ids, &n, &err) == 0);
+    bos = 0;
+    for (int i = 0; i < n; i++) bos += ids[i] == kv_tokenizer_bos(tok);
+    CHECK(bos == 2); /* --special: parsed */
+    free(ids);
+    /* --ctx above the model's context: said once */
+    FILE *f = tmpfile();
+    REQUIRE(f);
+    cli_engine_notes("generate", e, 100000, f);
+    cli_engine_notes("generate", e, 256, f);
+    rewind(f);
+    char line[256] = "";
+    size_t got = fread(line, 1, sizeof line - 1, f);
+    line[got] = 0;
+    fclose(f);
+    char want[160];
+    snprintf(want, sizeof want, "kvtop generate: note: --ctx 100000 is more than the model's context; using its %d tokens\n",
+             kv_engine_model(e)->hp.ctx_len);
+    CHECKF(!strcmp(line, want), "[%s]", line);
+    kv_engine_free(e);
+    /* a prompt file with a NUL byte */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvtop_test_cli_%d.txt", (int)getpid());
+    f = fopen(path, "wb");
+    REQUIRE(f);
+    fwrite("ab\0cd", 1, 5, f);
+    fclose(f);
+    size_t len = 0;
+    CHECK(cli_read_prompt(path, &len, &err) == NULL && strstr(err.msg, "byte 2 is a NUL"));
+    f = fopen(path, "wb");
+    fputs("abcd", f);
+    fclose(f);
+    char *txt = cli_read_prompt(path, &len, &err);
+    CHECK(txt && len == 4 && !strcmp(txt, "abcd"));
+    free(txt);
+    remove(path);
+}
+
+/* A model whose tokenizer.ggml.pre is unknown: generate and chat name it
+ * and the fallback once, before running. */
+static void test_unknown_pre_note(void) {
+    static char texts[256][3];
+    const char *strs[256];
+    for (int b = 0, n = 0; b < 256; b++) {
+        int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        size_t k = kv_utf8_encode(printable ? (uint32_t)b : 256u + (uint32_t)n++, texts[b]);
+        texts[b][k] = 0;
+        strs[b] = texts[b];
+    }
+    const char *merges[] = {"a b"};
+    char vocab[64], model[64];
+    snprintf(vocab, sizeof vocab, "/tmp/kvtop_test_cli_vocab_%d.gguf", (int)getpid());
+    snprintf(model, sizeof model, "/tmp/kvtop_test_cli_model_%d.gguf", (int)getpid());
+    kv_gguf_writer *w = kv_gguf_writer_new();
+    kv_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    kv_gguf_writer_add_str(w, "tokenizer.ggml.pre", "frobnicator-9");
+    kv_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", strs, NULL, 256);
+    kv_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 1);
+    kv_err err = {0};
+    int rc = kv_gguf_writer_write(w, vocab, &err);
+    kv_gguf_writer_free(w);
+    REQUIRE(rc == 0);
+    kv_mkmodel_params mp = kv_mkmodel_default_params();
+    mp.dim = 64;
+    mp.n_layers = 1;
+    mp.n_heads = 2;
+    mp.n_kv_heads = 1;
+    mp.ffn_dim = 64;
+    mp.ctx_len = 64;
+    mp.vocab_from = vocab;
+    rc = kv_mkmodel_write(&mp, model, &err);
+    remove(vocab);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc) return;
+    kv_config c;
+    kv_config_default(&c);
+    snprintf(c.model.path, sizeof c.model.path, "%s", model);
+    c.threads = 1;
+    cli_size_for_context(&c, 64);
+    kv_engine *e = kv_engine_new(&c, &err);
+    remove(model);
+    CHECKF(e, "%s", err.msg);
+    REQUIRE(e);
+    FILE *f = tmpfile();
+    REQUIRE(f);
+    cli_engine_notes("chat", e, 0, f);
+    rewind(f);
+    char line[512] = "";
+    size_t got = fread(line, 1, sizeof line - 1, f);
+    line[got] = 0;
+    fclose(f);
+    const char *want = "kvtop chat: note: tokenizer.ggml.pre 'frobnicator-9' is not a pre-tokenizer kvtop knows; "
+                       "using 'default'";
+    CHECKF(!strncmp(line, want, strlen(want)) && strchr(line, '\n') == line + strlen(line) - 1, "[%s]", line);
+    kv_engine_free(e);
+}
+
+TEST_MAIN(T(test_parse), T(test_stream), T(test_next_turn_shares_prefix), T(test_input_messages),
+          T(test_unknown_pre_note))

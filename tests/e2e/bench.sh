@@ -138,4 +138,70 @@ out=$($K bench $P --frobnicate 2>&1); rc=$?
 out=$($K bench $P "${base[@]}" --set model.path="$T/missing.gguf" 2>&1); rc=$?
 [[ $rc == 1 && $out == *missing.gguf* ]] && ok "missing model: exit 1, names the file" || bad "missing model (exit $rc)" "$out"
 
+# --json / --outputs never destroy an input: the model, the profile, a
+# symbolic link to the model, the prompts file and a draft model are refused
+# by inode (exit 2, the file byte for byte as it was).
+cp "$M" "$T/m.gguf"; cp "$M" "$T/d.gguf"; cp $P "$T/prof.yaml"; ln -s "$T/m.gguf" "$T/mlink"
+own=("${base[@]}" --set model.path="$T/m.gguf" --set workload.requests=2)
+refused() { # LABEL FILE ORIGINAL ARGS...: bench refuses and FILE is unchanged, no FILE.tmp left
+  local label=$1 f=$2 orig=$3; shift 3
+  out=$($K bench "$@" 2>&1); rc=$?
+  [[ $rc == 2 && $out == *"refusing to overwrite"* ]] && cmp -s "$f" "$orig" && [[ ! -e $f.tmp ]] \
+    && ok "$label" || bad "$label (exit $rc, $(stat -c %s "$f") bytes)" "$out"
+}
+refused "--json onto the model is refused" "$T/m.gguf" "$M" $P "${own[@]}" --json "$T/m.gguf"
+refused "--outputs onto the model is refused" "$T/m.gguf" "$M" $P "${own[@]}" --outputs "$T/m.gguf"
+refused "--json onto a link to the model is refused" "$T/m.gguf" "$M" $P "${own[@]}" --json "$T/mlink"
+refused "--json onto the profile is refused" "$T/prof.yaml" $P "$T/prof.yaml" "${own[@]}" --json "$T/prof.yaml"
+cp "$T/p.jsonl" "$T/p.orig"
+refused "--outputs onto the prompts file is refused" "$T/p.jsonl" "$T/p.orig" $P "${own[@]}" \
+  --set workload.prompts_file="$T/p.jsonl" --outputs "$T/p.jsonl"
+refused "--json onto the draft model is refused" "$T/d.gguf" "$M" $P "${own[@]}" --set spec.method=draft_model \
+  --set spec.draft_model="$T/d.gguf" --json "$T/d.gguf"
+out=$($K bench $P "${own[@]}" --json "$T/same" --outputs "$T/same" 2>&1); rc=$?
+[[ $rc == 2 && $out == *"another output"* && ! -e $T/same ]] && ok "--json and --outputs on one file: refused" \
+  || bad "--json == --outputs (exit $rc)" "$out"
+
+# A run that fails leaves an earlier result as it was (no FILE.tmp either);
+# with --compare a,b where b fails, a's results are written and b is marked
+# with its error, exit 1.
+$K bench $P "${own[@]}" --json "$T/keep.json" --outputs "$T/keep.jsonl" --quiet
+cp "$T/keep.json" "$T/keep.json.orig"; cp "$T/keep.jsonl" "$T/keep.jsonl.orig"
+for why in "--set backend=sim --set sim_device=nosuchgpu" "--set model.path=$T/missing.gguf"; do
+  out=$($K bench $P "${own[@]}" $why --json "$T/keep.json" --outputs "$T/keep.jsonl" --quiet 2>&1); rc=$?
+  [[ $rc == 1 && -s $T/keep.json ]] && cmp -s "$T/keep.json" "$T/keep.json.orig" && cmp -s "$T/keep.jsonl" "$T/keep.jsonl.orig" \
+    && [[ ! -e $T/keep.json.tmp && ! -e $T/keep.jsonl.tmp ]] \
+    && ok "a failed run ($why) leaves the earlier --json and --outputs as they were" \
+    || bad "failed run ($why) kept earlier results (exit $rc)" "$out $(ls "$T" | grep keep)"
+done
+out=$($K bench $P "${own[@]}" --set backend=sim --compare sim_device=h100,nosuchgpu --json "$T/half.json" \
+      --outputs "$T/half.jsonl" --quiet 2>&1); rc=$?
+[[ $rc == 1 && $out == *nosuchgpu* ]] && py "$T/half.json" 'd["failed_runs"] == 1 and d["runs"][0]["value"] == "h100"
+  and d["runs"][0]["requests_completed"] == 2 and "error" not in d["runs"][0]
+  and d["runs"][1]["value"] == "nosuchgpu" and "nosuchgpu" in d["runs"][1]["error"]' \
+  && py "$T/half-h100.jsonl" 'len(lines) == 2' && [[ ! -e $T/half-nosuchgpu.jsonl && ! -e $T/half-nosuchgpu.jsonl.tmp ]] \
+  && ok "--compare a,b with b failing: a's results written, b marked with its error, exit 1" \
+  || bad "--compare with a failing value (exit $rc)" "$out $(head -c 600 "$T/half.json")"
+
+# Interrupted (SIGTERM, SIGINT) while it runs: FILE.tmp is removed and an
+# earlier FILE stays as it was.
+for sig in TERM INT; do
+  cp "$T/keep.json.orig" "$T/sig.json"
+  $K bench $P "${own[@]}" --set workload.requests=200000 --set workload.output_len=1 --json "$T/sig.json" \
+    --quiet >/dev/null 2>&1 & bp=$!
+  for _ in $(seq 1 500); do [[ -e $T/sig.json.tmp ]] && break; sleep 0.02; done
+  seen=0; [[ -e $T/sig.json.tmp ]] && seen=1
+  sleep 0.2
+  kill -$sig $bp 2>/dev/null; wait $bp 2>/dev/null; rc=$?
+  [[ $seen == 1 && $rc -gt 128 && ! -e $T/sig.json.tmp ]] && cmp -s "$T/sig.json" "$T/keep.json.orig" \
+    && ok "bench interrupted by SIG$sig: no FILE.tmp left, the earlier FILE kept" \
+    || bad "bench SIG$sig (seen $seen, rc $rc)" "$(ls "$T" | grep sig)"
+done
+
+# tools/burst_curve.sh (the README's burst table) runs: one row per size,
+# every request of the burst completed.
+out=$(KVTOP_BIN=$K KVTOP_SHARED=$S bash tools/burst_curve.sh 200 400 2>&1); rc=$?
+[[ $rc == 0 && $(echo "$out" | grep -cE '^\| (200|400) \| [0-9.]+ \|') == 2 ]] && ok "tools/burst_curve.sh: a row per burst size" \
+  || bad "tools/burst_curve.sh (exit $rc)" "$out"
+
 echo "$pass passed, $fail failed"

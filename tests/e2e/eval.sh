@@ -75,4 +75,32 @@ out=$($K eval -m "$M" --text $TEXT --ctx 1 2>&1); rc=$?
 out=$($K eval -m $S/models/stories260K.bin --tokenizer $S/models/tok512.bin --text $TEXT --weights q8_0 2>&1); rc=$?
 [[ $rc == 1 && $out == *GGUF* ]] && ok "llama2.c checkpoint cannot be re-encoded: says so" || bad "llama2.c re-encode" "$out"
 
+# An interrupted eval leaves nothing in $TMPDIR: SIGTERM or SIGINT while a
+# variant is being re-encoded (its private directory is there), and while
+# the configurations run (the variants are mapped and already unlinked, so
+# not even SIGKILL leaves them behind).
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ -f $SMOL ]]; then
+  for sig in TERM INT KILL; do
+    for phase in quantize forward; do
+      [[ $sig == KILL && $phase == quantize ]] && continue # only the writer's own window is open to SIGKILL
+      td="$tmp/td-$sig-$phase"; mkdir "$td"
+      TMPDIR="$td" $K eval -m "$SMOL" --text $TEXT --weights f32,q8_0 --kv f16 -t 1 --ctx 64 >/dev/null 2>"$td.log" & ep=$!
+      seen=0
+      for _ in $(seq 1 1500); do
+        if [[ $phase == quantize ]]; then compgen -G "$td/kvtop-eval-*/*" >/dev/null && { seen=1; break; }
+        else grep -q "window" "$td.log" && { seen=1; break; }; fi
+        kill -0 $ep 2>/dev/null || break
+        sleep 0.02
+      done
+      kill -$sig $ep 2>/dev/null; wait $ep 2>/dev/null; rc=$?
+      [[ $seen == 1 && $rc -gt 128 && -z $(ls -A "$td") ]] \
+        && ok "eval interrupted by SIG$sig during $phase leaves \$TMPDIR empty" \
+        || bad "eval SIG$sig during $phase (seen $seen, rc $rc)" "$(ls -AR "$td" | head -c 300)"
+    done
+  done
+else
+  bad "SmolLM2 model missing (run make models)"
+fi
+
 echo "$pass passed, $fail failed"

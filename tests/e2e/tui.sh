@@ -41,7 +41,7 @@ wait_for() {
 }
 step_no() { cap | head -n 1 | grep -o 'step [0-9]*' | grep -o '[0-9]*'; }
 # The block map's grid rows: the KV panel's lines made only of map glyphs.
-grid() { cap | sed -n '2,16p' | sed 's/^.*││//; s/│$//' | grep -E '^[.:a-zA-Z]+ *$'; }
+grid() { cap | sed -n '2,16p' | sed 's/^.*││//; s/│$//' | grep -E '^[.:a-zA-Z0-9]+ *$'; }
 
 # Greedy sampling so the replies are the model's reference text.
 tm new-session -d -s $s -x 120 -y 40 \

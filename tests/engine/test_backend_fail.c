@@ -15,6 +15,8 @@
 #include "../../engine/runner.h"
 #include "../../kernels/backend.h"
 #include "../../kernels/types.h"
+#include "../backend_helpers.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 /* ---- the failing backend ---------------------------------------------------- */
@@ -181,9 +183,7 @@ static void test_forward_reports_op(void) {
     REQUIRE(fw);
     kv_pages pg = {.dtype = KV_CACHE_F32, .n_layers = m->hp.n_layers, .n_kv_heads = m->hp.n_kv_heads,
                    .head_dim = m->hp.head_dim, .block_size = 16, .n_blocks = 1};
-    pg.row_bytes = kv_cache_row_bytes(pg.dtype, pg.head_dim);
-    pg.slot_bytes = (size_t)pg.n_kv_heads * pg.row_bytes;
-    pg.layer_bytes = (size_t)pg.block_size * pg.slot_bytes;
+    kv_pages_set_sizes(&pg);
     pg.k = small->ops->alloc(small, pg.layer_bytes * (size_t)pg.n_layers);
     pg.v = small->ops->alloc(small, pg.layer_bytes * (size_t)pg.n_layers);
     REQUIRE(pg.k && pg.v);
@@ -203,11 +203,8 @@ static void test_forward_reports_op(void) {
     rc = kv_forward_run(fw, &pg, &bt, lg, &err);
     CHECKF(rc == KV_ERR_BACKEND && strstr(err.msg, "forward: cpu backend: matmul: "), "rc %d: %s", rc, err.msg);
     CHECK(kv_forward_run(fw, &pg, &bt, lg, &err) == 0);
-    free(x);
-    free(y);
-    free(wq);
-    small->ops->free(small, pg.k);
-    small->ops->free(small, pg.v);
+    FREE_ALL(x, y, wq);
+    TEST_DEV_FREE(small, pg.k, pg.v);
     kv_forward_free(fw);
     kv_backend_free(small);
     free(lg);
@@ -221,15 +218,11 @@ static void test_forward_reports_op(void) {
 
 /* ---- the engine ------------------------------------------------------------------ */
 
+/* stories260K, greedy, f32 KV; 2 sequences at a time: of 4 requests two
+ * run, two wait. */
 static void base_config(kv_config *c) {
-    kv_config_default(c);
-    harness_shared_copy(c->model.path, sizeof c->model.path, "models/stories260K.gguf");
-    c->threads = 1;
-    c->kv.blocks = 64;
-    c->kv.block_size = 16;
+    test_engine_config(c, NULL, 1, 64, 2, 64);
     c->kv.dtype = KV_CACHE_F32;
-    c->scheduler.max_seqs = 2; /* 4 requests: two run, two wait */
-    c->scheduler.max_batched_tokens = 64;
     c->scheduler.prefill_chunk = 16;
     c->sampling.temperature = 0;
 }
@@ -242,17 +235,7 @@ typedef struct done_rec {
     char reason[128];
 } done_rec;
 
-static int64_t submit(kv_engine *e, const char *text) {
-    kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.text = text;
-    p.max_tokens = 20;
-    p.ignore_eos = 1;
-    kv_err err;
-    int64_t id = kv_engine_submit(e, &p, &err);
-    if (id <= 0) fprintf(stderr, "  submit: %s\n", err.msg);
-    return id;
-}
+static int64_t submit(kv_engine *e, const char *text) { return test_submit(e, text, NULL, 0, 20, 1, 0); }
 
 /* DONE events by id (ids are small and dense). */
 static void drain(kv_engine *e, done_rec *d, int cap) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine_helpers.h"
 #include "../harness.h"
 #include "../../engine/chat_template.h"
 #include "../../engine/gguf.h"
@@ -79,10 +80,7 @@ static void test_detect_real_templates(void) {
     }
     /* Phi-3's own GGUF template (an older form without system support). */
     kv_err err = {0};
-    kv_gguf *g = kv_gguf_open(harness_shared_path("vocab/ggml-vocab-phi-3.gguf"), &err);
-    REQUIRE(g);
-    kv_tokenizer *t = kv_tokenizer_from_gguf(g, &err);
-    kv_gguf_close(g);
+    kv_tokenizer *t = test_gguf_tokenizer(harness_shared_path("vocab/ggml-vocab-phi-3.gguf"), &err);
     REQUIRE(t);
     CHECK(kv_chat_detect(kv_tokenizer_chat_template(t)) == KV_CHAT_PHI3);
     kv_tokenizer_free(t);
@@ -246,18 +244,9 @@ static void test_format_details(void) {
  * with the SmolLM default system prompt, and the rendered prompt encodes to
  * single special tokens. */
 static void test_smollm2_gguf(void) {
-    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        printf("  (skipped: %s not present; run make models)\n", path);
-        return;
-    }
-    fclose(f);
+    if (!harness_present(TEST_SMOLLM2, "run make models")) return;
     kv_err err = {0};
-    kv_gguf *g = kv_gguf_open(path, &err);
-    REQUIRE(g);
-    kv_tokenizer *t = kv_tokenizer_from_gguf(g, &err);
-    kv_gguf_close(g);
+    kv_tokenizer *t = test_gguf_tokenizer(TEST_SMOLLM2, &err);
     REQUIRE(t);
     const char *tmpl = kv_tokenizer_chat_template(t);
     CHECK(kv_chat_detect(tmpl) == KV_CHAT_CHATML);

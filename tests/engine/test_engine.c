@@ -9,6 +9,7 @@
 
 #include "../../engine/engine.h"
 #include "../../engine/kv_cache.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 /* The published greedy continuation of "Once upon a time" (ids after the
@@ -18,31 +19,15 @@ static const int32_t golden[] = {432, 383, 286, 261, 376, 298, 315, 421, 395, 31
                                  401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282,
                                  295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352};
 
+/* stories260K, greedy, f32 KV blocks of 16 tokens. */
 static void base_config(kv_config *c) {
-    kv_config_default(c);
-    const char *path = harness_shared_path("models/stories260K.gguf");
-    size_t n = strlen(path);
-    if (n >= sizeof c->model.path) n = sizeof c->model.path - 1;
-    memcpy(c->model.path, path, n);
-    c->model.path[n] = 0;
-    c->threads = 2;
-    c->kv.blocks = 128;
-    c->kv.block_size = 16;
+    test_engine_config(c, NULL, 2, 128, 16, 256);
     c->kv.dtype = KV_CACHE_F32;
-    c->scheduler.max_seqs = 16;
-    c->scheduler.max_batched_tokens = 256;
     c->scheduler.prefill_chunk = 64;
     c->sampling.temperature = 0;
     c->sampling.top_k = 0;
     c->sampling.top_p = 1;
     c->sampling.min_p = 0;
-}
-
-static kv_engine *make(const kv_config *c) {
-    kv_err err;
-    kv_engine *e = kv_engine_new(c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
 }
 
 /* Collected events per request. */
@@ -95,22 +80,13 @@ static int drain(kv_engine *e, seen *s, int n, seen *other) {
 }
 
 static int64_t submit_ids(kv_engine *e, const int32_t *ids, int n, int max_tokens, int ignore_eos) {
-    kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.tokens = ids;
-    p.n_tokens = n;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = ignore_eos;
-    kv_err err;
-    int64_t id = kv_engine_submit(e, &p, &err);
-    if (id <= 0) fprintf(stderr, "  submit: %s\n", err.msg);
-    return id;
+    return test_submit(e, NULL, ids, n, max_tokens, ignore_eos, 0);
 }
 
 static void test_golden_greedy(void) {
     kv_config c;
     base_config(&c);
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int n = (int)KV_ARRAY_LEN(golden);
     int64_t id = submit_ids(e, prompt_ids, 5, n, 1);
@@ -136,7 +112,7 @@ static void test_golden_greedy(void) {
 static void test_text_prompt(void) {
     kv_config c;
     base_config(&c);
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
     kv_engine_request_defaults(e, &p);
@@ -160,7 +136,7 @@ static void test_rejections(void) {
     kv_config c;
     base_config(&c);
     c.kv.blocks = 8; /* 128 tokens of cache */
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     const kv_model *m = kv_engine_model(e);
     int ctx = m->hp.ctx_len;
@@ -235,7 +211,7 @@ static void test_rejections(void) {
     base_config(&c);
     c.kv.blocks = 8;
     c.kv.layout = KV_LAYOUT_CONTIGUOUS;
-    e = make(&c);
+    e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
     kv_engine_request_defaults(e, &p);
@@ -260,7 +236,7 @@ static void test_never_loses_a_request(void) {
             c.scheduler.preemption = KV_PREEMPT_SWAP;
             c.kv.swap_memory = 64ull << 20;
         }
-        kv_engine *e = make(&c);
+        kv_engine *e = test_engine_new(&c);
         REQUIRE(e);
         enum { N = 40 };
         seen *s = calloc(N, sizeof *s);
@@ -312,7 +288,7 @@ static void test_cancel(void) {
     kv_config c;
     base_config(&c);
     c.scheduler.max_seqs = 1;
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int64_t a = submit_ids(e, prompt_ids, 5, 50, 1);
     int64_t b = submit_ids(e, prompt_ids, 5, 50, 1);
@@ -340,7 +316,7 @@ static void test_cancel(void) {
 static void test_stop_strings(void) {
     kv_config c;
     base_config(&c);
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int64_t id = submit_ids(e, prompt_ids, 5, 36, 1);
     CHECK(kv_engine_run_until_idle(e) == 0);
@@ -381,7 +357,7 @@ static void test_stop_strings(void) {
 static void test_thread_controls(void) {
     kv_config c;
     base_config(&c);
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     CHECK(kv_engine_start(e) == 0);
     CHECK(kv_engine_step(e) == KV_ERR_INVAL); /* the thread owns the loop */
@@ -440,7 +416,7 @@ static void test_snapshot_contents(void) {
     kv_config c;
     base_config(&c);
     c.kv.blocks = 64;
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int32_t sys[40];
     for (int i = 0; i < 40; i++) sys[i] = i == 0 ? 1 : 300 + i;
@@ -504,7 +480,7 @@ static void test_metrics(void) {
     base_config(&c);
     c.sla.ttft_ms = 1e9;
     c.sla.tpot_ms = 1e9;
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int32_t ids[40];
     for (int i = 0; i < 40; i++) ids[i] = i == 0 ? 1 : 300 + i;
@@ -535,7 +511,7 @@ static void test_metrics(void) {
     /* an impossible SLA: nothing is good */
     base_config(&c);
     c.sla.ttft_ms = 1e-6;
-    e = make(&c);
+    e = test_engine_new(&c);
     REQUIRE(e);
     submit_ids(e, prompt_ids, 5, 3, 1);
     CHECK(kv_engine_run_until_idle(e) == 0);
@@ -556,12 +532,13 @@ static void test_smollm2_chat_eos(void) {
     base_config(&c);
     snprintf(c.model.path, sizeof c.model.path, "%s", path);
     c.kv.blocks = 32;
-    kv_engine *e = make(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
     kv_engine_request_defaults(e, &p);
     p.text = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital "
              "of France?<|im_end|>\n<|im_start|>assistant\n";
+    p.parse_special = 1; /* a trusted raw prompt: its markers are control tokens */
     p.max_tokens = 48;
     int64_t id = kv_engine_submit(e, &p, NULL);
     REQUIRE(id > 0);

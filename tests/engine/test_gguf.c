@@ -12,37 +12,7 @@
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static const char *tmp_path(const char *tag) {
-    static char buf[4][512];
-    static int k;
-    const char *dir = getenv("TMPDIR");
-    char *b = buf[k++ & 3];
-    snprintf(b, 512, "%s/kvtop_test_gguf_%d_%s.gguf", dir && *dir ? dir : "/tmp", (int)getpid(), tag);
-    return b;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(sz > 0 ? (size_t)sz : 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
-static int write_all(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = fwrite(p, 1, n, f) == n;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
-}
+static const char *tmp_path(const char *tag) { return harness_tmp_path("gguf", tag, ".gguf"); }
 
 /* Position of the first occurrence of the GGUF string s (its 8-byte length
  * followed by the bytes), i.e. where its length field starts; -1 if none. */
@@ -340,7 +310,7 @@ static void test_roundtrip_all_types(void) {
 
     /* the same bytes through a caller buffer, and as GGUF v2 */
     size_t n;
-    unsigned char *b = read_all(p, &n);
+    unsigned char *b = harness_read_file(p, &n);
     REQUIRE(b);
     g = kv_gguf_open_mem(b, n, &err);
     CHECKF(g != NULL, "%s", err.msg);
@@ -372,7 +342,7 @@ static void test_alignment(void) {
         CHECKF(kv_gguf_writer_write(w, p, &err) == 0, "%s", err.msg);
         kv_gguf_writer_free(w);
         size_t n;
-        unsigned char *buf = read_all(p, &n);
+        unsigned char *buf = harness_read_file(p, &n);
         REQUIRE(buf);
         kv_gguf *g = kv_gguf_open_mem(buf, n, &err);
         CHECKF(g != NULL, "align %u: %s", aligns[k], err.msg);
@@ -514,7 +484,7 @@ static unsigned char *small_file(size_t *n) {
         fprintf(stderr, "  small_file: %s\n", err.msg);
         return NULL;
     }
-    unsigned char *b = read_all(p, n);
+    unsigned char *b = harness_read_file(p, n);
     unlink(p);
     return b;
 }
@@ -549,7 +519,7 @@ static void test_truncation_every_prefix(void) {
     const size_t lens[] = {0, 3, 23, 24, 100, n / 2, n - 1};
     const char *p = tmp_path("trunc");
     for (size_t k = 0; k < KV_ARRAY_LEN(lens); k++) {
-        REQUIRE(write_all(p, b, lens[k]) == 0);
+        REQUIRE(harness_write_file(p, b, lens[k]) == 0);
         g = kv_gguf_open(p, &err);
         CHECKF(g == NULL && err.code != 0 && strstr(err.msg, p), "len %zu: %s", lens[k], err.msg);
         kv_gguf_close(g);
@@ -753,9 +723,9 @@ static void test_open_errors(void) {
     CHECK(kv_gguf_open(dir && *dir ? dir : "/tmp", &err) == NULL && err.code == KV_ERR_IO);
     CHECK(kv_gguf_open_mem(NULL, 0, &err) == NULL && err.code != 0);
     CHECK(kv_gguf_open_mem(NULL, 10, &err) == NULL && err.code == KV_ERR_INVAL);
-    REQUIRE(write_all(p, "not a gguf file at all, but long enough", 39) == 0);
+    REQUIRE(harness_write_file(p, "not a gguf file at all, but long enough", 39) == 0);
     CHECK(kv_gguf_open(p, &err) == NULL && err.code == KV_ERR_FORMAT && strstr(err.msg, "not a GGUF"));
-    REQUIRE(write_all(p, "NOPE", 4) == 0);
+    REQUIRE(harness_write_file(p, "NOPE", 4) == 0);
     CHECK(kv_gguf_open(p, &err) == NULL && err.code == KV_ERR_FORMAT && strstr(err.msg, "not a GGUF"));
     unlink(p);
     kv_gguf_close(NULL);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../engine/engine.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 enum { NP = 8, COPIES = 4, NREQ = NP * COPIES, MAXOUT = 64 };
@@ -22,32 +23,13 @@ typedef struct outputs {
     kv_metrics_summary m;
 } outputs;
 
-static void set_path(char *dst, size_t cap, const char *src) {
-    size_t n = strlen(src);
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, src, n);
-    dst[n] = 0;
-}
-
 /* Submits requests [first, first + count) of the set (prompt i % NP), runs
  * them to the end and records their tokens by request index. */
 static int run_set(kv_engine *e, const char *const *prompts, const int *max_tokens, int first, int count,
                    outputs *out) {
     int64_t ids[NREQ];
-    for (int i = first; i < first + count; i++) {
-        kv_request_params p;
-        kv_engine_request_defaults(e, &p);
-        p.text = prompts[i % NP];
-        p.max_tokens = max_tokens[i % NP];
-        p.ignore_eos = 1;
-        p.session = i;
-        kv_err err;
-        ids[i] = kv_engine_submit(e, &p, &err);
-        if (ids[i] <= 0) {
-            fprintf(stderr, "  submit %d: %s\n", i, err.msg);
-            return -1;
-        }
-    }
+    for (int i = first; i < first + count; i++)
+        if ((ids[i] = test_submit(e, prompts[i % NP], NULL, 0, max_tokens[i % NP], 1, i)) <= 0) return -1;
     if (kv_engine_run_until_idle(e) != 0) return -1;
     kv_event ev[256];
     int k;
@@ -62,17 +44,10 @@ static int run_set(kv_engine *e, const char *const *prompts, const int *max_toke
     return 0;
 }
 
-static kv_engine *engine(const kv_config *c) {
-    kv_err err;
-    kv_engine *e = kv_engine_new(c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
-}
-
 /* All NREQ requests at once under config c. */
 static int run_batched(const kv_config *c, const char *const *prompts, const int *max_tokens, outputs *out) {
     memset(out, 0, sizeof *out);
-    kv_engine *e = engine(c);
+    kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     int rc = run_set(e, prompts, max_tokens, 0, NREQ, out);
     kv_engine_metrics(e, &out->m);
@@ -83,7 +58,7 @@ static int run_batched(const kv_config *c, const char *const *prompts, const int
 /* Each request alone (one at a time, in order, so ids match the batched run). */
 static int run_alone(const kv_config *c, const char *const *prompts, const int *max_tokens, int all, outputs *out) {
     memset(out, 0, sizeof *out);
-    kv_engine *e = engine(c);
+    kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     int rc = 0;
     for (int i = 0; i < (all ? NREQ : NP) && rc == 0; i++) rc = run_set(e, prompts, max_tokens, i, 1, out);
@@ -196,13 +171,7 @@ static const char *const stories_prompts[NP] = {
 static const int stories_max[NP] = {24, 40, 17, 33, 29, 48, 21, 36};
 
 static void stories_config(kv_config *c) {
-    kv_config_default(c);
-    set_path(c->model.path, sizeof c->model.path, harness_shared_path("models/stories260K.gguf"));
-    c->threads = 2;
-    c->kv.blocks = 512;
-    c->kv.block_size = 16;
-    c->scheduler.max_seqs = 32;
-    c->scheduler.max_batched_tokens = 512;
+    test_engine_config(c, NULL, 2, 512, 32, 512);
     c->sampling.temperature = 0;
 }
 
@@ -216,9 +185,7 @@ static void test_stories260k_greedy(void) {
 static void test_stories260k_seeded_sampling(void) {
     kv_config c;
     stories_config(&c);
-    c.sampling.temperature = 0.9f;
-    c.sampling.top_k = 40;
-    c.sampling.top_p = 0.95f;
+    c.sampling.temperature = 0.9f; /* top_k 40, top_p 0.95: the defaults */
     c.sampling.seed = 1234;
     outputs *ref = malloc(sizeof *ref), *got = malloc(sizeof *got);
     REQUIRE(ref && got);
@@ -253,19 +220,13 @@ static const char *const smol_prompts[NP] = {
 static const int smol_max[NP] = {8, 10, 6, 9, 12, 7, 5, 11};
 
 static void test_smollm2_greedy(void) {
-    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (access(path, R_OK) != 0) {
-        CHECKF(0, "%s missing: run `make models`", path);
+    if (access(TEST_SMOLLM2, R_OK) != 0) {
+        CHECKF(0, "%s missing: run `make models`", TEST_SMOLLM2);
         return;
     }
     kv_config c;
-    kv_config_default(&c);
-    set_path(c.model.path, sizeof c.model.path, path);
-    c.threads = 2;
-    c.kv.blocks = 256;
-    c.kv.block_size = 16;
-    c.scheduler.max_seqs = 32;
-    c.scheduler.max_batched_tokens = 256; /* admission over two steps: the later ones share */
+    /* 256 tokens a step: admission over two steps, the later ones share */
+    test_engine_config(&c, TEST_SMOLLM2, 2, 256, 32, 256);
     c.sampling.temperature = 0;
     /* 8 blocks (128 tokens) for 32 requests of up to ~50 tokens. The
      * 135M model is slow under sanitizers: a smaller battery there. */

@@ -7,16 +7,13 @@
 
 #include "../../engine/engine.h"
 #include "../../engine/kv_cache.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
+/* stories260K with no KV size of its own: the budget must give it one. */
 static void base(kv_config *c) {
-    kv_config_default(c);
-    harness_shared_copy(c->model.path, sizeof c->model.path, "models/stories260K.gguf");
-    c->threads = 1;
+    test_engine_config(c, NULL, 1, 0, 8, 128);
     c->kv.memory = 0;
-    c->kv.blocks = 0;
-    c->scheduler.max_seqs = 8;
-    c->scheduler.max_batched_tokens = 128;
     c->scheduler.prefill_chunk = 64;
 }
 

@@ -3,6 +3,7 @@
  * weight statistics, byte-identical output for a seed, quantized types that
  * dequantize back to the same underlying weights, argument validation, and
  * truncated copies (drafts). */
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 #include <unistd.h>
@@ -10,38 +11,10 @@
 #include "../../engine/gguf.h"
 #include "../../engine/mkmodel.h"
 
-static const char *tmp_path(const char *tag) {
-    static char buf[4][512];
-    static int k;
-    const char *dir = getenv("TMPDIR");
-    char *b = buf[k++ & 3];
-    snprintf(b, 512, "%s/kvtop_test_mkmodel_%d_%s.gguf", dir && *dir ? dir : "/tmp", (int)getpid(), tag);
-    return b;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(sz > 0 ? (size_t)sz : 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
+static const char *tmp_path(const char *tag) { return harness_tmp_path("mkmodel", tag, ".gguf"); }
 
 static kv_mkmodel_params small_params(void) {
-    kv_mkmodel_params p = kv_mkmodel_default_params();
-    p.dim = 64;
-    p.n_layers = 2;
-    p.n_heads = 4;
-    p.n_kv_heads = 2;
-    p.ffn_dim = 96;
+    kv_mkmodel_params p = test_tiny_model(64, 96);
     p.n_vocab = 300;
     p.ctx_len = 512;
     p.untied = 1;
@@ -203,7 +176,7 @@ static void test_deterministic(void) {
     p.seed = 8;
     REQUIRE(kv_mkmodel_write(&p, p3, &err) == 0);
     size_t n1, n2, n3;
-    unsigned char *b1 = read_all(p1, &n1), *b2 = read_all(p2, &n2), *b3 = read_all(p3, &n3);
+    unsigned char *b1 = harness_read_file(p1, &n1), *b2 = harness_read_file(p2, &n2), *b3 = harness_read_file(p3, &n3);
     REQUIRE(b1 && b2 && b3);
     CHECK(n1 == n2 && !memcmp(b1, b2, n1));
     CHECK(n1 == n3 && memcmp(b1, b3, n1) != 0);

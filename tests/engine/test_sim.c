@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../engine/engine.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 /* The engine on the sim backend: every step that ran the model reports
@@ -18,15 +19,10 @@
  * the cpu backend all of it is 0. */
 static void run_engine(const char *backend, int sim_clock, kv_snapshot *s, char texts[3][512]) {
     kv_config c;
-    kv_config_default(&c);
-    harness_shared_copy(c.model.path, sizeof c.model.path, "models/stories260K.gguf");
+    test_engine_config(&c, NULL, 1, 64, 4, 64);
     snprintf(c.backend, sizeof c.backend, "%s", backend);
     snprintf(c.sim_device, sizeof c.sim_device, "h100");
     c.sim_clock = sim_clock;
-    c.threads = 1;
-    c.kv.blocks = 64;
-    c.scheduler.max_seqs = 4;
-    c.scheduler.max_batched_tokens = 64;
     c.scheduler.prefill_chunk = 16;
     c.sampling.temperature = 0;
     kv_err err = {0};
@@ -46,15 +42,7 @@ static void run_engine(const char *backend, int sim_clock, kv_snapshot *s, char 
     }
     static const char *const prompts[3] = {"Once upon a time", "Tom and Lily", "The cat sat"};
     int64_t ids[3];
-    for (int i = 0; i < 3; i++) {
-        kv_request_params p;
-        kv_engine_request_defaults(e, &p);
-        p.text = prompts[i];
-        p.max_tokens = 24;
-        p.ignore_eos = 1;
-        ids[i] = kv_engine_submit(e, &p, &err);
-        CHECKF(ids[i] > 0, "%s", err.msg);
-    }
+    for (int i = 0; i < 3; i++) CHECK((ids[i] = test_submit(e, prompts[i], NULL, 0, 24, 1, 0)) > 0);
     CHECK(kv_engine_run_until_idle(e) == 0);
     CHECK(kv_engine_snapshot(e, s) == 0);
     if (virt) {

@@ -19,6 +19,7 @@
 #include "../../engine/runner.h"
 #include "../../engine/sampler.h"
 #include "../../engine/spec.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -33,13 +34,6 @@
 #endif
 
 static const char *SMOL = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-static void set_path(char *dst, size_t cap, const char *src) {
-    size_t n = strlen(src);
-    if (n >= cap) n = cap - 1;
-    memcpy(dst, src, n);
-    dst[n] = 0;
-}
 
 /* A scratch file name of this process (removed by the test that makes it). */
 static const char *tmp_path(char *buf, size_t cap, const char *what) {
@@ -251,25 +245,13 @@ typedef struct run_stats {
     uint64_t drafts_snap;     /* sum of per-request spec_drafts over finished rows */
 } run_stats;
 
+/* model, greedy, f32 KV blocks of 16 tokens. */
 static void base_config(kv_config *c, const char *model) {
-    kv_config_default(c);
-    set_path(c->model.path, sizeof c->model.path, model);
-    c->threads = 2;
-    c->kv.blocks = 512;
-    c->kv.block_size = 16;
+    test_engine_config(c, model, 2, 512, 32, 512);
     c->kv.dtype = KV_CACHE_F32;
-    c->scheduler.max_seqs = 32;
-    c->scheduler.max_batched_tokens = 512;
     c->scheduler.prefill_chunk = 64;
     c->sampling.temperature = 0;
     c->sampling.repeat_penalty = 1.0f;
-}
-
-static kv_engine *engine(const kv_config *c) {
-    kv_err err;
-    kv_engine *e = kv_engine_new(c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
 }
 
 static void collect(kv_engine *e, const int64_t *ids, int n, result *out) {
@@ -314,23 +296,14 @@ static int run_engine(const kv_config *c, const char *const *texts, const int *m
                       result *out, run_stats *st) {
     memset(out, 0, (size_t)n * sizeof *out);
     memset(st, 0, sizeof *st);
-    kv_engine *e = engine(c);
+    kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     kv_engine_trace_enable(e, 1);
     kv_snapshot *snap = kv_snapshot_new();
     int64_t ids[MAXR];
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        kv_request_params p;
-        kv_engine_request_defaults(e, &p);
-        p.text = texts[i];
-        p.max_tokens = max_tokens[i];
-        p.ignore_eos = 1;
-        p.session = i;
-        kv_err err;
-        ids[i] = kv_engine_submit(e, &p, &err);
-        if (ids[i] <= 0) {
-            fprintf(stderr, "  submit %d: %s\n", i, err.msg);
+        if ((ids[i] = test_submit(e, texts[i], NULL, 0, max_tokens[i], 1, i)) <= 0) {
             rc = -1;
             break;
         }
@@ -429,7 +402,7 @@ static void set_method(kv_config *c, const method_case *mc) {
     c->spec.draft_layers = mc->draft_layers > 0 ? mc->draft_layers : 1;
     c->spec.adaptive = mc->adaptive;
     c->spec.ngram_n = 3;
-    if (mc->draft) set_path(c->spec.draft_model, sizeof c->spec.draft_model, mc->draft);
+    if (mc->draft) harness_copy_str(c->spec.draft_model, sizeof c->spec.draft_model, mc->draft);
 }
 
 /* Greedy outputs with every method equal the outputs without speculation,
@@ -503,7 +476,7 @@ static void test_greedy_identical_stories260k(void) {
     char q8[512];
     tmp_path(q8, sizeof q8, "q8.gguf");
     char gguf[512];
-    set_path(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
+    harness_copy_str(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
     kv_quantize_params qp;
     memset(&qp, 0, sizeof qp);
     kv_err err;
@@ -542,9 +515,9 @@ static void test_greedy_identical_stories260k(void) {
 static void test_greedy_identical_llama2c(void) {
     kv_config c;
     base_config(&c, harness_shared_path("models/stories260K.bin"));
-    set_path(c.model.tokenizer, sizeof c.model.tokenizer, harness_shared_path("models/tok512.bin"));
+    harness_copy_str(c.model.tokenizer, sizeof c.model.tokenizer, harness_shared_path("models/tok512.bin"));
     char gguf[512];
-    set_path(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
+    harness_copy_str(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
     const method_case cases[] = {{"llama2.c target, GGUF draft k3", KV_SPEC_DRAFT_MODEL, 3, 0, 1, gguf, 0.9}};
     greedy_battery(&c, stories_texts, stories_max, N_STORIES, cases, 1, 0);
 }
@@ -613,10 +586,7 @@ static double exact_joint(const kv_model *m, const int32_t *prompt, int n, const
         for (int y = 0; y < V; y++) joint[(size_t)x * V + y] = (double)p2[x] * p3[y];
     }
 out:
-    free(lg);
-    free(p1);
-    free(p2);
-    free(p3);
+    FREE_ALL(lg, p1, p2, p3);
     kv_sampler_free(smp);
     kv_runner_free(r);
     kv_backend_free(be);
@@ -655,7 +625,7 @@ out:
  * mode against the exact joint. Returns the p-value (or -1). */
 static double engine_sample_test(const kv_config *c, const char *prompt, int n_req, int32_t mode, const double *joint,
                                  int V, double *acceptance) {
-    kv_engine *e = engine(c);
+    kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     double *counts = calloc((size_t)V * V, sizeof *counts);
     int64_t *ids = malloc((size_t)n_req * sizeof *ids);
@@ -709,10 +679,7 @@ static double engine_sample_test(const kv_config *c, const char *prompt, int n_r
     CHECK(m.spec_drafts > 0);
     CHECK(check_fail == 0);
 out:
-    free(counts);
-    free(ids);
-    free(tok);
-    free(nt);
+    FREE_ALL(counts, ids, tok, nt);
     kv_engine_free(e);
     return pval;
 }
@@ -720,7 +687,7 @@ out:
 static void test_rejection_sampling_distribution(void) {
     const char *target_path = harness_shared_path("models/stories260K.gguf");
     char target[512];
-    set_path(target, sizeof target, target_path);
+    harness_copy_str(target, sizeof target, target_path);
     kv_err err;
     kv_model *tm = kv_model_load(target, NULL, &err);
     REQUIRE(tm);
@@ -728,12 +695,7 @@ static void test_rejection_sampling_distribution(void) {
     /* a deliberately different draft: random weights, the target's vocabulary */
     char draft[512];
     tmp_path(draft, sizeof draft, "random-draft.gguf");
-    kv_mkmodel_params mp = kv_mkmodel_default_params();
-    mp.dim = 64;
-    mp.n_layers = 2;
-    mp.n_heads = 4;
-    mp.n_kv_heads = 2;
-    mp.ffn_dim = 128;
+    kv_mkmodel_params mp = test_tiny_model(64, 128);
     mp.seed = 5;
     mp.vocab_from = target;
     int have_draft = kv_mkmodel_write(&mp, draft, &err) == 0;
@@ -768,9 +730,7 @@ static void test_rejection_sampling_distribution(void) {
         double *good = calloc((size_t)V * V, sizeof *good), *bad = calloc((size_t)V * V, sizeof *bad);
         float *work = malloc((size_t)V * sizeof *work);
         if (!good || !bad || !work) {
-            free(good);
-            free(bad);
-            free(work);
+            FREE_ALL(good, bad, work);
             CHECKF(0, "out of memory");
             goto out;
         }
@@ -794,9 +754,7 @@ static void test_rejection_sampling_distribution(void) {
         printf("    simulated, %d samples (df %d): exact rule p=%.4f, always-accept p=%.3g\n", used, df, pg, pb);
         CHECKF(pg > 1e-3, "simulated exact rule rejected: p %g", pg);
         CHECKF(pb < 1e-6, "the test cannot tell always-accept apart: p %g", pb);
-        free(good);
-        free(bad);
-        free(work);
+        FREE_ALL(good, bad, work);
     }
 
     /* the engine: draft model (mostly rejections: the residual path), self
@@ -810,7 +768,7 @@ static void test_rejection_sampling_distribution(void) {
     c.spec.adaptive = 0;
     double acc;
     c.spec.method = KV_SPEC_DRAFT_MODEL;
-    set_path(c.spec.draft_model, sizeof c.spec.draft_model, draft);
+    harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, draft);
     double pv = engine_sample_test(&c, prompt, N, mode, joint, V, &acc);
     CHECKF(pv > 1e-3, "draft model: engine samples differ from the target's distribution (p %g)", pv);
     c.spec.method = KV_SPEC_SELF;
@@ -833,11 +791,7 @@ static void test_rejection_sampling_distribution(void) {
     pv = engine_sample_test(&c, rep, N, mode, joint, V, &acc);
     CHECKF(pv > 1e-3, "ngram: engine samples differ from the target's distribution (p %g)", pv);
 out:
-    free(joint);
-    free(p2);
-    free(p3);
-    free(q2);
-    free(q3);
+    FREE_ALL(joint, p2, p3, q2, q3);
     kv_model_free(dm);
     kv_model_free(tm);
     if (have_draft) unlink(draft);
@@ -850,7 +804,7 @@ out:
  * registered block whose K/V came from a rejected draft would change it. */
 static int two_rounds(const kv_config *c, const int32_t (*prompts)[16], int np, int n1, int n2, int32_t (*out)[64],
                       uint64_t *hit_tokens) {
-    kv_engine *e = engine(c);
+    kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     int32_t seq[8][16 + 64];
     int len[8];
@@ -917,7 +871,7 @@ static void test_prefix_reuse_after_spec(void) {
     uint64_t hits_ref, hits;
     REQUIRE(two_rounds(&c, (const int32_t(*)[16])prompts, 4, 40, 16, ref, &hits_ref) == 0);
     char gguf[512];
-    set_path(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
+    harness_copy_str(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
     const method_case cases[] = {{"ngram", KV_SPEC_NGRAM, 4, 0, 0, NULL, 0},
                                  {"self L4", KV_SPEC_SELF, 3, 4, 0, NULL, 0},
                                  {"draft model", KV_SPEC_DRAFT_MODEL, 4, 0, 0, gguf, 0}};
@@ -990,9 +944,9 @@ static void test_adaptive_fallback(void) {
     CHECK(adapt.m.spec_drafted * 3 < fixed.m.spec_drafted);
     /* high acceptance keeps k at its maximum: the same model as its draft */
     char gguf[512];
-    set_path(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
+    harness_copy_str(gguf, sizeof gguf, harness_shared_path("models/stories260K.gguf"));
     c.spec.method = KV_SPEC_DRAFT_MODEL;
-    set_path(c.spec.draft_model, sizeof c.spec.draft_model, gguf);
+    harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, gguf);
     REQUIRE(run_engine(&c, stories_texts, stories_max, N_STORIES, 0, got, &adapt) == 0);
     CHECK(adapt.n_fallback_decisions == 0);
     CHECK(adapt.m.spec_mean_accepted_len > 3.0);
@@ -1016,21 +970,21 @@ static void test_bad_config(void) {
     c.spec.draft_layers = 5; /* stories260K has 5 layers */
     expect_fail(&c, "spec.draft_layers");
     c.spec.method = KV_SPEC_DRAFT_MODEL;
-    set_path(c.spec.draft_model, sizeof c.spec.draft_model, "no/such/draft.gguf");
+    harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, "no/such/draft.gguf");
     expect_fail(&c, "spec.draft_model");
     if (access(SMOL, R_OK) == 0) {
         /* another vocabulary */
-        set_path(c.spec.draft_model, sizeof c.spec.draft_model, SMOL);
+        harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, SMOL);
         expect_fail(&c, "tokens");
         base_config(&c, SMOL);
         c.spec.method = KV_SPEC_DRAFT_MODEL;
-        set_path(c.spec.draft_model, sizeof c.spec.draft_model, harness_shared_path("models/stories260K.gguf"));
+        harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, harness_shared_path("models/stories260K.gguf"));
         expect_fail(&c, "spec.draft_model");
     }
     /* a llama2.c draft without a tokenizer to read it with */
     stories_base(&c);
     c.spec.method = KV_SPEC_DRAFT_MODEL;
-    set_path(c.spec.draft_model, sizeof c.spec.draft_model, harness_shared_path("models/stories260K.bin"));
+    harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, harness_shared_path("models/stories260K.bin"));
     expect_fail(&c, "spec.draft_model");
     /* same-sized vocabulary, different texts */
     char other[512];
@@ -1040,7 +994,7 @@ static void test_bad_config(void) {
     mp.n_vocab = 512;
     kv_err err;
     if (kv_mkmodel_write(&mp, other, &err) == 0) {
-        set_path(c.spec.draft_model, sizeof c.spec.draft_model, other);
+        harness_copy_str(c.spec.draft_model, sizeof c.spec.draft_model, other);
         expect_fail(&c, "another vocabulary");
         unlink(other);
     } else {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../engine/engine.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 enum { MAX_SEEN = 8192 };
@@ -44,19 +45,10 @@ static void hook(void *user, const kv_snapshot *s) {
 
 static kv_engine *make(void) {
     kv_config c;
-    kv_config_default(&c);
-    snprintf(c.model.path, sizeof c.model.path, "%.1000s", harness_shared_path("models/stories260K.gguf"));
-    c.threads = 1;
-    c.kv.blocks = 128;
-    c.kv.block_size = 16;
-    c.scheduler.max_seqs = 8;
-    c.scheduler.max_batched_tokens = 64;
+    test_engine_config(&c, NULL, 1, 128, 8, 64);
     c.scheduler.prefill_chunk = 16; /* several prefill steps */
     c.sampling.temperature = 0;
-    kv_err err;
-    kv_engine *e = kv_engine_new(&c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
+    return test_engine_new(&c);
 }
 
 static void submit(kv_engine *e, int prompt, int max_tokens) {

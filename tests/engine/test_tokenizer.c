@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../engine_helpers.h"
 #include "../harness.h"
 #include "../../engine/gguf.h"
 #include "../../engine/tokenizer.h"
@@ -19,21 +20,11 @@
 /* ------------------------------------------------------------------ */
 /* helpers */
 
-/* The whole file, NUL-terminated (base/file.h), or NULL. */
-static char *read_all(const char *path, size_t *len) {
-    char *buf;
-    return kv_read_file(path, 0, &buf, len, NULL) == 0 ? buf : NULL;
-}
-
+/* The tokenizer of the shared test data's GGUF file rel, or NULL with the
+ * reason printed. */
 static kv_tokenizer *load_gguf_tok(const char *rel) {
     kv_err err = {0};
-    kv_gguf *g = kv_gguf_open(harness_shared_path(rel), &err);
-    if (!g) {
-        fprintf(stderr, "  cannot open %s: %s\n", rel, err.msg);
-        return NULL;
-    }
-    kv_tokenizer *t = kv_tokenizer_from_gguf(g, &err);
-    kv_gguf_close(g); /* the tokenizer must not depend on the mapping */
+    kv_tokenizer *t = test_gguf_tokenizer(harness_shared_path(rel), &err);
     if (!t) fprintf(stderr, "  tokenizer from %s: %s\n", rel, err.msg);
     return t;
 }
@@ -54,9 +45,9 @@ static int load_cases(const char *vocab, vocab_cases *vc) {
     size_t li, lo;
     memset(vc, 0, sizeof *vc);
     snprintf(rel, sizeof rel, "vocab/%s.inp", vocab);
-    vc->inp = read_all(harness_shared_path(rel), &li);
+    vc->inp = harness_read_file(harness_shared_path(rel), &li);
     snprintf(rel, sizeof rel, "vocab/%s.out", vocab);
-    vc->out = read_all(harness_shared_path(rel), &lo);
+    vc->out = harness_read_file(harness_shared_path(rel), &lo);
     if (!vc->inp || !vc->out) return -1;
     const char *sep = "\n__ggml_vocab_test__\n";
     char *p = vc->inp, *end = vc->inp + li;
@@ -309,18 +300,9 @@ static void test_special_tokens(void) {
 
 /* SmolLM2 (fetched by `make models`; skipped when absent). */
 static void test_smollm2(void) {
-    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        printf("  (skipped: %s not present; run make models)\n", path);
-        return;
-    }
-    fclose(f);
+    if (!harness_present(TEST_SMOLLM2, "run make models")) return;
     kv_err err = {0};
-    kv_gguf *g = kv_gguf_open(path, &err);
-    REQUIRE(g);
-    kv_tokenizer *t = kv_tokenizer_from_gguf(g, &err);
-    kv_gguf_close(g);
+    kv_tokenizer *t = test_gguf_tokenizer(TEST_SMOLLM2, &err);
     CHECKF(t, "%s", err.msg);
     REQUIRE(t);
     CHECK(kv_tokenizer_n_vocab(t) == 49152);
@@ -622,7 +604,7 @@ static void test_bad_input(void) {
 
     /* Truncated / corrupt llama2.c files are rejected with a message. */
     size_t n;
-    char *bin = read_all(harness_shared_path("models/tok512.bin"), &n);
+    char *bin = harness_read_file(harness_shared_path("models/tok512.bin"), &n);
     REQUIRE(bin);
     char path[128];
     snprintf(path, sizeof path, "/tmp/kvtop_test_tok_%d.bin", (int)getpid());
@@ -723,9 +705,7 @@ static void test_speed_10kb(void) {
         CHECK(t1 - t0 < 0.25 && t2 - t1 < 0.25);
         kv_tokenizer_free(t);
     }
-    free(run);
-    free(text);
-    free(ids);
+    FREE_ALL(run, text, ids);
 }
 
 static void test_unicode_classes(void) {

@@ -1,9 +1,11 @@
 /* test_trace.c - trace files (format 2): frames written and read back field
  * for field, an unchanged step not written twice, a long run of random
  * changes (requests coming and going, blocks, queues, step records and
- * decisions, an engine restart) rebuilt exactly in any order, truncated,
- * corrupt and version 1 files rejected, and the Chrome trace-event export
- * parsed back as JSON with each step, decision and request exactly once. */
+ * decisions, an engine restart) rebuilt exactly in any order, a
+ * recording from a real engine cut at every byte loading exactly its
+ * complete frames, corrupt and version 1 files rejected, and the Chrome
+ * trace-event export parsed back as JSON with each step, decision and
+ * request exactly once. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,31 +501,32 @@ static void test_random_run(void) {
     CHECKF(c.dup_steps > 0, "steps 1.. recorded twice around the restart: %d", c.dup_steps);
     kv_trace_free(t);
 
-    /* Cut anywhere: rejected with a message naming the frame, or (at a
-     * frame boundary) the frames before the cut, exactly. */
+    /* Cut anywhere past the header: the frames before the cut, exactly
+     * (a cut recording); inside the header: rejected naming the file. */
     size_t size;
     char *full = slurp(path, &size);
     REQUIRE(full);
     char cut_path[512];
     snprintf(cut_path, sizeof cut_path, "%s/cut.kvtrace", dir);
-    int loaded = 0, rejected = 0;
+    int loaded = 0, rejected = 0, prev_cn = 0;
     for (size_t cut = 0; cut < size; cut += cut < 8192 ? 37 : 997) {
         spit(cut_path, full, cut);
         kv_trace *ct = kv_trace_load(cut_path, &err);
         if (!ct) {
             rejected++;
-            CHECK(err.code == KV_ERR_FORMAT && strstr(err.msg, cut_path));
+            CHECK(err.code == KV_ERR_FORMAT && strstr(err.msg, cut_path) && cut < 64);
             continue;
         }
         loaded++;
         int cn = kv_trace_n_frames(ct);
-        CHECK(cn < n);
+        CHECK(cn < n && cn >= prev_cn && kv_trace_truncated(ct) && strstr(kv_trace_end_note(ct), "cut off"));
+        prev_cn = cn;
         for (int i = 0; i < cn; i++) CHECK(snap_equal(kv_trace_frame(ct, i), want[i], i));
         kv_trace_free(ct);
     }
-    CHECK(rejected > 100 && loaded <= 3);
+    CHECK(rejected == 2 && loaded > 100 && prev_cn > n / 2); /* cuts 0 and 37 lie in the 52-byte header */
     /* the frame boundaries: a file with the first k frames loads them all,
-     * one byte less is refused naming frame k-1 */
+     * one byte less loads k-1 and says it was cut after frame k-2 */
     for (int k = 1; k <= 3; k++) {
         static sim m2;
         static kv_snapshot *w2[RUN_FRAMES];
@@ -535,12 +538,17 @@ static void test_random_run(void) {
         CHECK(bn < size && !memcmp(part, full, bn));
         free(part);
         kv_trace *ct = kv_trace_load(cut_path, &err);
-        CHECK(ct && kv_trace_n_frames(ct) == k);
+        CHECK(ct && kv_trace_n_frames(ct) == k && !kv_trace_truncated(ct) && !kv_trace_end_note(ct)[0]);
         kv_trace_free(ct);
         spit(cut_path, full, bn - 1);
-        char frame_no[32];
-        snprintf(frame_no, sizeof frame_no, "frame %d", k - 1);
-        CHECK(kv_trace_load(cut_path, &err) == NULL && strstr(err.msg, frame_no));
+        char frame_no[64];
+        if (k > 1) snprintf(frame_no, sizeof frame_no, "ends mid-frame after frame %d (%d complete", k - 2, k - 1);
+        else snprintf(frame_no, sizeof frame_no, "ends inside its first frame");
+        ct = kv_trace_load(cut_path, &err);
+        CHECKF(ct && kv_trace_n_frames(ct) == k - 1 && kv_trace_truncated(ct) &&
+                   strstr(kv_trace_end_note(ct), frame_no) && strstr(kv_trace_end_note(ct), cut_path),
+               "k %d: %s", k, ct ? kv_trace_end_note(ct) : err.msg);
+        kv_trace_free(ct);
     }
     free(full);
     for (int i = 0; i < n; i++) kv_snapshot_free(want[i]);
@@ -688,7 +696,6 @@ static void test_bad_files(void) {
         {3, 6, "frame 1: array blocks: index 6 out of range (6 entries)"},
         {3, 0xfffffff0u, "index 4294967280 out of range"},
         {1, 9, "frame 1: array blocks: bad mode 9"},
-        {2, 2, "frame 1: truncated"},
         {2, 0x7fffffffu, "entries"},
         {0, 8, "frame 1: array blocks grows to 8 entries with 1 written"},
         {0, 0x02000000u, "frame 1: array blocks has 33554432 entries"},
@@ -702,6 +709,16 @@ static void test_bad_files(void) {
         CHECKF(t == NULL && strstr(err.msg, patch[i].msg), "patch %zu: %s", i, t ? "loaded" : err.msg);
         kv_trace_free(t);
     }
+    /* a delta promising more entries than the file holds reads as a cut
+     * recording: the frame before it loads, and the trace says so */
+    memcpy(bad, good, n);
+    uint32_t two = 2;
+    memcpy(bad + n - tail + 8, &two, 4);
+    t = load_mem(bad, n, &err);
+    CHECKF(t && kv_trace_n_frames(t) == 1 && kv_trace_truncated(t) &&
+               strstr(kv_trace_end_note(t), "mem.kvtrace: trace ends mid-frame after frame 0"),
+           "%s", t ? kv_trace_end_note(t) : err.msg);
+    kv_trace_free(t);
     /* a shrunk array is fine */
     memcpy(bad, good, n);
     uint32_t five = 5;
@@ -866,8 +883,157 @@ static void test_big_map(void) {
     unlink(path);
 }
 
+/* ---- a real recording, cut at every byte ---- */
+
+enum { REC_MAX = 64 };
+
+typedef struct recording {
+    kv_snapshot *snaps[REC_MAX]; /* what the hook saw, deep copies */
+    int n;
+} recording;
+
+static void rec_hook(void *user, const kv_snapshot *s) {
+    recording *r = user;
+    if (r->n >= REC_MAX) return;
+    kv_snapshot *d = snap_dup(s);
+    /* what the loader guarantees: every string ends within its field */
+    for (int i = 0; d && i < d->n_decisions; i++) d->decisions[i].text[sizeof d->decisions[i].text - 1] = 0;
+    for (int i = 0; d && i < d->n_requests; i++) d->requests[i].wait_reason[sizeof d->requests[i].wait_reason - 1] = 0;
+    if (d) {
+        d->model_name[sizeof d->model_name - 1] = 0;
+        d->backend[sizeof d->backend - 1] = 0;
+        d->sim_device[sizeof d->sim_device - 1] = 0;
+    }
+    r->snaps[r->n++] = d;
+}
+
+/* Writes the first k recorded snapshots as a trace at path (what a
+ * recorder killed after frame k left, had it died between frames).
+ * Returns the file's size, 0 on failure. */
+static size_t write_rec(const char *path, recording *r, int k) {
+    kv_err err;
+    kv_trace_writer *w = kv_trace_writer_open(path, "model:\n  path: stories260K.gguf\n", &err);
+    if (!w) return 0;
+    for (int i = 0; i < k; i++)
+        if (kv_trace_writer_add(w, r->snaps[i]) != 1) k = -1;
+    if (kv_trace_writer_close(w) || k < 0) return 0;
+    size_t n;
+    char *buf = slurp(path, &n);
+    free(buf);
+    return buf ? n : 0;
+}
+
+/* A trace recorded from a real engine (stories260K, a snapshot of every
+ * step through the step hook, as the TUI's recorder takes them), cut at
+ * every byte: past the header every cut loads exactly the frames that are
+ * complete before it, frame for frame, says whether it ended mid-frame,
+ * and exports; a cut inside the header is refused. A cut file whose
+ * partial frame is corrupt in the bytes it has is still refused. */
+static void test_cut_recording(void) {
+    kv_config c;
+    kv_config_default(&c);
+    snprintf(c.model.path, sizeof c.model.path, "%.1000s", harness_shared_path("models/stories260K.gguf"));
+    c.threads = 1;
+    c.kv.blocks = 24;
+    c.kv.block_size = 16;
+    c.kv.prefix_sharing = 1;
+    c.scheduler.max_seqs = 2;
+    c.scheduler.max_batched_tokens = 32;
+    c.scheduler.prefill_chunk = 8;
+    c.sampling.temperature = 0;
+    kv_err err;
+    kv_engine *e = kv_engine_new(&c, &err);
+    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
+    REQUIRE(e);
+    recording *r = calloc(1, sizeof *r);
+    REQUIRE(r);
+    REQUIRE(kv_engine_set_step_hook(e, rec_hook, r) == 0);
+    for (int q = 0; q < 4; q++) {
+        int32_t ids[24];
+        for (int i = 0; i < 24; i++) ids[i] = i == 0 ? 1 : 300 + i + (q % 2) * (i > 12) * 7;
+        kv_request_params p;
+        kv_engine_request_defaults(e, &p);
+        p.tokens = ids;
+        p.n_tokens = 12 + 4 * q;
+        p.max_tokens = 3 + q;
+        p.ignore_eos = 1;
+        p.session = q;
+        CHECK(kv_engine_submit(e, &p, &err) > 0);
+    }
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    CHECK(kv_engine_set_step_hook(e, NULL, NULL) == 0);
+    kv_engine_free(e);
+    int n = r->n;
+    REQUIRE(n >= 8 && n < REC_MAX);
+
+    char path[512], json[512];
+    snprintf(path, sizeof path, "%s/rec.kvtrace", dir);
+    snprintf(json, sizeof json, "%s/rec.json", dir);
+    size_t *end = calloc((size_t)n + 1, sizeof *end); /* end[k]: the file's size with k frames */
+    REQUIRE(end);
+    for (int k = 0; k <= n; k++) end[k] = write_rec(path, r, k);
+    size_t size;
+    char *full = slurp(path, &size);
+    REQUIRE(full && size == end[n] && end[0] > 0);
+    int bad = 0, header_refused = 0, mid = 0;
+    for (size_t cut = 0; cut <= size && bad < 5; cut++) {
+        kv_trace *t = load_mem(full, cut, &err);
+        if (cut < end[0]) {
+            header_refused += t == NULL && err.code == KV_ERR_FORMAT;
+            kv_trace_free(t);
+            continue;
+        }
+        int k = 0;
+        while (k < n && end[k + 1] <= cut) k++;
+        int whole = cut == end[k];
+        int ok = t && kv_trace_n_frames(t) == k && kv_trace_truncated(t) == !whole &&
+                 (whole ? !kv_trace_end_note(t)[0] : strstr(kv_trace_end_note(t), "cut off") != NULL);
+        if (ok && k > 0) ok = snap_equal(kv_trace_frame(t, k - 1), r->snaps[k - 1], k - 1);
+        if (!ok) {
+            bad++;
+            fprintf(stderr, "  cut at %zu of %zu: %d frames (want %d), %s\n", cut, size, kv_trace_n_frames(t), k,
+                    t ? kv_trace_end_note(t) : err.msg);
+        }
+        mid += !whole;
+        kv_trace_free(t);
+    }
+    CHECKF(bad == 0 && header_refused == (int)end[0] && mid == (int)(size - end[0]) - n, "%d bad cuts", bad);
+    /* every frame of a cut file, not just the last, and its export */
+    size_t cut = end[n - 2] + (end[n - 1] - end[n - 2]) / 2;
+    kv_trace *t = load_mem(full, cut, &err);
+    REQUIRE(t && kv_trace_n_frames(t) == n - 2);
+    for (int i = 0; i < n - 2; i++) CHECK(snap_equal(kv_trace_frame(t, i), r->snaps[i], i));
+    char after[64];
+    snprintf(after, sizeof after, "after frame %d (%d complete frames)", n - 3, n - 2);
+    CHECKF(strstr(kv_trace_end_note(t), after) != NULL, "%s", kv_trace_end_note(t));
+    CHECK(kv_trace_export_chrome(t, json, &err) == 0);
+    chrome_counts cc;
+    CHECK(chrome_count(json, &cc) == 0 && cc.counters == 2 * (n - 2) && cc.steps > 0);
+    kv_trace_free(t);
+    /* corrupt, not cut: the partial frame's marker or flags are wrong */
+    char *bad_buf = malloc(size);
+    REQUIRE(bad_buf);
+    memcpy(bad_buf, full, size);
+    memset(bad_buf + end[n - 2], 'x', 4);
+    t = load_mem(bad_buf, cut, &err);
+    CHECKF(t == NULL && strstr(err.msg, "bad frame marker"), "%s", t ? "loaded" : err.msg);
+    kv_trace_free(t);
+    memcpy(bad_buf, full, size);
+    bad_buf[end[n - 2] + 4] = (char)0x80;
+    t = load_mem(bad_buf, cut, &err);
+    CHECKF(t == NULL && strstr(err.msg, "unknown flags"), "%s", t ? "loaded" : err.msg);
+    kv_trace_free(t);
+    free(bad_buf);
+    free(full);
+    free(end);
+    for (int i = 0; i < r->n; i++) kv_snapshot_free(r->snaps[i]);
+    free(r);
+    unlink(json);
+    unlink(path);
+}
+
 static void setup(void) { REQUIRE(mkdtemp(dir)); }
 static void teardown(void) { rmdir(dir); }
 
 TEST_MAIN(T(setup), T(test_roundtrip), T(test_random_run), T(test_bad_files), T(test_decision_counts), T(test_restart_same_step),
-          T(test_big_map), T(teardown))
+          T(test_big_map), T(test_cut_recording), T(teardown))

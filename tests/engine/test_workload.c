@@ -12,6 +12,7 @@
 #include "../../engine/config.h"
 #include "../../engine/driver.h"
 #include "../../engine/workload.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 static kv_config base(void) {
@@ -456,12 +457,7 @@ static kv_config driver_config(void) {
     return c;
 }
 
-static kv_engine *driver_engine(const kv_config *c) {
-    kv_err err;
-    kv_engine *e = kv_engine_new(c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
-}
+static kv_engine *driver_engine(const kv_config *c) { return test_engine_new(c); }
 
 static void test_driver_open_loop(void) {
     kv_config c = driver_config();

@@ -24,6 +24,8 @@
 #ifdef KV_HAVE_CUDA
 #include "../../kernels/cuda/cuda_backend.h"
 #endif
+#include "../backend_helpers.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -55,19 +57,11 @@ static int n_targets, inited;
  * reserve for themselves). */
 static const kv_backend_limits op_limits = {.max_rows = 128, .max_k = 2048, .weight_types = 0};
 
-static kv_backend *reserve_or_free(kv_backend *b, kv_err *err) {
-    if (b && kv_backend_reserve(b, &op_limits, err) != 0) {
-        kv_backend_free(b);
-        return NULL;
-    }
-    return b;
-}
-
 static void init_targets(void) {
     if (inited) return;
     inited = 1;
     kv_err err = {0};
-    cpu = reserve_or_free(kv_backend_create("cpu", 2, &err), &err);
+    cpu = test_reserve(kv_backend_create("cpu", 2, &err), &op_limits, &err);
     if (!cpu) {
         fprintf(stderr, "  cpu backend: %s\n", err.msg);
         return;
@@ -75,7 +69,7 @@ static void init_targets(void) {
     for (const char *const *n = kv_backend_names(); *n && n_targets < 8; n++) {
         if (!strcmp(*n, "cpu")) continue;
         kv_err e = {0};
-        kv_backend *b = reserve_or_free(kv_backend_create(*n, 2, &e), &e);
+        kv_backend *b = test_reserve(kv_backend_create(*n, 2, &e), &op_limits, &e);
         if (!b) {
             printf("  note: backend '%s' skipped: %s\n", *n, e.msg);
             continue;
@@ -124,27 +118,7 @@ static void forget_host(target *t) {
 #endif
 }
 
-static void *put(kv_backend *b, const void *src, size_t bytes) {
-    void *p = b->ops->alloc(b, bytes);
-    if (p && src) b->ops->upload(b, p, src, bytes);
-    return p;
-}
-
 static void get(kv_backend *b, void *dst, const void *src, size_t bytes) { b->ops->download(b, dst, src, bytes); }
-
-static kv_tensor make_weight(kv_type t, int rows, int cols, uint8_t **owned) {
-    size_t rs = kv_type_row_size(t, cols);
-    uint8_t *data = malloc(rs * (size_t)rows);
-    float *tmp = malloc((size_t)cols * sizeof(float));
-    for (int r = 0; data && tmp && r < rows; r++) {
-        harness_fill_rand(tmp, (size_t)cols, 1.0f);
-        kv_quantize_row(t, tmp, data + (size_t)r * rs, cols);
-    }
-    free(tmp);
-    *owned = data;
-    kv_tensor w = {.type = t, .ne0 = cols, .ne1 = rows, .nb1 = rs, .data = data, .dev = NULL};
-    return w;
-}
 
 static const kv_type wtypes[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
 
@@ -152,8 +126,8 @@ static const kv_type wtypes[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE
 
 static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     kv_backend *b = t->b;
-    uint8_t *owned;
-    kv_tensor w = make_weight(ty, M, K, &owned);
+    void *owned;
+    kv_tensor w = test_make_weight(ty, M, K, &owned);
     float *x = malloc((size_t)n * K * sizeof(float));
     float *yc = malloc((size_t)n * M * sizeof(float)), *yt = malloc((size_t)n * M * sizeof(float));
     REQUIRE(owned && x && yc && yt);
@@ -164,7 +138,7 @@ static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     cpu->ops->matmul(cpu, &wc, x, yc, n);
     /* lazy: the forward pass's way, a host weight the backend has not seen */
     if (!lazy) CHECKF(b->ops->upload_weight(b, &wt, &err) == 0, "%s upload_weight %s: %s", t->name, kv_type_name(ty), err.msg);
-    float *dx = put(b, x, (size_t)n * K * sizeof(float)), *dy = put(b, NULL, (size_t)n * M * sizeof(float));
+    float *dx = test_put(b, x, (size_t)n * K * sizeof(float)), *dy = test_put(b, NULL, (size_t)n * M * sizeof(float));
     REQUIRE(dx && dy);
     b->ops->matmul(b, &wt, dx, dy, n);
     get(b, yt, dy, (size_t)n * M * sizeof(float));
@@ -172,13 +146,9 @@ static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     snprintf(what, sizeof what, "%s M=%d K=%d n=%d%s", kv_type_name(ty), M, K, n, lazy ? " (lazy weight)" : "");
     judge(t, OP_MATMUL, harness_nerr(yt, yc, (size_t)n * M), what);
     check_backend_error(t, what);
-    b->ops->free(b, dx);
-    b->ops->free(b, dy);
+    TEST_DEV_FREE(b, dx, dy);
     forget_host(t);
-    free(owned);
-    free(x);
-    free(yc);
-    free(yt);
+    FREE_ALL(owned, x, yc, yt);
 }
 
 static void test_matmul(void) {
@@ -211,13 +181,13 @@ static void test_get_rows(void) {
     for (int ti = 0; ti < n_targets; ti++) {
         target *t = &targets[ti];
         kv_backend *b = t->b;
-        int32_t *dids = put(b, ids, sizeof ids);
-        float *dout = put(b, NULL, (size_t)n * K * sizeof(float));
+        int32_t *dids = test_put(b, ids, sizeof ids);
+        float *dout = test_put(b, NULL, (size_t)n * K * sizeof(float));
         float *oc = malloc((size_t)n * K * sizeof(float)), *ot = malloc((size_t)n * K * sizeof(float));
         REQUIRE(dids && dout && oc && ot);
         for (size_t ty = 0; ty < KV_ARRAY_LEN(wtypes); ty++) {
-            uint8_t *owned;
-            kv_tensor w = make_weight(wtypes[ty], M, K, &owned);
+            void *owned;
+            kv_tensor w = test_make_weight(wtypes[ty], M, K, &owned);
             REQUIRE(owned);
             kv_tensor wt = w;
             cpu->ops->get_rows(cpu, &w, ids, oc, n);
@@ -231,7 +201,7 @@ static void test_get_rows(void) {
         float *act = malloc((size_t)M * K * sizeof(float));
         REQUIRE(act);
         harness_fill_rand(act, (size_t)M * K, 3.0f);
-        float *dact = put(b, act, (size_t)M * K * sizeof(float));
+        float *dact = test_put(b, act, (size_t)M * K * sizeof(float));
         REQUIRE(dact);
         kv_tensor vc = {.type = KV_TYPE_F32, .ne0 = K, .ne1 = M, .nb1 = K * sizeof(float), .data = act, .dev = act};
         kv_tensor vt = vc;
@@ -242,12 +212,8 @@ static void test_get_rows(void) {
         get(b, ot, dout, (size_t)n * K * sizeof(float));
         judge(t, OP_GET_ROWS, harness_nerr(ot, oc, (size_t)n * K), "activation view");
         check_backend_error(t, "get_rows");
-        b->ops->free(b, dact);
-        b->ops->free(b, dids);
-        b->ops->free(b, dout);
-        free(act);
-        free(oc);
-        free(ot);
+        TEST_DEV_FREE(b, dact, dids, dout);
+        FREE_ALL(act, oc, ot);
     }
     report(OP_GET_ROWS);
 }
@@ -269,7 +235,7 @@ static void test_rmsnorm(void) {
                 REQUIRE(x && w && oc && ot);
                 harness_fill_rand(x, N, 4.0f);
                 harness_fill_rand(w, (size_t)dim, 1.5f);
-                float *dx = put(b, x, bytes), *dout = put(b, NULL, bytes), *dw = put(b, w, dim * sizeof(float));
+                float *dx = test_put(b, x, bytes), *dout = test_put(b, NULL, bytes), *dw = test_put(b, w, dim * sizeof(float));
                 REQUIRE(dx && dout && dw);
                 cpu->ops->rmsnorm(cpu, x, w, oc, n, dim, 1e-5f);
                 b->ops->rmsnorm(b, dx, w, dout, n, dim, 1e-5f); /* host weight, as the forward passes it */
@@ -281,14 +247,9 @@ static void test_rmsnorm(void) {
                 get(b, ot, dx, bytes);
                 judge(t, OP_RMSNORM, harness_nerr(ot, oc, N), "in place");
                 check_backend_error(t, "rmsnorm");
-                b->ops->free(b, dx);
-                b->ops->free(b, dout);
-                b->ops->free(b, dw);
+                TEST_DEV_FREE(b, dx, dout, dw);
                 forget_host(t);
-                free(x);
-                free(w);
-                free(oc);
-                free(ot);
+                FREE_ALL(x, w, oc, ot);
             }
     }
     report(OP_RMSNORM);
@@ -313,7 +274,7 @@ static void test_rope(void) {
                     const float base = bi ? 100000.0f : 10000.0f;
                     harness_fill_rand(x, N, 2.0f);
                     memcpy(xc, x, bytes);
-                    float *dx = put(b, x, bytes);
+                    float *dx = test_put(b, x, bytes);
                     REQUIRE(dx);
                     cpu->ops->rope(cpu, xc, pos, n, H, hd, rot, base, neox);
                     b->ops->rope(b, dx, pos, n, H, hd, rot, base, neox); /* host positions, as the forward */
@@ -324,9 +285,7 @@ static void test_rope(void) {
                     b->ops->free(b, dx);
                 }
         check_backend_error(t, "rope");
-        free(x);
-        free(xc);
-        free(xt);
+        FREE_ALL(x, xc, xt);
     }
     report(OP_ROPE);
 }
@@ -343,7 +302,7 @@ static void test_silu_mul_add(void) {
         REQUIRE(g && u && gt);
         harness_fill_rand(g, (size_t)count, 8.0f);
         harness_fill_rand(u, (size_t)count, 2.0f);
-        float *dg = put(b, g, bytes), *du = put(b, u, bytes);
+        float *dg = test_put(b, g, bytes), *du = test_put(b, u, bytes);
         REQUIRE(dg && du);
         cpu->ops->silu_mul(cpu, g, u, count);
         b->ops->silu_mul(b, dg, du, count);
@@ -355,11 +314,8 @@ static void test_silu_mul_add(void) {
         get(b, gt, dg, bytes);
         judge(t, OP_ADD, harness_nerr(gt, g, (size_t)count), "");
         check_backend_error(t, "silu_mul/add");
-        b->ops->free(b, dg);
-        b->ops->free(b, du);
-        free(g);
-        free(u);
-        free(gt);
+        TEST_DEV_FREE(b, dg, du);
+        FREE_ALL(g, u, gt);
     }
     report(OP_SILU);
     report(OP_ADD);
@@ -401,17 +357,15 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
     kv_backend *b = t->b;
     kv_pages pc = {.dtype = dt, .n_layers = 2, .n_kv_heads = kc.n_kv_heads, .head_dim = kc.head_dim,
                    .block_size = kc.block_size, .n_blocks = 24};
-    pc.row_bytes = kv_cache_row_bytes(dt, pc.head_dim);
-    pc.slot_bytes = pc.n_kv_heads * pc.row_bytes;
-    pc.layer_bytes = (size_t)pc.n_blocks * pc.block_size * pc.slot_bytes;
+    kv_pages_set_sizes(&pc);
     const size_t total = pc.layer_bytes * pc.n_layers;
     kv_pages pt = pc, ph = pc; /* target pages, and a host copy of them */
     pc.k = calloc(1, total);
     pc.v = calloc(1, total);
     ph.k = malloc(total);
     ph.v = malloc(total);
-    pt.k = put(b, pc.k, total);
-    pt.v = put(b, pc.v, total);
+    pt.k = test_put(b, pc.k, total);
+    pt.v = test_put(b, pc.v, total);
     REQUIRE(pc.k && pc.v && ph.k && ph.v && pt.k && pt.v);
     /* three sequences with shuffled block tables over the pool */
     int32_t perm[24];
@@ -435,9 +389,9 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
     float *k = malloc(MAXT * (size_t)kvd * sizeof(float)), *v = malloc(MAXT * (size_t)kvd * sizeof(float));
     float *q = malloc(MAXT * (size_t)nh * hd * sizeof(float));
     float *oc = malloc(MAXT * (size_t)nh * hd * sizeof(float)), *ot = malloc(MAXT * (size_t)nh * hd * sizeof(float));
-    float *dk = put(b, NULL, MAXT * (size_t)kvd * sizeof(float)), *dv = put(b, NULL, MAXT * (size_t)kvd * sizeof(float));
-    float *dq = put(b, NULL, MAXT * (size_t)nh * hd * sizeof(float));
-    float *dout = put(b, NULL, MAXT * (size_t)nh * hd * sizeof(float));
+    float *dk = test_put(b, NULL, MAXT * (size_t)kvd * sizeof(float)), *dv = test_put(b, NULL, MAXT * (size_t)kvd * sizeof(float));
+    float *dq = test_put(b, NULL, MAXT * (size_t)nh * hd * sizeof(float));
+    float *dout = test_put(b, NULL, MAXT * (size_t)nh * hd * sizeof(float));
     REQUIRE(k && v && q && oc && ot && dk && dv && dq && dout);
     for (int step = 0; step < 3; step++) {
         int n = 0;
@@ -492,15 +446,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
     check_backend_error(t, "kv ops");
     void *bufs[] = {pt.k, pt.v, dk, dv, dq, dout};
     for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++) b->ops->free(b, bufs[i]);
-    free(pc.k);
-    free(pc.v);
-    free(ph.k);
-    free(ph.v);
-    free(k);
-    free(v);
-    free(q);
-    free(oc);
-    free(ot);
+    FREE_ALL(pc.k, pc.v, ph.k, ph.v, k, v, q, oc, ot);
 }
 
 static void test_kv_attention(void) {
@@ -541,13 +487,13 @@ static void test_memory_and_copies(void) {
         b->ops->download(b, back, (uint8_t *)p + 13, nb);
         CHECKF(!memcmp(src, back, nb), "%s upload/download round trip", t->name);
         b->ops->free(b, p);
-        b->ops->free(b, NULL);
+        b->ops->free(b, NULL); /* a no-op */
         free(src);
         free(back);
 
         /* weights: bad ones are refused with a message; accepted ones compute as the CPU does */
-        uint8_t *owned;
-        kv_tensor w = make_weight(KV_TYPE_Q8_0, 8, 64, &owned);
+        void *owned;
+        kv_tensor w = test_make_weight(KV_TYPE_Q8_0, 8, 64, &owned);
         REQUIRE(owned);
         kv_tensor bad = w;
         bad.nb1 = 10; /* below the row size */
@@ -557,8 +503,8 @@ static void test_memory_and_copies(void) {
         odd.type = (kv_type)99;
         kv_err e2 = {0};
         CHECKF(b->ops->upload_weight(b, &odd, &e2) < 0 && e2.msg[0], "%s accepted type 99", t->name);
-        uint8_t *qk;
-        kv_tensor wk = make_weight(KV_TYPE_Q4_K, 16, 256, &qk);
+        void *qk;
+        kv_tensor wk = test_make_weight(KV_TYPE_Q4_K, 16, 256, &qk);
         REQUIRE(qk);
         kv_err e3 = {0};
         int rc = b->ops->upload_weight(b, &wk, &e3);
@@ -567,14 +513,13 @@ static void test_memory_and_copies(void) {
         } else {
             float x[256], yc[16], yt[16];
             harness_fill_rand(x, 256, 1.0f);
-            float *dx = put(b, x, sizeof x), *dy = put(b, NULL, sizeof yt);
+            float *dx = test_put(b, x, sizeof x), *dy = test_put(b, NULL, sizeof yt);
             REQUIRE(dx && dy);
             cpu->ops->matmul(cpu, &wk, x, yc, 1);
             b->ops->matmul(b, &wk, dx, dy, 1);
             get(b, yt, dy, sizeof yt);
             judge(t, OP_MATMUL, harness_nerr(yt, yc, 16), "q4_k");
-            b->ops->free(b, dx);
-            b->ops->free(b, dy);
+            TEST_DEV_FREE(b, dx, dy);
         }
         check_backend_error(t, "memory tests");
         forget_host(t);
@@ -619,12 +564,7 @@ static void test_forward_random_models(void) {
     REQUIRE(mkdtemp(dir));
     static const kv_type types[] = {KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
     for (size_t ty = 0; ty < KV_ARRAY_LEN(types); ty++) {
-        kv_mkmodel_params p = kv_mkmodel_default_params();
-        p.dim = 256;
-        p.n_layers = 2;
-        p.n_heads = 4;
-        p.n_kv_heads = 2;
-        p.ffn_dim = 512;
+        kv_mkmodel_params p = test_tiny_model(256, 512);
         p.n_vocab = 600;
         p.ctx_len = 512;
         p.type = types[ty];
@@ -722,9 +662,9 @@ static void test_status(void) {
     all[n++] = (target){.name = "cpu", .b = cpu};
     for (int i = 0; i < n_targets; i++) all[n++] = targets[i];
     const int M = 32, K = 2 * (int)op_limits.max_k, rows = op_limits.max_rows + 1;
-    uint8_t *owned, *owned_ok;
-    kv_tensor w = make_weight(KV_TYPE_Q8_0, M, K, &owned);
-    kv_tensor w_ok = make_weight(KV_TYPE_Q8_0, M, K / 2, &owned_ok);
+    void *owned, *owned_ok;
+    kv_tensor w = test_make_weight(KV_TYPE_Q8_0, M, K, &owned);
+    kv_tensor w_ok = test_make_weight(KV_TYPE_Q8_0, M, K / 2, &owned_ok);
     REQUIRE(owned && owned_ok);
     float *hx = malloc((size_t)rows * K * sizeof(float));
     REQUIRE(hx);
@@ -733,7 +673,7 @@ static void test_status(void) {
         kv_backend *b = all[i].b;
         kv_err err = {0};
         CHECKF(b->ops->status(b, &err) == 0, "%s: %s", all[i].name, err.msg);
-        float *dx = put(b, hx, (size_t)rows * K * sizeof(float)), *dy = put(b, NULL, (size_t)rows * M * sizeof(float));
+        float *dx = test_put(b, hx, (size_t)rows * K * sizeof(float)), *dy = test_put(b, NULL, (size_t)rows * M * sizeof(float));
         REQUIRE(dx && dy);
         b->ops->matmul(b, &w, dx, dy, rows);
         kv_err_clear(&err);
@@ -743,13 +683,10 @@ static void test_status(void) {
         CHECKF(b->ops->status(b, &err) == 0, "%s: not cleared: %s", all[i].name, err.msg);
         b->ops->matmul(b, &w_ok, dx, dy, rows - 1);
         CHECKF(b->ops->status(b, &err) == 0, "%s within the limits: %s", all[i].name, err.msg);
-        b->ops->free(b, dx);
-        b->ops->free(b, dy);
+        TEST_DEV_FREE(b, dx, dy);
         if (i > 0) forget_host(&targets[i - 1]);
     }
-    free(hx);
-    free(owned);
-    free(owned_ok);
+    FREE_ALL(hx, owned, owned_ok);
 }
 
 static void test_zz_release(void) {

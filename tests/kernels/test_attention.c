@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend_helpers.h"
 #include "../harness.h"
 #include "../../kernels/cpu.h"
 #include "../../kernels/cpu_attention.h"
@@ -223,6 +224,27 @@ static double dtype_bound(kv_cache_dtype d) {
 
 enum { NSEQ = 4 };
 
+/* The token arrays of a kv_store / attention batch and where their K and V
+ * rows come from: kc / vc hold every sequence's rows, (NSEQ, max_len, row). */
+typedef struct token_rows {
+    int32_t *pos, *seq, *slot;
+    float *k, *v;
+    const float *kc, *vc;
+    const int32_t *const *tables; /* per sequence: logical -> physical block */
+    int bs, max_len;
+    size_t row; /* floats of a token's K (or V) row, all kv heads */
+} token_rows;
+
+/* Token i of the batch: position p of sequence s, its slot through the
+ * block table, its K and V rows copied from the sequence's. */
+static void put_token(const token_rows *tb, int i, int s, int p) {
+    tb->pos[i] = p;
+    tb->seq[i] = s;
+    tb->slot[i] = tb->tables[s][p / tb->bs] * tb->bs + p % tb->bs;
+    memcpy(tb->k + (size_t)i * tb->row, tb->kc + ((size_t)s * tb->max_len + p) * tb->row, sizeof(float) * tb->row);
+    memcpy(tb->v + (size_t)i * tb->row, tb->vc + ((size_t)s * tb->max_len + p) * tb->row, sizeof(float) * tb->row);
+}
+
 /* Runs one configuration; returns 0 when skipped (ISA missing), 1 when run.
  * out_copy (may be NULL) receives a malloc'd copy of the batch's output and
  * *out_n its float count. */
@@ -258,10 +280,8 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
         .head_dim = hd,
         .block_size = bs,
         .n_blocks = n_blocks,
-        .row_bytes = kv_cache_row_bytes(tc->dtype, hd),
     };
-    pg.slot_bytes = pg.row_bytes * (size_t)nkv;
-    pg.layer_bytes = pg.slot_bytes * (size_t)bs * (size_t)n_blocks;
+    kv_pages_set_sizes(&pg);
     pg.k = b->ops->alloc(b, pg.layer_bytes * 2);
     pg.v = b->ops->alloc(b, pg.layer_bytes * 2);
     /* shuffled physical blocks; the unused ones hold noise */
@@ -299,14 +319,11 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
     int32_t *slot = malloc(sizeof(int32_t) * (size_t)(max_len + n_tokens));
     float *kb = malloc(sizeof(float) * (size_t)(max_len + n_tokens) * nkv * hd);
     float *vb = malloc(sizeof(float) * (size_t)(max_len + n_tokens) * nkv * hd);
+    const token_rows tb = {pos, sq, slot, kb, vb, kc, vc, ctab, bs, max_len, (size_t)nkv * hd};
     for (int s = 0; s < NSEQ; s++) {
         int n = len[s] - chunk[s];
         for (int p = 0; p < n; p++) {
-            pos[p] = p;
-            sq[p] = s;
-            slot[p] = tables[s][p / bs] * bs + p % bs;
-            memcpy(kb + (size_t)p * nkv * hd, kc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
-            memcpy(vb + (size_t)p * nkv * hd, vc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+            put_token(&tb, p, s, p);
         }
         kv_attn_batch hb = {.n_tokens = n, .pos = pos, .seq = sq, .slot = slot, .n_seqs = NSEQ, .tables = ctab};
         if (n) b->ops->kv_store(b, &pg, layer, &hb, kb, vb);
@@ -330,12 +347,7 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
             do s = rnd(NSEQ);
             while (next_pos[s] == len[s]);
         }
-        int p = next_pos[s]++;
-        pos[i] = p;
-        sq[i] = s;
-        slot[i] = tables[s][p / bs] * bs + p % bs;
-        memcpy(kb + (size_t)i * nkv * hd, kc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
-        memcpy(vb + (size_t)i * nkv * hd, vc + ((size_t)s * max_len + p) * nkv * hd, sizeof(float) * nkv * hd);
+        put_token(&tb, i, s, next_pos[s]++);
     }
     kv_attn_batch ab = {.n_tokens = n_tokens, .pos = pos, .seq = sq, .slot = slot, .n_seqs = NSEQ, .tables = ctab};
     CHECKF(kv_attn_batch_check(&pg, &ab, nh, &err) == 0, "%s", err.msg);
@@ -382,22 +394,10 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
         *out_n = qn;
     }
 
-    free(q);
-    free(out);
-    free(ref);
-    free(pos);
-    free(sq);
-    free(slot);
-    free(kb);
-    free(vb);
-    free(kc);
-    free(vc);
-    free(kd);
-    free(vd);
+    FREE_ALL(q, out, ref, pos, sq, slot, kb, vb, kc, vc, kd, vd);
     for (int s = 0; s < NSEQ; s++) free(tables[s]);
     free(perm);
-    b->ops->free(b, pg.k);
-    b->ops->free(b, pg.v);
+    TEST_DEV_FREE(b, pg.k, pg.v);
     kv_backend_free(b);
     return 1;
 }
@@ -489,9 +489,7 @@ static void test_attention_many_tokens(void) {
     REQUIRE(b);
     kv_pages pg = {.dtype = KV_CACHE_F32, .n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = BS,
                    .n_blocks = NS * ((MAXLEN + BS - 1) / BS)};
-    pg.row_bytes = kv_cache_row_bytes(pg.dtype, HD);
-    pg.slot_bytes = pg.row_bytes * NKV;
-    pg.layer_bytes = pg.slot_bytes * BS * (size_t)pg.n_blocks;
+    kv_pages_set_sizes(&pg);
     pg.k = b->ops->alloc(b, pg.layer_bytes);
     pg.v = b->ops->alloc(b, pg.layer_bytes);
     const int nbs = (MAXLEN + BS - 1) / BS;
@@ -546,23 +544,8 @@ static void test_attention_many_tokens(void) {
     ref_attention(q, kc, vc, MAXLEN, pos, sq, n, NH, NKV, HD, 0.25f, ref);
     e = rel_l2(out, ref, (size_t)n * NH * HD);
     CHECKF(e < 1e-6, "%d tokens in chunks: err %.3g", n, e);
-    free(q);
-    free(out);
-    free(ref);
-    free(dpos);
-    free(dsq);
-    free(dslot);
-    free(kb);
-    free(vb);
-    free(pos);
-    free(sq);
-    free(slot);
-    free(kc);
-    free(vc);
-    free(tab);
-    free(tabs);
-    b->ops->free(b, pg.k);
-    b->ops->free(b, pg.v);
+    FREE_ALL(q, out, ref, dpos, dsq, dslot, kb, vb, pos, sq, slot, kc, vc, tab, tabs);
+    TEST_DEV_FREE(b, pg.k, pg.v);
     kv_backend_free(b);
 }
 
@@ -649,9 +632,7 @@ static void test_store_rows(void) {
             kv_cpu_set_isa(b, (kv_cpu_isa)isa);
             kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 2, .n_kv_heads = NKV, .head_dim = HD,
                            .block_size = BS, .n_blocks = NB};
-            pg.row_bytes = kv_cache_row_bytes(pg.dtype, HD);
-            pg.slot_bytes = pg.row_bytes * NKV;
-            pg.layer_bytes = pg.slot_bytes * BS * NB;
+            kv_pages_set_sizes(&pg);
             pg.k = calloc(2, pg.layer_bytes);
             pg.v = calloc(2, pg.layer_bytes);
             uint8_t *want_k = calloc(2, pg.layer_bytes), *want_v = calloc(2, pg.layer_bytes);
@@ -666,10 +647,7 @@ static void test_store_rows(void) {
             b->ops->kv_store(b, &pg, 1, &ab, k, v);
             CHECKF(!memcmp(pg.k, want_k, 2 * pg.layer_bytes) && !memcmp(pg.v, want_v, 2 * pg.layer_bytes),
                    "%s %s", kv_cpu_isa_name((kv_cpu_isa)isa), kv_cache_dtype_name(pg.dtype));
-            free(pg.k);
-            free(pg.v);
-            free(want_k);
-            free(want_v);
+            FREE_ALL(pg.k, pg.v, want_k, want_v);
             kv_backend_free(b);
         }
     free(k);
@@ -680,9 +658,7 @@ static void test_store_rows(void) {
 static void test_copy_block(void) {
     kv_pages pg = {.dtype = KV_CACHE_F16, .n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .block_size = 4,
                    .n_blocks = 5};
-    pg.row_bytes = kv_cache_row_bytes(pg.dtype, pg.head_dim);
-    pg.slot_bytes = pg.row_bytes * 2;
-    pg.layer_bytes = pg.slot_bytes * 4 * 5;
+    kv_pages_set_sizes(&pg);
     size_t n = pg.layer_bytes * 3;
     pg.k = malloc(n);
     pg.v = malloc(n);
@@ -706,10 +682,7 @@ static void test_copy_block(void) {
     }
     kv_cpu_copy_block(NULL, &pg, 9, 1); /* out of range: nothing */
     kv_cpu_copy_block(NULL, &pg, 1, -1);
-    free(pg.k);
-    free(pg.v);
-    free(k0);
-    free(v0);
+    FREE_ALL(pg.k, pg.v, k0, v0);
 }
 
 /* Decode attention of the 110M shape: 32 sequences x 512 context, 12 heads
@@ -727,9 +700,7 @@ static void test_attention_decode_timing(void) {
             kv_cpu_set_isa(b, (kv_cpu_isa)isa);
             kv_pages pg = {.dtype = (kv_cache_dtype)d, .n_layers = 1, .n_kv_heads = nh, .head_dim = hd,
                            .block_size = bs, .n_blocks = ns * ctx / bs};
-            pg.row_bytes = kv_cache_row_bytes(pg.dtype, hd);
-            pg.slot_bytes = pg.row_bytes * nh;
-            pg.layer_bytes = pg.slot_bytes * bs * pg.n_blocks;
+            kv_pages_set_sizes(&pg);
             pg.k = b->ops->alloc(b, pg.layer_bytes);
             pg.v = b->ops->alloc(b, pg.layer_bytes);
             REQUIRE(pg.k && pg.v);
@@ -797,18 +768,8 @@ static void test_attention_decode_timing(void) {
                    kv_cache_dtype_name(pg.dtype), kv_cpu_isa_name((kv_cpu_isa)isa), threads, threads > 1 ? "s" : " ",
                    ms, gbs, pms);
             CHECK(isfinite(out[0]) && isfinite(pout[0]));
-            free(pq);
-            free(pout);
-            free(q);
-            free(out);
-            free(kv);
-            free(pos);
-            free(sq);
-            free(slot);
-            free(tab);
-            free(tabs);
-            b->ops->free(b, pg.k);
-            b->ops->free(b, pg.v);
+            FREE_ALL(pq, pout, q, out, kv, pos, sq, slot, tab, tabs);
+            TEST_DEV_FREE(b, pg.k, pg.v);
             kv_backend_free(b);
         }
 }

@@ -18,6 +18,7 @@
 #include "../../kernels/membw.h"
 #include "../../kernels/threadpool.h"
 #include "../../kernels/types.h"
+#include "../backend_helpers.h"
 #include "../harness.h"
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -108,6 +109,21 @@ static void test_bf16_conversions(void) {
 
 /* ---- block decode vs independent formulas -------------------------------- */
 
+/* Element i of a q8_0 / q4_0 / q4_1 row, by the GGUF block layouts: a
+ * formula independent of the code under test. */
+static double block_value(kv_type t, const uint8_t *row, int i) {
+    const int e = i % 32;
+    if (t == KV_TYPE_Q8_0) {
+        const uint8_t *blk = row + (i / 32) * 34;
+        return half_value(rd16(blk)) * (double)(int8_t)blk[2 + e];
+    }
+    const size_t bs = t == KV_TYPE_Q4_0 ? 18 : 20, qo = t == KV_TYPE_Q4_0 ? 2 : 4;
+    const uint8_t *blk = row + (i / 32) * bs;
+    int q = e < 16 ? (blk[qo + e] & 15) : (blk[qo + e - 16] >> 4);
+    if (t == KV_TYPE_Q4_0) return half_value(rd16(blk)) * (q - 8);
+    return half_value(rd16(blk)) * q + half_value(rd16(blk + 2));
+}
+
 static void test_dequantize_layouts(void) {
     enum { N = 128 };
     uint8_t raw[N * 4];
@@ -124,36 +140,21 @@ static void test_dequantize_layouts(void) {
         q41[b * 20 + 1] &= 0x3B;
         q41[b * 20 + 3] &= 0x3B;
     }
-    REQUIRE(kv_dequantize_row(KV_TYPE_Q8_0, q8, out, N) == 0);
+    const struct {
+        kv_type t;
+        const uint8_t *row;
+        double abs_tol; /* q4_1's min term adds an absolute rounding */
+    } qcases[] = {{KV_TYPE_Q8_0, q8, 1e-30}, {KV_TYPE_Q4_0, q40, 1e-30}, {KV_TYPE_Q4_1, q41, 1e-6}};
     int bad = 0;
-    for (int i = 0; i < N; i++) {
-        const uint8_t *blk = q8 + (i / 32) * 34;
-        double want = half_value(rd16(blk)) * (double)(int8_t)blk[2 + i % 32];
-        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-30;
+    for (size_t c = 0; c < KV_ARRAY_LEN(qcases); c++) {
+        REQUIRE(kv_dequantize_row(qcases[c].t, qcases[c].row, out, N) == 0);
+        bad = 0;
+        for (int i = 0; i < N; i++) {
+            double want = block_value(qcases[c].t, qcases[c].row, i);
+            bad += fabs(out[i] - want) > 1e-6 * fabs(want) + qcases[c].abs_tol;
+        }
+        CHECKF(bad == 0, "%s: %d elements", kv_type_name(qcases[c].t), bad);
     }
-    CHECKF(bad == 0, "q8_0: %d elements", bad);
-
-    REQUIRE(kv_dequantize_row(KV_TYPE_Q4_0, q40, out, N) == 0);
-    bad = 0;
-    for (int i = 0; i < N; i++) {
-        const uint8_t *blk = q40 + (i / 32) * 18;
-        int e = i % 32;
-        int q = e < 16 ? (blk[2 + e] & 15) : (blk[2 + e - 16] >> 4);
-        double want = half_value(rd16(blk)) * (q - 8);
-        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-30;
-    }
-    CHECKF(bad == 0, "q4_0: %d elements", bad);
-
-    REQUIRE(kv_dequantize_row(KV_TYPE_Q4_1, q41, out, N) == 0);
-    bad = 0;
-    for (int i = 0; i < N; i++) {
-        const uint8_t *blk = q41 + (i / 32) * 20;
-        int e = i % 32;
-        int q = e < 16 ? (blk[4 + e] & 15) : (blk[4 + e - 16] >> 4);
-        double want = half_value(rd16(blk)) * q + half_value(rd16(blk + 2));
-        bad += fabs(out[i] - want) > 1e-6 * fabs(want) + 1e-6;
-    }
-    CHECKF(bad == 0, "q4_1: %d elements", bad);
 
     uint8_t h[2 * N];
     for (int i = 0; i < N; i++) {
@@ -384,10 +385,7 @@ static void check_matmul_type(kv_type t) {
             for (size_t i = 0; i < (size_t)n * M; i++) y[i] = NAN;
             b2->ops->matmul(b2, &w, x, y, n);
             CHECK(harness_nerr(y, ref, (size_t)n * M) < 2e-6);
-            free(x);
-            free(ref);
-            free(y);
-            free(exact);
+            FREE_ALL(x, ref, y, exact);
         }
         free(data);
         free(wf);
@@ -422,11 +420,7 @@ static void test_matmul_large(void) {
         REQUIRE(kv_cpu_matmul_ref(&w, x, ref, n) == 0);
         b->ops->matmul(b, &w, x, y, n);
         CHECKF(harness_nerr(y, ref, (size_t)n * M) < 2e-6, "%s: %.3g", kv_type_name(types[ti]), harness_nerr(y, ref, (size_t)n * M));
-        free(data);
-        free(wf);
-        free(x);
-        free(y);
-        free(ref);
+        FREE_ALL(data, wf, x, y, ref);
     }
     kv_backend_free(b);
 }
@@ -473,13 +467,7 @@ static void test_matmul_quant_ext(void) {
         for (int i = 0; i < 3; i++)
             for (int64_t k = 0; k < K; k++) bad += rows[i * K + k] != wf[ids[i] * K + k];
         CHECKF(bad == 0, "%s get_rows: %d", kv_type_name(t), bad);
-        free(rows);
-        free(data);
-        free(wf);
-        free(x);
-        free(y);
-        free(ref);
-        free(exact);
+        FREE_ALL(rows, data, wf, x, y, ref, exact);
     }
     kv_backend_free(b);
 }
@@ -539,12 +527,7 @@ static void test_matmul_batch_invariance(void) {
                 }
             }
         }
-        free(data);
-        free(wf);
-        free(x);
-        free(xb);
-        free(alone);
-        free(y);
+        FREE_ALL(data, wf, x, xb, alone, y);
     }
     kv_backend_free(bs[0]);
     kv_backend_free(bs[1]);
@@ -629,10 +612,7 @@ static void test_rmsnorm(void) {
                    harness_nerr(out, ref, (size_t)n * dim));
             b->ops->rmsnorm(b, x, wt, x, n, dim, 1e-5f); /* in place */
             CHECK(harness_nerr(x, ref, (size_t)n * dim) < 1e-6);
-            free(x);
-            free(wt);
-            free(out);
-            free(ref);
+            FREE_ALL(x, wt, out, ref);
         }
     }
     kv_backend_free(b);
@@ -683,9 +663,7 @@ static void test_rope(void) {
         memcpy(ref, x, cnt * 4);
         b->ops->rope(b, x, pos, n, nh, hd, hd + 2, base, neox);
         CHECK(memcmp(ref, x, cnt * 4) == 0);
-        free(x);
-        free(ref);
-        free(pos);
+        FREE_ALL(x, ref, pos);
     }
     kv_backend_free(b);
 }
@@ -716,9 +694,7 @@ static void test_silu_mul_add(void) {
             bad = 0;
             for (int64_t i = 0; i < n; i++) bad += g[i] != ref[i] + u[i];
             CHECKF(bad == 0, "add n=%lld: %d elements", (long long)n, bad);
-            free(g);
-            free(u);
-            free(ref);
+            FREE_ALL(g, u, ref);
         }
     }
     kv_backend_free(b);
@@ -880,8 +856,7 @@ static void test_backend_memory(void) {
     b->ops->upload(b, p, src, sizeof src);
     b->ops->download(b, dst, p, sizeof dst);
     CHECK(memcmp(src, dst, sizeof src) == 0);
-    b->ops->free(b, p);
-    b->ops->free(b, NULL);
+    TEST_DEV_FREE(b, p, NULL);
     b->ops->mem_info(b, &m2);
     CHECK(m2.used_bytes == m0.used_bytes);
     /* scratch: aligned, reused, bounded by the pool */
@@ -951,11 +926,7 @@ static void test_backend_status(void) {
     b->ops->rope(b, q, pos, 1, 1, 64, 65, 10000.0f, 0);
     CHECK(kv_backend_status(b, &err) == KV_ERR_BACKEND && strncmp(err.msg, "rope: ", 6) == 0);
     CHECK(kv_backend_status(b, &err) == 0 && kv_backend_status(NULL, &err) == 0);
-    free(data);
-    free(wf);
-    free(x);
-    free(y);
-    free(ref);
+    FREE_ALL(data, wf, x, y, ref);
     kv_backend_free(b);
 }
 

@@ -253,9 +253,7 @@ static void test_roundtrip_error(void) {
     double naive = sqrt(se / ss);
     printf("  naive 4-bit min/max fit %.4f vs q4_k %.4f\n", naive, e4);
     CHECK(e4 < naive);
-    free(x);
-    free(y);
-    free(q);
+    FREE_ALL(x, y, q);
 }
 
 /* Special inputs: zeros, constants, exact grids and non-finite values. */
@@ -390,11 +388,7 @@ static void test_dot_matches_dequant_and_simd(void) {
     }
     printf("  %d SIMD dot comparisons (%s%s)\n", paths, kv_qext_isa_available(KV_QEXT_ISA_AVX2) ? "avx2 " : "",
            kv_qext_isa_available(KV_QEXT_ISA_AVX512) ? "avx512" : "");
-    free(w);
-    free(a);
-    free(tmp);
-    free(wf);
-    free(af);
+    FREE_ALL(w, a, tmp, wf, af);
 }
 
 static void test_determinism(void) {
@@ -416,9 +410,7 @@ static void test_determinism(void) {
         o->quantize_row(x + n / 2, q2 + rb / 2, n / 2);
         CHECKF(memcmp(q1, q2, rb) == 0, "%s halves", kv_type_name(o->type));
     }
-    free(x);
-    free(q1);
-    free(q2);
+    FREE_ALL(x, q1, q2);
 }
 
 /* Speed of each dot path over a 4096 x 4096 weight matrix, one thread:
@@ -459,9 +451,7 @@ static void test_bench(void) {
         }
         printf("\n");
         if (gbs[1] > 0) CHECKF(gbs[1] > gbs[0], "%s avx2 not faster than scalar", kv_type_name(t));
-        free(w);
-        free(a);
-        free(tmp);
+        FREE_ALL(w, a, tmp);
     }
 }
 

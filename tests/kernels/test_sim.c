@@ -14,17 +14,16 @@
 #include "../../kernels/kv_dtype.h"
 #include "../../kernels/sim.h"
 #include "../../kernels/types.h"
+#include "../backend_helpers.h"
 #include "../harness.h"
 
 /* Every op of these tests fits (ops.reserve): 64 rows of 1024, any type. */
 static kv_backend *reserved(kv_backend *b, kv_err *err) {
     const kv_backend_limits lim = {.max_rows = 64, .max_k = 1024, .weight_types = 0};
-    if (b && kv_backend_reserve(b, &lim, err) != 0) {
-        fprintf(stderr, "  %s backend: %s\n", b->ops->name, err->msg);
-        kv_backend_free(b);
-        return NULL;
-    }
-    return b;
+    const char *name = b ? b->ops->name : NULL;
+    kv_backend *r = test_reserve(b, &lim, err);
+    if (name && !r) fprintf(stderr, "  %s backend: %s\n", name, err->msg);
+    return r;
 }
 
 static kv_backend *make(const char *name) {
@@ -36,28 +35,6 @@ static kv_backend *make(const char *name) {
 
 /* Relative closeness for the clock checks (the model is plain arithmetic). */
 static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b)) + 1e-18; }
-
-/* A buffer of `bytes` on b holding src. */
-static void *put(kv_backend *b, const void *src, size_t bytes) {
-    void *p = b->ops->alloc(b, bytes);
-    if (p && src) b->ops->upload(b, p, src, bytes);
-    return p;
-}
-
-/* A weight of type t (rows x cols) from random floats, in host memory. */
-static kv_tensor make_weight(kv_type t, int rows, int cols, void **owned) {
-    size_t rs = kv_type_row_size(t, cols);
-    uint8_t *data = malloc(rs * (size_t)rows);
-    float *tmp = malloc((size_t)cols * sizeof(float));
-    for (int r = 0; data && tmp && r < rows; r++) {
-        harness_fill_rand(tmp, (size_t)cols, 1.0f);
-        kv_quantize_row(t, tmp, data + (size_t)r * rs, cols);
-    }
-    free(tmp);
-    *owned = data;
-    kv_tensor w = {.type = t, .ne0 = cols, .ne1 = rows, .nb1 = rs, .data = data, .dev = NULL};
-    return w;
-}
 
 /* ---- device table ---------------------------------------------------------- */
 
@@ -119,7 +96,7 @@ static void test_sim_registry(void) {
 /* Runs matmul and get_rows for w on both backends; outputs must match byte for byte. */
 static void exact_matmul(kv_backend *s, kv_backend *c, kv_type t, int rows, int cols, int n) {
     void *owned;
-    kv_tensor w = make_weight(t, rows, cols, &owned);
+    kv_tensor w = test_make_weight(t, rows, cols, &owned);
     REQUIRE(owned);
     kv_err err = {0};
     kv_tensor ws = w, wc = w;
@@ -131,9 +108,9 @@ static void exact_matmul(kv_backend *s, kv_backend *c, kv_type t, int rows, int 
     float *gs = malloc(5 * (size_t)cols * sizeof(float)), *gc = malloc(5 * (size_t)cols * sizeof(float));
     REQUIRE(x && ys && yc && gs && gc);
     harness_fill_rand(x, (size_t)n * cols, 2.0f);
-    float *xs = put(s, x, (size_t)n * cols * sizeof(float));
+    float *xs = test_put(s, x, (size_t)n * cols * sizeof(float));
     float *dys = s->ops->alloc(s, (size_t)n * rows * sizeof(float));
-    int32_t *dids = put(s, ids, sizeof ids);
+    int32_t *dids = test_put(s, ids, sizeof ids);
     float *dgs = s->ops->alloc(s, 5 * (size_t)cols * sizeof(float));
     REQUIRE(xs && dys && dids && dgs);
     s->ops->matmul(s, &ws, xs, dys, n);
@@ -144,16 +121,8 @@ static void exact_matmul(kv_backend *s, kv_backend *c, kv_type t, int rows, int 
     s->ops->download(s, gs, dgs, 5 * (size_t)cols * sizeof(float));
     c->ops->get_rows(c, &wc, ids, gc, 5);
     CHECKF(!memcmp(gs, gc, 5 * (size_t)cols * sizeof(float)), "get_rows %s differs", kv_type_name(t));
-    s->ops->free(s, xs);
-    s->ops->free(s, dys);
-    s->ops->free(s, dids);
-    s->ops->free(s, dgs);
-    free(x);
-    free(ys);
-    free(yc);
-    free(gs);
-    free(gc);
-    free(owned);
+    TEST_DEV_FREE(s, xs, dys, dids, dgs);
+    FREE_ALL(x, ys, yc, gs, gc, owned);
 }
 
 static void test_sim_matmul_exact(void) {
@@ -181,7 +150,7 @@ static void test_sim_elementwise_exact(void) {
     harness_fill_rand(y, N, 3.0f);
     harness_fill_rand(w, dim, 1.0f);
     int32_t pos[5] = {0, 1, 17, 300, 4095};
-    float *dx = put(s, x, bytes), *dy = put(s, y, bytes);
+    float *dx = test_put(s, x, bytes), *dy = test_put(s, y, bytes);
     REQUIRE(dx && dy);
 
     /* rmsnorm with a host weight vector, in place (as the forward pass calls it) */
@@ -210,7 +179,7 @@ static void test_sim_elementwise_exact(void) {
     cview.data = rc;
     cview.dev = rc;
     int32_t ids[2] = {4, 1};
-    int32_t *dids = put(s, ids, sizeof ids);
+    int32_t *dids = test_put(s, ids, sizeof ids);
     float *dout = s->ops->alloc(s, 2 * dim * sizeof(float));
     float oc[2 * 64], os[2 * 64];
     REQUIRE(dids && dout);
@@ -218,15 +187,8 @@ static void test_sim_elementwise_exact(void) {
     s->ops->get_rows(s, &view, dids, dout, 2);
     s->ops->download(s, os, dout, sizeof os);
     CHECK(!memcmp(os, oc, sizeof os));
-    s->ops->free(s, dx);
-    s->ops->free(s, dy);
-    s->ops->free(s, dids);
-    s->ops->free(s, dout);
-    free(x);
-    free(y);
-    free(w);
-    free(rc);
-    free(rs);
+    TEST_DEV_FREE(s, dx, dy, dids, dout);
+    FREE_ALL(x, y, w, rc, rs);
     kv_backend_free(s);
     kv_backend_free(c);
 }
@@ -237,16 +199,14 @@ static void exact_attention(kv_cache_dtype dt) {
     kv_backend *s = make("sim"), *c = make("cpu");
     REQUIRE(s && c);
     kv_pages pc = {.dtype = dt, .n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .block_size = 4, .n_blocks = 12};
-    pc.row_bytes = kv_cache_row_bytes(dt, pc.head_dim);
-    pc.slot_bytes = pc.n_kv_heads * pc.row_bytes;
-    pc.layer_bytes = (size_t)pc.n_blocks * pc.block_size * pc.slot_bytes;
+    kv_pages_set_sizes(&pc);
     size_t total = pc.layer_bytes * pc.n_layers;
     kv_pages ps = pc;
     uint8_t *zero = calloc(1, total), *hk = malloc(total);
     pc.k = calloc(1, total);
     pc.v = calloc(1, total);
-    ps.k = put(s, zero, total);
-    ps.v = put(s, zero, total);
+    ps.k = test_put(s, zero, total);
+    ps.v = test_put(s, zero, total);
     REQUIRE(zero && hk && pc.k && pc.v && ps.k && ps.v);
     const int n_heads = 4, hd = pc.head_dim, kvd = pc.n_kv_heads * hd;
     int32_t t0[4] = {7, 2, 9, 0}, t1[3] = {5, 11, 3};
@@ -269,8 +229,8 @@ static void exact_attention(kv_cache_dtype dt) {
     harness_fill_rand(k, NT * kvd, 2.0f);
     harness_fill_rand(v, NT * kvd, 2.0f);
     harness_fill_rand(q, NT * n_heads * hd, 2.0f);
-    float *dk = put(s, k, NT * kvd * sizeof(float)), *dv = put(s, v, NT * kvd * sizeof(float));
-    float *dq = put(s, q, NT * n_heads * hd * sizeof(float));
+    float *dk = test_put(s, k, NT * kvd * sizeof(float)), *dv = test_put(s, v, NT * kvd * sizeof(float));
+    float *dq = test_put(s, q, NT * n_heads * hd * sizeof(float));
     float *dout = s->ops->alloc(s, NT * n_heads * hd * sizeof(float));
     REQUIRE(dk && dv && dq && dout);
     for (int l = 0; l < 2; l++) {
@@ -287,17 +247,8 @@ static void exact_attention(kv_cache_dtype dt) {
     CHECKF(!memcmp(hk, pc.k, total), "K pages %s", kv_cache_dtype_name(dt));
     s->ops->download(s, hk, ps.v, total);
     CHECKF(!memcmp(hk, pc.v, total), "V pages %s", kv_cache_dtype_name(dt));
-    void *bufs[] = {ps.k, ps.v, dk, dv, dq, dout};
-    for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++) s->ops->free(s, bufs[i]);
-    free(pc.k);
-    free(pc.v);
-    free(zero);
-    free(hk);
-    free(k);
-    free(v);
-    free(q);
-    free(oc);
-    free(os);
+    TEST_DEV_FREE(s, ps.k, ps.v, dk, dv, dq, dout);
+    FREE_ALL(pc.k, pc.v, zero, hk, k, v, q, oc, os);
     kv_backend_free(s);
     kv_backend_free(c);
 }
@@ -318,9 +269,9 @@ static void test_sim_clock_matmul(void) {
     const kv_sim_device *d = kv_sim_device_find("h100-sxm");
     const int M = 512, K = 256, n = 4;
     void *owned;
-    kv_tensor w = make_weight(KV_TYPE_Q8_0, M, K, &owned);
+    kv_tensor w = test_make_weight(KV_TYPE_Q8_0, M, K, &owned);
     REQUIRE(owned);
-    float *x = put(b, NULL, (size_t)n * K * 4), *y = put(b, NULL, (size_t)n * M * 4);
+    float *x = test_put(b, NULL, (size_t)n * K * 4), *y = test_put(b, NULL, (size_t)n * M * 4);
     REQUIRE(x && y);
     float *hx = malloc((size_t)n * K * 4);
     REQUIRE(hx);
@@ -360,10 +311,8 @@ static void test_sim_clock_matmul(void) {
     CHECK(near(kv_sim_elapsed_s(b), ta));
     kv_sim_stats_get(b, &st);
     CHECK(near(st.kind_s[KV_SIM_OTHER], ta));
-    b->ops->free(b, x);
-    b->ops->free(b, y);
-    free(hx);
-    free(owned);
+    TEST_DEV_FREE(b, x, y);
+    FREE_ALL(hx, owned);
     kv_backend_free(b);
 }
 
@@ -389,11 +338,9 @@ static void test_sim_clock_attention(void) {
     const kv_sim_device *d = kv_sim_device_find("h100-sxm");
     kv_pages pg = {.dtype = KV_CACHE_F16, .n_layers = 1, .n_kv_heads = 2, .head_dim = 64, .block_size = 16,
                    .n_blocks = 8};
-    pg.row_bytes = kv_cache_row_bytes(pg.dtype, pg.head_dim);
-    pg.slot_bytes = pg.n_kv_heads * pg.row_bytes;
-    pg.layer_bytes = (size_t)pg.n_blocks * pg.block_size * pg.slot_bytes;
-    pg.k = put(b, NULL, pg.layer_bytes);
-    pg.v = put(b, NULL, pg.layer_bytes);
+    kv_pages_set_sizes(&pg);
+    pg.k = test_put(b, NULL, pg.layer_bytes);
+    pg.v = test_put(b, NULL, pg.layer_bytes);
     REQUIRE(pg.k && pg.v);
     uint8_t *zero = calloc(1, pg.layer_bytes);
     REQUIRE(zero);
@@ -406,7 +353,7 @@ static void test_sim_clock_attention(void) {
     int32_t pos[2] = {p - 1, p}, seq[2] = {0, 0}, slot[2];
     for (int i = 0; i < 2; i++) slot[i] = table[pos[i] / 16] * 16 + pos[i] % 16;
     kv_attn_batch ab = {.n_tokens = 2, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 2, .tables = tables};
-    float *q = put(b, NULL, 2 * n_heads * 64 * 4), *out = put(b, NULL, 2 * n_heads * 64 * 4);
+    float *q = test_put(b, NULL, 2 * n_heads * 64 * 4), *out = test_put(b, NULL, 2 * n_heads * 64 * 4);
     REQUIRE(q && out);
     kv_sim_reset(b);
     b->ops->attention(b, &pg, 0, &ab, q, out, n_heads, 0.125f);
@@ -423,10 +370,7 @@ static void test_sim_clock_attention(void) {
     kv_sim_reset(b);
     b->ops->attention(b, &pg, 0, &ab, q, out, n_heads, 0.125f);
     CHECK(kv_sim_elapsed_s(b) > want);
-    b->ops->free(b, pg.k);
-    b->ops->free(b, pg.v);
-    b->ops->free(b, q);
-    b->ops->free(b, out);
+    TEST_DEV_FREE(b, pg.k, pg.v, q, out);
     free(zero);
     kv_backend_free(b);
 }
@@ -457,7 +401,7 @@ static void test_sim_memory(void) {
 
     /* weights: counted once per data pointer (tied embeddings) */
     void *owned;
-    kv_tensor w = make_weight(KV_TYPE_F16, 64, 128, &owned);
+    kv_tensor w = test_make_weight(KV_TYPE_F16, 64, 128, &owned);
     REQUIRE(owned);
     kv_tensor w2 = w;
     CHECK(b->ops->upload_weight(b, &w, &err) == 0);
@@ -466,8 +410,8 @@ static void test_sim_memory(void) {
     CHECK(m.used_bytes == 64 * 128 * 2);
     /* a weight used without upload_weight counts when first used */
     void *owned2;
-    kv_tensor w3 = make_weight(KV_TYPE_Q4_0, 32, 64, &owned2);
-    float *x = put(b, NULL, 64 * 4), *y = put(b, NULL, 32 * 4);
+    kv_tensor w3 = test_make_weight(KV_TYPE_Q4_0, 32, 64, &owned2);
+    float *x = test_put(b, NULL, 64 * 4), *y = test_put(b, NULL, 32 * 4);
     REQUIRE(owned2 && x && y);
     float hx[64];
     harness_fill_rand(hx, 64, 1.0f);
@@ -489,10 +433,8 @@ static void test_sim_memory(void) {
     kv_tensor bad = w;
     bad.nb1 = 3;
     CHECK(b->ops->upload_weight(b, &bad, &e2) != 0);
-    b->ops->free(b, x);
-    b->ops->free(b, y);
-    free(owned);
-    free(owned2);
+    TEST_DEV_FREE(b, x, y);
+    FREE_ALL(owned, owned2);
     kv_backend_free(b);
 }
 
@@ -513,9 +455,9 @@ static void test_sim_table(void) {
     CHECK(kv_backend_status(b, &err) == 0);
     /* not reserved: the inner matmul fails; the sim reports it, once */
     void *owned;
-    kv_tensor w = make_weight(KV_TYPE_Q8_0, 64, 256, &owned);
+    kv_tensor w = test_make_weight(KV_TYPE_Q8_0, 64, 256, &owned);
     REQUIRE(owned);
-    float *x = put(b, NULL, 2 * 256 * 4), *y = put(b, NULL, 2 * 64 * 4);
+    float *x = test_put(b, NULL, 2 * 256 * 4), *y = test_put(b, NULL, 2 * 64 * 4);
     REQUIRE(x && y);
     b->ops->matmul(b, &w, x, y, 2);
     CHECK(kv_backend_clock_get(b, &clk) == 1 && clk.elapsed_s > 0.0 && clk.elapsed_s == kv_sim_elapsed_s(b));
@@ -530,12 +472,10 @@ static void test_sim_table(void) {
     /* the attention model's per-sequence table holds max_rows sequences */
     kv_pages pg = {.dtype = KV_CACHE_F32, .n_layers = 1, .n_kv_heads = 1, .head_dim = 16, .block_size = 4,
                    .n_blocks = 4};
-    pg.row_bytes = kv_cache_row_bytes(pg.dtype, pg.head_dim);
-    pg.slot_bytes = pg.row_bytes;
-    pg.layer_bytes = (size_t)pg.n_blocks * pg.block_size * pg.slot_bytes;
-    pg.k = put(b, NULL, pg.layer_bytes);
-    pg.v = put(b, NULL, pg.layer_bytes);
-    float *q = put(b, NULL, 3 * 16 * 4), *out = put(b, NULL, 3 * 16 * 4);
+    kv_pages_set_sizes(&pg);
+    pg.k = test_put(b, NULL, pg.layer_bytes);
+    pg.v = test_put(b, NULL, pg.layer_bytes);
+    float *q = test_put(b, NULL, 3 * 16 * 4), *out = test_put(b, NULL, 3 * 16 * 4);
     REQUIRE(pg.k && pg.v && q && out);
     memset(pg.k, 0, pg.layer_bytes);
     memset(pg.v, 0, pg.layer_bytes);
@@ -549,12 +489,7 @@ static void test_sim_table(void) {
     CHECK(kv_backend_reserve(b, &lim, &err) == 0);
     b->ops->attention(b, &pg, 0, &ab, q, out, 1, 0.25f);
     CHECK(kv_backend_status(b, &err) == 0);
-    b->ops->free(b, pg.k);
-    b->ops->free(b, pg.v);
-    b->ops->free(b, q);
-    b->ops->free(b, out);
-    b->ops->free(b, x);
-    b->ops->free(b, y);
+    TEST_DEV_FREE(b, pg.k, pg.v, q, out, x, y);
     free(owned);
     kv_backend_free(c);
     kv_backend_free(b);

@@ -59,7 +59,7 @@ static void test_jobs_and_text(void) {
     REQUIRE(e);
     REQUIRE(kv_engine_start(e) == 0);
     kv_err err;
-    srv_hub *h = srv_hub_new(e, 8 + 4, &err);
+    srv_hub *h = srv_hub_new(e, 8 + 4, 0, &err);
     REQUIRE(h);
     srv_job *job = srv_job_new(3);
     kv_request_params p[3];
@@ -93,7 +93,7 @@ static void test_queue_bound_and_cancel(void) {
     REQUIRE(kv_engine_start(e) == 0);
     kv_engine_pause(e); /* nothing runs: the jobs stay pending */
     kv_err err;
-    srv_hub *h = srv_hub_new(e, 3, &err);
+    srv_hub *h = srv_hub_new(e, 3, 0, &err);
     REQUIRE(h);
     srv_job *a = srv_job_new(2), *b = srv_job_new(2);
     kv_request_params p[2];
@@ -138,7 +138,7 @@ static void test_seed_exact(void) {
     REQUIRE(e);
     REQUIRE(kv_engine_start(e) == 0);
     kv_err err;
-    srv_hub *h = srv_hub_new(e, 8, &err);
+    srv_hub *h = srv_hub_new(e, 8, 0, &err);
     REQUIRE(h);
     char texts[3][4096];
     for (int k = 0; k < 3; k++) {
@@ -165,7 +165,7 @@ static void test_metrics_and_snapshot_text(void) {
     REQUIRE(e);
     REQUIRE(kv_engine_start(e) == 0);
     kv_err err;
-    srv_hub *h = srv_hub_new(e, 8, &err);
+    srv_hub *h = srv_hub_new(e, 8, 0, &err);
     REQUIRE(h);
     srv_job *job = srv_job_new(1);
     kv_request_params p;

@@ -20,7 +20,11 @@ static kv_snap_block blk(int state, int refcount, int session) {
 
 static void test_glyphs(void) {
     CHECK(kv_blockmap_glyph(0, 0) == 'a' && kv_blockmap_glyph(1, 1) == 'B');
-    CHECK(kv_blockmap_glyph(26, 0) == 'a'); /* wraps */
+    /* Tabs past 26 get glyphs of their own (26 used to wrap to 'a'), and
+     * none is background load's 'w'. */
+    CHECK(kv_blockmap_glyph(22, 0) == 'x' && kv_blockmap_glyph(25, 0) == '0' && kv_blockmap_glyph(26, 0) == '1');
+    CHECK(kv_blockmap_glyph(34, 0) == '9' && kv_blockmap_glyph(34, 1) == '9' && kv_blockmap_glyph(24, 1) == 'Z');
+    CHECK(kv_blockmap_glyph(KV_BLOCKMAP_GLYPHS, 0) == 'a'); /* the tag picker keeps open tabs apart */
     CHECK(kv_blockmap_glyph(KV_SESSION_LOAD_BASE + 3, 0) == 'w' && kv_blockmap_glyph(KV_SESSION_LOAD_BASE, 1) == 'W');
     CHECK(kv_blockmap_glyph(-1, 0) == '?');
     CHECK(kv_blockmap_color(0) == 1 && kv_blockmap_color(5) == 6 && kv_blockmap_color(6) == 1);
@@ -115,4 +119,106 @@ static void test_chain(void) {
     CHECK(kv_blockmap_chain(s, sizeof s, NULL, 4, b, 20, 18, 5, 80) == 0 && s[0] == 0);
 }
 
-TEST_MAIN(T(test_glyphs), T(test_one_block_per_cell), T(test_aggregation), T(test_bad_view), T(test_chain))
+/* Every tab glyph is distinct and no other mark of the map. */
+static void test_distinct_glyphs(void) {
+    char seen[256] = {0};
+    for (int t = 0; t < KV_BLOCKMAP_GLYPHS; t++) {
+        unsigned char g = (unsigned char)kv_blockmap_glyph(t, 0), sh = (unsigned char)kv_blockmap_glyph(t, 1);
+        CHECKF(!seen[g], "tag %d: glyph '%c' twice", t, g);
+        seen[g] = 1;
+        CHECKF(strchr("wW:.? ", g) == NULL && strchr("wW:.? ", sh) == NULL, "tag %d: '%c'/'%c'", t, g, sh);
+        CHECKF(g >= 'a' && g <= 'z' ? sh == g - 'a' + 'A' : sh == g, "tag %d: shared '%c'", t, sh);
+    }
+}
+
+/* Expands a legend range list such as "a-v x-z 0-9" into set[]. */
+static void expand_ranges(const char *s, size_t n, char *set) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') continue;
+        if (i + 2 < n && s[i + 1] == '-') {
+            for (int c = (unsigned char)s[i]; c <= (unsigned char)s[i + 2]; c++) set[c] = 1;
+            i += 2;
+        } else {
+            set[(unsigned char)s[i]] = 1;
+        }
+    }
+}
+
+/* The legend names exactly the glyphs the map draws: its tab ranges are
+ * the tab glyphs of every tag, its shared range covers every shared one. */
+static void test_legend_agrees(void) {
+    const char *l = kv_blockmap_legend();
+    const char *tab = strstr(l, " tab  "), *shared = strstr(l, " shared");
+    REQUIRE(tab && shared && shared > tab);
+    char tabs[256] = {0}, drawn[256] = {0}, up[256] = {0};
+    expand_ranges(l, (size_t)(tab - l), tabs);
+    expand_ranges(tab + 6, (size_t)(shared - tab - 6), up);
+    for (int t = 0; t < KV_SESSION_LOAD_BASE; t++) {
+        unsigned char g = (unsigned char)kv_blockmap_glyph(t, 0), sh = (unsigned char)kv_blockmap_glyph(t, 1);
+        drawn[g] = 1;
+        CHECKF(tabs[g], "tag %d: '%c' not in the legend", t, g);
+        CHECKF(up[sh] || (tabs[sh] && !(sh >= 'a' && sh <= 'z')), "tag %d: shared '%c' not in the legend", t, sh);
+    }
+    for (int c = 0; c < 256; c++) CHECKF(!tabs[c] || drawn[c], "legend lists '%c', never drawn", c);
+    CHECK(!tabs['w'] && strstr(l, "w load") && kv_blockmap_glyph(KV_SESSION_LOAD_BASE, 0) == 'w');
+    CHECK(strstr(l, ": cached") && strstr(l, ". free"));
+}
+
+/* Tabs opened and closed at random, up to MAX_SESSIONS (32) at once: every
+ * new tag is new among the open ones and so is its glyph. */
+static void test_pick_tag(void) {
+    int live[40], n = 0, next = 0;
+    uint32_t r = 12345;
+    int opened = 0;
+    for (int it = 0; it < 5000; it++) {
+        r = r * 1103515245u + 12345u;
+        int open = n == 0 || (n < 32 && (r >> 16) % 3 != 0);
+        if (open) {
+            int t = kv_blockmap_pick_tag(next, live, n);
+            REQUIRE(t >= 0 && t < KV_SESSION_LOAD_BASE);
+            for (int i = 0; i < n; i++)
+                CHECKF(kv_blockmap_glyph(live[i], 0) != kv_blockmap_glyph(t, 0), "tags %d and %d share '%c'", live[i],
+                       t, kv_blockmap_glyph(t, 0));
+            live[n++] = t;
+            next = (t + 1) % KV_SESSION_LOAD_BASE;
+            opened++;
+        } else {
+            int k = (int)((r >> 8) % (uint32_t)n);
+            live[k] = live[--n];
+        }
+    }
+    CHECK(opened > 2000 && next != opened % KV_SESSION_LOAD_BASE); /* wrapped, and skipped taken glyphs */
+    /* 27 tabs opened in a row: the 27th is not the first's 'a'. */
+    int row[27];
+    for (int i = 0; i < 27; i++) row[i] = kv_blockmap_pick_tag(i, row, i);
+    CHECK(row[26] == 26 && kv_blockmap_glyph(row[26], 0) != kv_blockmap_glyph(row[0], 0));
+    /* All glyphs taken: none left; one free: that one. */
+    int all[KV_BLOCKMAP_GLYPHS];
+    for (int i = 0; i < KV_BLOCKMAP_GLYPHS; i++) all[i] = i;
+    CHECK(kv_blockmap_pick_tag(0, all, KV_BLOCKMAP_GLYPHS) == -1);
+    all[7] = 7 + KV_BLOCKMAP_GLYPHS * 2; /* still glyph 7 */
+    CHECK(kv_blockmap_pick_tag(3, all, KV_BLOCKMAP_GLYPHS - 1) == KV_BLOCKMAP_GLYPHS - 1);
+    CHECK(kv_blockmap_pick_tag(990, all, 20) == 20); /* 990..999 and 0..19: glyphs taken */
+    CHECK(kv_blockmap_pick_tag(-5, all, 3) == 3);
+}
+
+/* 32 tabs each owning a block: 32 distinct glyphs on the map. */
+static void test_many_owners(void) {
+    kv_snap_block b[32];
+    int live[32];
+    for (int i = 0; i < 32; i++) {
+        live[i] = kv_blockmap_pick_tag(i ? live[i - 1] + 1 : 30, live, i);
+        b[i] = blk(1, 1, live[i]);
+    }
+    kv_bm_cell g[32];
+    kv_blockmap_view v = {32, 1, -1, -1};
+    kv_blockmap_info info;
+    CHECK(kv_blockmap_render(b, 32, &v, g, &info) == 0 && info.n_owners == 32);
+    char seen[256] = {0};
+    int distinct = 0;
+    for (int i = 0; i < 32; i++) distinct += !seen[(unsigned char)g[i].ch]++;
+    CHECK(distinct == 32);
+}
+
+TEST_MAIN(T(test_glyphs), T(test_distinct_glyphs), T(test_legend_agrees), T(test_pick_tag), T(test_many_owners),
+          T(test_one_block_per_cell), T(test_aggregation), T(test_bad_view), T(test_chain))

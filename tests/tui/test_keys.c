@@ -52,6 +52,20 @@ static void test_quit_keys(void) {
     CHECK(kv_keys_map(key(KV_KEY_CTRL('d')), &busy).type == KV_ACT_INPUT);
 }
 
+/* Ctrl-Z suspends from either focus, even over the help overlay, and the
+ * help says so (it used to go to readline and do nothing). */
+static void test_suspend_key(void) {
+    kv_key_ctx in = input_ctx(0), pn = panel_ctx(), help = input_ctx(1);
+    help.help_shown = 1;
+    CHECK(kv_keys_map(key(KV_KEY_CTRL('z')), &in).type == KV_ACT_SUSPEND);
+    CHECK(kv_keys_map(key(KV_KEY_CTRL('z')), &pn).type == KV_ACT_SUSPEND);
+    CHECK(kv_keys_map(key(KV_KEY_CTRL('z')), &help).type == KV_ACT_SUSPEND);
+    const kv_key_help *h = kv_keys_help();
+    int listed = 0;
+    for (int i = 0; h[i].keys; i++) listed |= !strcmp(h[i].keys, "Ctrl-Z") && strstr(h[i].what, "suspend");
+    CHECK(listed);
+}
+
 static void test_esc(void) {
     kv_key_ctx c = input_ctx(0);
     c.reply_in_flight = 1;
@@ -182,5 +196,5 @@ static void test_parse_errors(void) {
 }
 
 TEST_MAIN(T(test_typing_goes_to_input), T(test_quit_keys), T(test_esc), T(test_function_and_alt_keys),
-          T(test_panel_focus), T(test_help_overlay_swallows_keys), T(test_parse_prompts), T(test_parse_commands),
-          T(test_parse_errors))
+          T(test_panel_focus), T(test_help_overlay_swallows_keys), T(test_suspend_key), T(test_parse_prompts),
+          T(test_parse_commands), T(test_parse_errors))

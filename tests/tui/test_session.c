@@ -168,4 +168,55 @@ static void test_render(void) {
     kv_session_free(s);
 }
 
-TEST_MAIN(T(test_turns_and_messages), T(test_render), T(test_markdown_and_autosave), T(test_state_dir), T(test_wrap))
+/* The reply in flight keeps its own turn: notes added while it streams
+ * (a /settings, a /temp) go after it, its text still lands in it, and its
+ * end frees the tab whatever the last turn is. */
+static void test_reply_keeps_its_turn(void) {
+    char dir[] = "/tmp/kvtop-test-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    kv_session *s = kv_session_new(0, NULL, NULL, 0);
+    REQUIRE(s);
+    char msg[256];
+    CHECK(kv_session_autosave_open(s, dir, "stamp", msg, sizeof msg) == 0);
+    CHECK(kv_session_reply(s, 1) == NULL && kv_session_reply_append(s, "x", 1, 0) == -1);
+    kv_session_add(s, KV_ROLE_USER, "Once upon a time");
+    int r = kv_session_reply_begin(s, 7);
+    CHECK(r == 1 && s->req == 7 && s->reply == 1 && kv_session_reply(s, 7) == &s->turns[1]);
+    CHECK(kv_session_reply(s, 8) == NULL);
+    CHECK(kv_session_reply_append(s, " there", 6, 0) == 0);
+    kv_session_add(s, KV_ROLE_NOTE, "chat-1: temperature 0.50");
+    kv_session_autosave_turn(s, KV_ROLE_NOTE, "chat-1: temperature 0.50");
+    kv_session_add(s, KV_ROLE_NOTE, "system prompt set");
+    kv_session_autosave_turn(s, KV_ROLE_NOTE, "system prompt set");
+    /* The last turn is a note; the reply still finds its own. */
+    CHECK(kv_session_last(s)->role == KV_ROLE_NOTE && kv_session_reply(s, 7) == &s->turns[1]);
+    CHECK(kv_session_reply_append(s, " was", 4, 1) == 0);
+    CHECK(!strcmp(s->turns[1].text, " there was") && s->turns[1].src[6] == 1 && s->turns[1].finish == 0);
+    CHECK(!strcmp(s->turns[3].text, "system prompt set"));
+    /* The open reply is not sent; the notes never are. */
+    const char *roles[8], *texts[8];
+    CHECK(kv_session_messages(s, 0, roles, texts, 8) == 1);
+    kv_session_reply_end(s, 3);
+    CHECK(s->req == 0 && s->reply == -1 && s->turns[1].finish == 3 && kv_session_reply(s, 7) == NULL);
+    CHECK(kv_session_reply_append(s, "late", 4, 0) == -1 && !strcmp(s->turns[1].text, " there was"));
+    CHECK(kv_session_messages(s, 0, roles, texts, 8) == 2 && !strcmp(texts[1], " there was"));
+    kv_session_reply_end(s, 3); /* no reply in flight: no-op */
+    kv_session_autosave_flush(s);
+    /* The autosave has the whole reply: the part after the notes resumes. */
+    char *disk = slurp(s->autosave_path);
+    REQUIRE(disk);
+    const char *a = strstr(disk, "## Assistant\n\n there"), *n = strstr(disk, "> system prompt set"),
+               *c = strstr(disk, "## Assistant (continued)\n\n was");
+    CHECKF(a && n && c && a < n && n < c, "%s", disk);
+    /* Clearing forgets the reply in flight too. */
+    CHECK(kv_session_reply_begin(s, 9) >= 0 && s->req == 9);
+    kv_session_clear(s);
+    CHECK(s->req == 0 && s->reply == -1 && kv_session_reply(s, 9) == NULL);
+    CHECK(kv_session_reply_begin(s, 0) == -1 && s->n_turns == 0);
+    unlink(s->autosave_path);
+    rmdir(dir);
+    kv_session_free(s);
+}
+
+TEST_MAIN(T(test_turns_and_messages), T(test_reply_keeps_its_turn), T(test_render), T(test_markdown_and_autosave),
+          T(test_state_dir), T(test_wrap))

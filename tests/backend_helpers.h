@@ -1,0 +1,59 @@
+/* backend_helpers.h - what the backend tests (tests/kernels, tests/gpu)
+ * share: backends reserved for the ops a test runs, device buffers made
+ * from host data, random weights in host memory, and freeing a list of
+ * device buffers. Header-only, after harness.h (its random numbers). */
+#ifndef KV_TEST_BACKEND_HELPERS_H
+#define KV_TEST_BACKEND_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "../kernels/backend.h"
+#include "../kernels/types.h"
+#include "harness.h"
+
+/* b reserved for lim (ops.reserve); NULL, with b freed and the reason in
+ * err, when that fails or b is NULL. */
+static inline kv_backend *test_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
+    if (b && kv_backend_reserve(b, lim, err) != 0) {
+        kv_backend_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* A buffer of `bytes` on b holding src (left as allocated when src is
+ * NULL); NULL when the allocation fails. */
+static inline void *test_put(kv_backend *b, const void *src, size_t bytes) {
+    void *p = b->ops->alloc(b, bytes);
+    if (p && src) b->ops->upload(b, p, src, bytes);
+    return p;
+}
+
+/* A weight of type t, rows x cols, quantized from random floats in
+ * [-1, 1) into host memory. *owned receives the bytes (free() them; NULL
+ * when out of memory). */
+static inline kv_tensor test_make_weight(kv_type t, int rows, int cols, void **owned) {
+    size_t rs = kv_type_row_size(t, cols);
+    uint8_t *data = malloc(rs * (size_t)rows);
+    float *tmp = malloc((size_t)cols * sizeof(float));
+    for (int r = 0; data && tmp && r < rows; r++) {
+        harness_fill_rand(tmp, (size_t)cols, 1.0f);
+        kv_quantize_row(t, tmp, data + (size_t)r * rs, cols);
+    }
+    free(tmp);
+    *owned = data;
+    kv_tensor w = {.type = t, .ne0 = cols, .ne1 = rows, .nb1 = rs, .data = data, .dev = NULL};
+    return w;
+}
+
+static inline void test_dev_free_list(kv_backend *b, void *const *bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) b->ops->free(b, bufs[i]);
+}
+
+/* ops->free of each device buffer argument: TEST_DEV_FREE(b, dx, dy). */
+#define TEST_DEV_FREE(b, ...) \
+    test_dev_free_list((b), (void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+
+#endif
