@@ -148,6 +148,8 @@ int cmd_replay(int argc, char **argv) {
         fprintf(stderr, "kvtop replay: %s\n", err.msg);
         return 1;
     }
+    /* A recording cut off (SIGKILL) replays up to its last whole frame; say so. */
+    if (kv_trace_truncated(t)) fprintf(stderr, "kvtop replay: %s\n", kv_trace_end_note(t));
     if (export_path) {
         /* No curses here: an interrupted export removes its OUT.tmp. */
         kv_cleanup_install();
@@ -178,7 +180,10 @@ int cmd_replay(int argc, char **argv) {
         return 1;
     }
     replay_show(a);
-    app_status(a, 0, "%s: %d steps. Left/Right step through them.", path, a->v.replay_frames);
+    if (kv_trace_truncated(t))
+        app_status(a, 1, "%s", kv_trace_end_note(t));
+    else
+        app_status(a, 0, "%s: %d steps. Left/Right step through them.", path, a->v.replay_frames);
     app_loop(a, replay_key, replay_frame);
     endwin();
     kv_trace_free(a->replay);

@@ -212,6 +212,14 @@ if [[ -n $tr ]] && $K replay "$tr" --export "$tmp/t.json" >/dev/null 2>&1 &&
 else
   bad "trace export" "$(ls -la "$tmp"/state/kvtop/ 2>&1)"
 fi
+# A recording cut off mid-frame (as SIGKILL leaves it) still exports its
+# complete frames, and the command says how the file ends.
+if [[ -n $tr ]]; then
+  sz=$(stat -c %s "$tr"); head -c $((sz - 7)) "$tr" >"$tmp/cut.kvtrace"
+  out=$($K replay "$tmp/cut.kvtrace" --export "$tmp/cut.json" 2>&1); rc=$?
+  [[ $rc == 0 && $out == *"ends mid-frame"* && -s $tmp/cut.json ]] && ok "a cut recording exports and says where it ends" ||
+    bad "cut recording (rc $rc)" "$out"
+fi
 if [[ -n $tr ]]; then
   tm new-session -d -s $s-b -x 120 -y 40 "$K replay $tr; echo EXITED rc=\$?; sleep 30"
   # Frame i is step rec0 + i: the first, the next, back, and the last.
