@@ -21,42 +21,21 @@ static void reply_nomem(srv_reply *r) {
     srv_reply_error(r, &e);
 }
 
-/* Starts a JSON body; finish with json_done. */
-typedef struct jbody {
-    FILE *f;
-    char *buf;
+/* Finishes j as a JSON reply of status. */
+static void json_done(srv_json *j, int status, srv_reply *r) {
     size_t len;
-    kv_json_writer w;
-} jbody;
-
-static int json_begin(jbody *j) {
-    memset(j, 0, sizeof *j);
-    j->f = open_memstream(&j->buf, &j->len);
-    if (!j->f) return -1;
-    kv_json_writer_init(&j->w, j->f, 0);
-    return 0;
-}
-
-static void json_done(jbody *j, int status, srv_reply *r) {
-    int rc = kv_json_writer_finish(&j->w);
-    fclose(j->f);
-    if (rc) {
-        free(j->buf);
+    char *body = srv_json_close(j, &len);
+    if (!body) {
         reply_nomem(r);
         return;
     }
-    srv_reply_json(r, status, j->buf, j->len);
-}
-
-static int model_ok(const srv *s, const char *name) {
-    const kv_model *m = kv_engine_model(s->e);
-    return !name[0] || !strcmp(name, s->model_id) || !strcmp(name, m->name) || !strcmp(name, s->cfg.model.path);
+    srv_reply_json(r, status, body, len);
 }
 
 void srv_handle_health(srv *s, srv_reply *r) {
     int st = atomic_load(&s->state);
-    jbody j;
-    if (json_begin(&j)) {
+    srv_json j;
+    if (srv_json_open(&j)) {
         reply_nomem(r);
         return;
     }
@@ -75,8 +54,8 @@ void srv_handle_health(srv *s, srv_reply *r) {
 }
 
 void srv_handle_models(srv *s, srv_reply *r) {
-    jbody j;
-    if (json_begin(&j)) {
+    srv_json j;
+    if (srv_json_open(&j)) {
         reply_nomem(r);
         return;
     }
@@ -116,7 +95,7 @@ void srv_handle_tokenize(srv *s, const char *body, size_t len, srv_reply *r) {
     int32_t *ids = NULL;
     int n = 0, rc;
     kv_err err;
-    if (!model_ok(s, q.model)) {
+    if (!srv_model_ok(s, q.model)) {
         srv_fail(&e, 404, NULL, "model", "model_not_found", "the model '%s' does not exist", q.model);
         srv_reply_error(r, &e);
         srv_tok_req_free(&q);
@@ -140,8 +119,8 @@ void srv_handle_tokenize(srv *s, const char *body, size_t len, srv_reply *r) {
         srv_reply_error(r, &e);
         return;
     }
-    jbody j;
-    if (json_begin(&j)) {
+    srv_json j;
+    if (srv_json_open(&j)) {
         free(ids);
         reply_nomem(r);
         return;
@@ -187,8 +166,8 @@ void srv_handle_detokenize(srv *s, const char *body, size_t len, srv_reply *r) {
     }
     kv_tokenizer_decode(m->tok, q.ids, q.n_ids, 0, text, (size_t)need + 1);
     srv_detok_req_free(&q);
-    jbody j;
-    if (json_begin(&j)) {
+    srv_json j;
+    if (srv_json_open(&j)) {
         free(text);
         reply_nomem(r);
         return;
@@ -352,8 +331,8 @@ void srv_handle_control(srv *s, const char *body, size_t len, srv_reply *r) {
         reply_nomem(r);
         return;
     }
-    jbody j;
-    if (json_begin(&j)) {
+    srv_json j;
+    if (srv_json_open(&j)) {
         kv_snapshot_free(snap);
         reply_nomem(r);
         return;

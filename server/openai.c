@@ -13,34 +13,6 @@
 #include "prompt.h"
 #include "srv.h"
 
-/* A JSON document written to memory. */
-typedef struct jout {
-    FILE *f;
-    char *buf;
-    size_t len;
-    kv_json_writer w;
-} jout;
-
-static int jopen(jout *j) {
-    memset(j, 0, sizeof *j);
-    j->f = open_memstream(&j->buf, &j->len);
-    if (!j->f) return KV_ERR_NOMEM;
-    kv_json_writer_init(&j->w, j->f, 0);
-    return 0;
-}
-
-/* Closes j; returns the text (malloc'd, *len bytes) or NULL. */
-static char *jclose(jout *j, size_t *len) {
-    int rc = kv_json_writer_finish(&j->w);
-    fclose(j->f);
-    if (rc) {
-        free(j->buf);
-        return NULL;
-    }
-    *len = j->len;
-    return j->buf;
-}
-
 /* ---- a generation: the request, its job and what was sent ---- */
 
 typedef struct gen {
@@ -62,13 +34,6 @@ typedef struct gen {
 } gen;
 
 static int n_choices(const gen *g) { return g->job->n_choices; }
-
-/* The model names a request may use: the served id, the file's
- * general.name, the profile's path; "" means the one model. */
-static int model_ok(const srv *s, const char *name) {
-    const kv_model *m = kv_engine_model(s->e);
-    return !name[0] || !strcmp(name, s->model_id) || !strcmp(name, m->name) || !strcmp(name, s->cfg.model.path);
-}
 
 /* ---- starting ---- */
 
@@ -210,7 +175,7 @@ void srv_handle_gen(srv *s, srv_kind kind, const char *body, size_t len, srv_rep
     g->s = s;
     g->base = (srv_stream){gen_next, gen_wait, gen_destroy, gen_cancel};
     if (srv_parse_gen(body, len, kind, &s->cfg.sampling, &g->req, &e)) goto fail;
-    if (!model_ok(s, g->req.model)) {
+    if (!srv_model_ok(s, g->req.model)) {
         srv_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
                  "the model '%s' does not exist (this server has '%s')", g->req.model, s->model_id);
         goto fail;
@@ -319,8 +284,8 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
             srv_reply_error(r, &e);
             return 1;
         }
-    jout j;
-    if (jopen(&j)) goto nomem;
+    srv_json j;
+    if (srv_json_open(&j)) goto nomem;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
     write_head(g, w, chat ? "chat.completion" : "text_completion");
@@ -364,13 +329,13 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
     write_usage(g, w);
     kv_json_write_end_object(w);
     size_t len;
-    char *body = jclose(&j, &len);
+    char *body = srv_json_close(&j, &len);
     if (!body) goto nomem;
     srv_reply_json(r, 200, body, len);
     return 1;
 nomem_j: {
     size_t dummy;
-    free(jclose(&j, &dummy));
+    free(srv_json_close(&j, &dummy));
 }
 nomem:
     srv_fail(&e, 500, "internal_error", NULL, "out_of_memory", "out of memory");
@@ -384,8 +349,8 @@ nomem:
  * or its finish_reason. */
 static int sse_chunk(const gen *g, srv_buf *out, int idx, const char *role, const char *text, size_t len,
                      const char *finish) {
-    jout j;
-    if (jopen(&j)) return KV_ERR_NOMEM;
+    srv_json j;
+    if (srv_json_open(&j)) return KV_ERR_NOMEM;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
     write_head(g, w, chat ? "chat.completion.chunk" : "text_completion");
@@ -422,7 +387,7 @@ static int sse_chunk(const gen *g, srv_buf *out, int idx, const char *role, cons
     }
     kv_json_write_end_object(w);
     size_t l;
-    char *s = jclose(&j, &l);
+    char *s = srv_json_close(&j, &l);
     if (!s) return KV_ERR_NOMEM;
     int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
     free(s);
@@ -430,8 +395,8 @@ static int sse_chunk(const gen *g, srv_buf *out, int idx, const char *role, cons
 }
 
 static int sse_usage(const gen *g, srv_buf *out) {
-    jout j;
-    if (jopen(&j)) return KV_ERR_NOMEM;
+    srv_json j;
+    if (srv_json_open(&j)) return KV_ERR_NOMEM;
     write_head(g, &j.w, g->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
     kv_json_write_key(&j.w, "choices");
     kv_json_write_begin_array(&j.w);
@@ -439,7 +404,7 @@ static int sse_usage(const gen *g, srv_buf *out) {
     write_usage(g, &j.w);
     kv_json_write_end_object(&j.w);
     size_t l;
-    char *s = jclose(&j, &l);
+    char *s = srv_json_close(&j, &l);
     if (!s) return KV_ERR_NOMEM;
     int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
     free(s);

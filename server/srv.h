@@ -8,7 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdio.h>
+
 #include "../engine/engine.h"
+#include "../engine/json.h"
 #include "hub.h"
 #include "request.h"
 
@@ -71,6 +74,23 @@ struct srv_reply {
     srv_stream *pending;       /* srv_stream_wait fills status and body when done */
     int retry_after;           /* seconds for a Retry-After header; 0 = none */
 };
+
+/* A JSON document written to memory with the engine's writer. */
+typedef struct srv_json {
+    FILE *f;
+    char *buf;
+    size_t len;
+    kv_json_writer w;
+} srv_json;
+/* Opens j (0, or KV_ERR_NOMEM). */
+int srv_json_open(srv_json *j /* OUT: */);
+/* Closes j; returns the text (malloc'd, *len bytes; the caller frees) or
+ * NULL when the writer failed. */
+char *srv_json_close(srv_json *j, size_t *len /* OUT: */);
+
+/* 1 when a request's "model" names the served one: "" (the one model), the
+ * served id, the file's general.name or the profile's path. */
+int srv_model_ok(const srv *s, const char *name);
 
 /* Fills r with the OpenAI-shaped JSON of e (status e->status). */
 void srv_reply_error(srv_reply *r /* OUT: */, const srv_error *e);

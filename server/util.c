@@ -88,6 +88,30 @@ void srv_reply_error(srv_reply *r, const srv_error *e) {
     r->retry_after = e->status == 429 || e->status == 503 ? 1 : 0;
 }
 
+int srv_json_open(srv_json *j) {
+    memset(j, 0, sizeof *j);
+    j->f = open_memstream(&j->buf, &j->len);
+    if (!j->f) return KV_ERR_NOMEM;
+    kv_json_writer_init(&j->w, j->f, 0);
+    return 0;
+}
+
+char *srv_json_close(srv_json *j, size_t *len) {
+    int rc = kv_json_writer_finish(&j->w);
+    fclose(j->f);
+    if (rc) {
+        free(j->buf);
+        return NULL;
+    }
+    *len = j->len;
+    return j->buf;
+}
+
+int srv_model_ok(const srv *s, const char *name) {
+    const kv_model *m = kv_engine_model(s->e);
+    return !name[0] || !strcmp(name, s->model_id) || !strcmp(name, m->name) || !strcmp(name, s->cfg.model.path);
+}
+
 int srv_stream_next(srv_stream *st, srv_buf *out, int wait_ms) { return st->next(st, out, wait_ms); }
 
 int srv_stream_wait(srv_stream *st, srv_reply *r, int wait_ms) { return st->wait(st, r, wait_ms); }
