@@ -9,36 +9,9 @@
 # both ends), each step exported once.
 # Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
+TMUX_NAME=kvtop-e2e
+. "$(dirname "$0")/lib/tmux.sh"
 M=$S/models/stories260K.gguf
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 45 | sed 's/^/     | /'; }
-if ! command -v tmux >/dev/null; then
-  echo "FAIL tmux is not installed (make setup)"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-tmp=$(mktemp -d)
-s=kvtop-e2e
-# A private tmux server: the user's sessions and environment stay out of it.
-sock=kvtop-e2e-$$
-tm() { tmux -L "$sock" -f /dev/null "$@"; }
-trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_STATE_HOME=$tmp/state
-cap() { tm capture-pane -p -t "${1:-$s}"; }
-# A session that outlives the others, so the server does not exit between them.
-tm new-session -d -s keep "sleep 600"
-# wait_for PATTERN [SECONDS] [SESSION]: polls the screen until it matches (extended regex).
-wait_for() {
-  local pat=$1 t=${2:-5} ses=${3:-$s} i
-  for ((i = 0; i < t * 10; i++)); do
-    cap "$ses" | grep -Eq -- "$pat" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 step_no() { cap | head -n 1 | grep -o 'step [0-9]*' | grep -o '[0-9]*'; }
 # The block map's grid rows: the KV panel's lines made only of map glyphs.
 grid() { cap | sed -n '2,16p' | sed 's/^.*││//; s/│$//' | grep -E '^[.:a-zA-Z0-9]+ *$'; }
@@ -282,5 +255,4 @@ out=$($K profiles/default.yaml --set kv.block_size=0 2>&1 </dev/null); rc=$?
 [[ $rc == 2 && $out == *"kv.block_size"* ]] && ok "bad --set: error before the screen opens" || bad "bad --set" "$out"
 out=$($K profiles/default.yaml --frames 1 2>&1 </dev/null); rc=$?
 [[ $rc == 1 && $out == *"needs a terminal"* ]] && ok "no terminal: clear error" || bad "no terminal" "$out"
-echo "$pass passed, $fail failed"
-((fail == 0))
+finish

@@ -9,34 +9,9 @@
 # `kvtop replay T --export T` (refused: the trace stays).
 # Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
+TMUX_NAME=kvtop-hostile
+. "$(dirname "$0")/lib/tmux.sh"
 M=$(cd "$S/models" 2>/dev/null && pwd)/stories260K.gguf
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 45 | sed 's/^/     | /'; }
-if ! command -v tmux >/dev/null; then
-  echo "FAIL tmux is not installed (make setup)"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-K=$(cd "$(dirname "$K")" && pwd)/$(basename "$K")
-tmp=$(mktemp -d)
-s=kvtop-hostile
-sock=kvtop-hostile-$$
-tm() { tmux -L "$sock" -f /dev/null "$@"; }
-trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_STATE_HOME=$tmp/state
-cap() { tm capture-pane -p -t "${1:-$s}"; }
-tm new-session -d -s keep "sleep 600"
-wait_for() {
-  local pat=$1 t=${2:-5} ses=${3:-$s} i
-  for ((i = 0; i < t * 10; i++)); do
-    cap "$ses" | grep -Eq -- "$pat" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 # Tab 1's label in the tab bar: "~" while a reply is in flight.
 busy() { cap | head -n 1 | grep -q '1:a chat-1~'; }
 wait_free() {
@@ -248,5 +223,4 @@ if [[ -f $C ]]; then
 else
   echo "  (skipped: $C not there; make models fetches it)"
 fi
-echo "$pass passed, $fail failed"
-((fail == 0))
+finish
