@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "../engine/driver.h"
+#include "../engine/metrics_json.h"
 #include "../profiles/profile.h"
 
 enum {
@@ -631,38 +632,6 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
 
 /* ---- JSON ---- */
 
-static void json_stat(kv_json_writer *w, const char *name, const kv_stat *st) {
-    kv_json_write_key(w, name);
-    kv_json_write_begin_object(w);
-    const char *k[] = {"p50", "p90", "p99", "mean", "max"};
-    double v[] = {st->p50, st->p90, st->p99, st->mean, st->max};
-    for (int i = 0; i < 5; i++) {
-        kv_json_write_key(w, k[i]);
-        if (st->valid) kv_json_write_number(w, v[i]);
-        else kv_json_write_null(w);
-    }
-    kv_json_write_key(w, "n");
-    kv_json_write_uint(w, st->valid ? st->n : 0);
-    kv_json_write_end_object(w);
-}
-
-static void json_num(kv_json_writer *w, const char *k, double v) {
-    kv_json_write_key(w, k);
-    kv_json_write_number(w, v);
-}
-
-static void json_uint(kv_json_writer *w, const char *k, uint64_t v) {
-    kv_json_write_key(w, k);
-    kv_json_write_uint(w, v);
-}
-
-static void json_str(kv_json_writer *w, const char *k, const char *v) {
-    kv_json_write_key(w, k);
-    kv_json_write_string(w, v);
-}
-
-/* One key's value, typed: numbers as numbers, enums by name, distributions
- * as objects. */
 static void json_config_value(kv_json_writer *w, const kv_config_key *k, const kv_config *c) {
     const char *p = (const char *)c + k->offset;
     switch (k->type) {
@@ -711,13 +680,13 @@ static void json_config_value(kv_json_writer *w, const kv_config_key *k, const k
         while (k->names && k->names[nn]) nn++;
         kv_json_write_string(w, (int)d.kind >= 0 && (int)d.kind < nn ? k->names[d.kind] : "?");
         if (d.kind == KV_DIST_FIXED) {
-            json_num(w, "value", d.value);
+            kv_json_field_num(w, "value", d.value);
         } else {
-            json_num(w, "min", d.min);
-            json_num(w, "max", d.max);
+            kv_json_field_num(w, "min", d.min);
+            kv_json_field_num(w, "max", d.max);
             if (d.kind == KV_DIST_LOGNORMAL) {
-                json_num(w, "mean", d.mean);
-                json_num(w, "sigma", d.sigma);
+                kv_json_field_num(w, "mean", d.mean);
+                kv_json_field_num(w, "sigma", d.sigma);
             }
         }
         kv_json_write_end_object(w);
@@ -761,66 +730,38 @@ static void json_config(kv_json_writer *w, const kv_config *c) {
 void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_result *r) {
     const kv_metrics_summary *m = &r->m;
     kv_json_write_begin_object(w);
-    if (r->value[0]) json_str(w, "value", r->value);
-    json_str(w, "profile", profile ? profile : "");
+    if (r->value[0]) kv_json_field_str(w, "value", r->value);
+    kv_json_field_str(w, "profile", profile ? profile : "");
     if (r->error[0]) { /* nothing was measured */
-        json_str(w, "error", r->error);
+        kv_json_field_str(w, "error", r->error);
         kv_json_write_end_object(w);
         return;
     }
-    json_str(w, "model", r->model_name);
-    json_str(w, "backend", r->backend);
-    json_uint(w, "requests", (uint64_t)r->n_requests);
-    json_uint(w, "requests_completed", r->completed);
-    json_uint(w, "requests_rejected", r->rejected);
-    json_uint(w, "requests_cancelled", r->cancelled);
-    json_uint(w, "requests_failed", r->errors);
-    json_uint(w, "input_tokens", m->input_tokens);
-    json_uint(w, "output_tokens", m->output_tokens);
-    json_num(w, "input_tokens_per_s", m->input_tokens_per_s);
-    json_num(w, "output_tokens_per_s", m->output_tokens_per_s);
-    json_num(w, "requests_per_s", m->requests_per_s);
-    json_num(w, "goodput_requests_per_s", m->goodput_requests_per_s);
-    json_num(w, "sla_attainment", m->sla_attainment);
-    json_stat(w, "ttft_ms", &m->ttft_ms);
-    json_stat(w, "tpot_ms", &m->tpot_ms);
-    json_stat(w, "itl_ms", &m->itl_ms);
-    json_stat(w, "e2e_ms", &m->e2e_ms);
-    json_stat(w, "queue_ms", &m->queue_ms);
-    json_num(w, "kv_utilization", m->kv_utilization);
-    json_num(w, "prefix_hit_rate", m->prefix_hit_rate);
-    json_uint(w, "prefix_hit_tokens", m->prefix_hit_tokens);
-    json_uint(w, "prefill_tokens_computed", m->prefill_tokens_computed);
-    json_uint(w, "preemptions", m->preemptions);
-    json_uint(w, "swaps_out", m->swaps_out);
-    json_uint(w, "swaps_in", m->swaps_in);
-    json_uint(w, "max_concurrent", (uint64_t)(m->max_concurrent > 0 ? m->max_concurrent : 0));
-    json_uint(w, "kv_blocks_total", (uint64_t)(r->kv_blocks_total > 0 ? r->kv_blocks_total : 0));
-    json_uint(w, "kv_block_size", (uint64_t)(r->kv_block_size > 0 ? r->kv_block_size : 0));
-    json_uint(w, "kv_bytes_per_token", r->kv_bytes_per_token);
-    json_str(w, "kv_dtype", kv_cache_dtype_name(r->cfg.kv.dtype));
-    int spec = r->cfg.spec.method != KV_SPEC_OFF;
-    json_str(w, "spec_method", enum_name("spec.method", r->cfg.spec.method));
-    json_num(w, "spec_acceptance_rate", spec ? m->spec_acceptance_rate : 0);
-    json_num(w, "spec_mean_accepted_len", spec ? m->spec_mean_accepted_len : 0);
-    json_uint(w, "spec_drafted", m->spec_drafted);
-    json_uint(w, "spec_accepted", m->spec_accepted);
-    json_num(w, "sim_device_s", m->sim_device_s);
-    json_uint(w, "sim_tokens_out", m->sim_tokens_out);
-    json_num(w, "sim_output_tokens_per_s", m->sim_output_tokens_per_s);
+    kv_json_field_str(w, "model", r->model_name);
+    kv_json_field_str(w, "backend", r->backend);
+    kv_json_field_uint(w, "requests", (uint64_t)r->n_requests);
+    kv_json_field_uint(w, "requests_completed", r->completed);
+    kv_json_field_uint(w, "requests_rejected", r->rejected);
+    kv_json_field_uint(w, "requests_cancelled", r->cancelled);
+    kv_json_field_uint(w, "requests_failed", r->errors);
+    kv_metrics_write_json(w, m);
+    kv_json_field_uint(w, "kv_blocks_total", (uint64_t)(r->kv_blocks_total > 0 ? r->kv_blocks_total : 0));
+    kv_json_field_uint(w, "kv_block_size", (uint64_t)(r->kv_block_size > 0 ? r->kv_block_size : 0));
+    kv_json_field_uint(w, "kv_bytes_per_token", r->kv_bytes_per_token);
+    kv_json_field_str(w, "kv_dtype", kv_cache_dtype_name(r->cfg.kv.dtype));
+    kv_json_field_str(w, "spec_method", enum_name("spec.method", r->cfg.spec.method));
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
-    json_uint(w, "weights", r->mem.weights);
-    json_uint(w, "kv_used", r->mem.kv_used);
-    json_uint(w, "kv_cached", r->mem.kv_cached);
-    json_uint(w, "kv_free", r->mem.kv_free);
-    json_uint(w, "activations", r->mem.activations);
-    json_uint(w, "other", r->mem.other);
-    json_uint(w, "budget", r->mem.budget);
+    kv_json_field_uint(w, "weights", r->mem.weights);
+    kv_json_field_uint(w, "kv_used", r->mem.kv_used);
+    kv_json_field_uint(w, "kv_cached", r->mem.kv_cached);
+    kv_json_field_uint(w, "kv_free", r->mem.kv_free);
+    kv_json_field_uint(w, "activations", r->mem.activations);
+    kv_json_field_uint(w, "other", r->mem.other);
+    kv_json_field_uint(w, "budget", r->mem.budget);
     kv_json_write_end_object(w);
-    json_uint(w, "steps", r->steps);
-    json_num(w, "elapsed_s", m->elapsed_s);
-    json_num(w, "wall_s", r->wall_s);
+    kv_json_field_uint(w, "steps", r->steps);
+    kv_json_field_num(w, "wall_s", r->wall_s);
     kv_json_write_key(w, "config");
     json_config(w, &r->cfg);
     /* the same as a profile that loads back (kv_profile_dump) */
@@ -846,8 +787,8 @@ int kv_bench_write_json(FILE *f, const char *profile, const char *key, const kv_
         int n_failed = 0;
         for (int j = 0; j < n; j++) n_failed += runs[j].error[0] != 0;
         kv_json_write_begin_object(&w);
-        json_str(&w, "compare", key);
-        json_uint(&w, "failed_runs", (uint64_t)n_failed);
+        kv_json_field_str(&w, "compare", key);
+        kv_json_field_uint(&w, "failed_runs", (uint64_t)n_failed);
         kv_json_write_key(&w, "runs");
         kv_json_write_begin_array(&w);
         for (int j = 0; j < n; j++) kv_bench_json_run(&w, profile, &runs[j]);
@@ -876,9 +817,9 @@ int kv_bench_write_outputs(FILE *f, const kv_bench_result *r) {
         kv_json_write_int(&w, q->prompt_tokens);
         kv_json_write_key(&w, "output_tokens");
         kv_json_write_int(&w, q->output_tokens);
-        json_str(&w, "finish", kv_bench_finish_name(q->finish));
-        json_str(&w, "text", q->text ? q->text : "");
-        if (q->reason[0]) json_str(&w, "reason", q->reason);
+        kv_json_field_str(&w, "finish", kv_bench_finish_name(q->finish));
+        kv_json_field_str(&w, "text", q->text ? q->text : "");
+        if (q->reason[0]) kv_json_field_str(&w, "reason", q->reason);
         kv_json_write_end_object(&w);
         rc = kv_json_writer_finish(&w);
         fputc('\n', f);

@@ -14,6 +14,7 @@
 
 #include "../base/vec.h"
 #include "json.h"
+#include "metrics_json.h"
 
 #define TRACE_MAGIC "KVTRACE1"
 #define TRACE_VERSION 2u
@@ -732,23 +733,14 @@ static void ev_span(kv_json_writer *w, const char *name, const char *cat, double
     kv_json_write_end_object(w);
 }
 
-static void kv_int(kv_json_writer *w, const char *k, int64_t v) {
-    kv_json_write_key(w, k);
-    kv_json_write_int(w, v);
-}
-static void kv_num(kv_json_writer *w, const char *k, double v) {
-    kv_json_write_key(w, k);
-    kv_json_write_number(w, v);
-}
-
 static void thread_name(kv_json_writer *w, int tid, const char *name) {
     kv_json_write_begin_object(w);
     kv_json_write_key(w, "name");
     kv_json_write_string(w, "thread_name");
     kv_json_write_key(w, "ph");
     kv_json_write_string(w, "M");
-    kv_int(w, "pid", 1);
-    kv_int(w, "tid", tid);
+    kv_json_field_int(w, "pid", 1);
+    kv_json_field_int(w, "tid", tid);
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
     kv_json_write_key(w, "name");
@@ -763,16 +755,16 @@ static void export_step(kv_json_writer *w, const kv_step_record *r) {
     ev_span_begin(w, name, "step", r->t_ms, r->dur_ms, 1);
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
-    kv_int(w, "seqs", r->n_seqs);
-    kv_int(w, "prefill_tokens", r->n_prefill_tokens);
-    kv_int(w, "decode_tokens", r->n_decode_tokens);
-    kv_int(w, "spec_tokens", r->n_spec_tokens);
-    kv_int(w, "admitted", r->n_admitted);
-    kv_int(w, "preempted", r->n_preempted);
-    kv_int(w, "finished", r->n_finished);
-    kv_int(w, "blocks_used", r->n_blocks_used);
-    kv_int(w, "waiting", r->n_waiting);
-    if (r->sim_ms > 0) kv_num(w, "sim_device_ms", r->sim_ms);
+    kv_json_field_int(w, "seqs", r->n_seqs);
+    kv_json_field_int(w, "prefill_tokens", r->n_prefill_tokens);
+    kv_json_field_int(w, "decode_tokens", r->n_decode_tokens);
+    kv_json_field_int(w, "spec_tokens", r->n_spec_tokens);
+    kv_json_field_int(w, "admitted", r->n_admitted);
+    kv_json_field_int(w, "preempted", r->n_preempted);
+    kv_json_field_int(w, "finished", r->n_finished);
+    kv_json_field_int(w, "blocks_used", r->n_blocks_used);
+    kv_json_field_int(w, "waiting", r->n_waiting);
+    if (r->sim_ms > 0) kv_json_field_num(w, "sim_device_ms", r->sim_ms);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
     if (r->forward_ms > 0) ev_span(w, "forward", "forward", r->t_ms, r->forward_ms, 1);
@@ -792,8 +784,8 @@ static void export_decision(kv_json_writer *w, const kv_decision *d, const kv_sn
     kv_json_write_string(w, "t");
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
-    kv_int(w, "step", (int64_t)d->step);
-    kv_int(w, "req", d->req);
+    kv_json_field_int(w, "step", (int64_t)d->step);
+    kv_json_field_int(w, "req", d->req);
     kv_json_write_key(w, "text");
     kv_json_write_string(w, d->text);
     kv_json_write_end_object(w);
@@ -804,17 +796,17 @@ static void export_counters(kv_json_writer *w, const kv_snapshot *s) {
     ev_begin(w, "kv blocks", "counter", "C", s->now_ms, 0);
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
-    kv_int(w, "used", s->blocks_used);
-    kv_int(w, "cached", s->blocks_cached);
-    kv_int(w, "free", s->blocks_free);
+    kv_json_field_int(w, "used", s->blocks_used);
+    kv_json_field_int(w, "cached", s->blocks_cached);
+    kv_json_field_int(w, "free", s->blocks_free);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
     ev_begin(w, "queues", "counter", "C", s->now_ms, 0);
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
-    kv_int(w, "running", s->n_running);
-    kv_int(w, "waiting", s->n_waiting);
-    kv_int(w, "swapped", s->n_swapped);
+    kv_json_field_int(w, "running", s->n_running);
+    kv_json_field_int(w, "waiting", s->n_waiting);
+    kv_json_field_int(w, "swapped", s->n_swapped);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
 }
@@ -864,14 +856,14 @@ static void export_request(kv_json_writer *w, const req_last *r, int named[64]) 
     ev_span_begin(w, name, "request", q->arrival_ms, end - q->arrival_ms, tid);
     kv_json_write_key(w, "args");
     kv_json_write_begin_object(w);
-    kv_int(w, "prompt_tokens", q->n_prompt);
-    kv_int(w, "generated", q->n_generated);
-    kv_int(w, "prefix_hit_tokens", q->n_prefix_hit);
-    kv_int(w, "preemptions", q->preemptions);
-    kv_num(w, "queue_ms", q->queue_ms);
-    kv_num(w, "ttft_ms", q->ttft_ms);
-    kv_num(w, "tpot_ms", q->tpot_ms);
-    kv_int(w, "finish", q->finish);
+    kv_json_field_int(w, "prompt_tokens", q->n_prompt);
+    kv_json_field_int(w, "generated", q->n_generated);
+    kv_json_field_int(w, "prefix_hit_tokens", q->n_prefix_hit);
+    kv_json_field_int(w, "preemptions", q->preemptions);
+    kv_json_field_num(w, "queue_ms", q->queue_ms);
+    kv_json_field_num(w, "ttft_ms", q->ttft_ms);
+    kv_json_field_num(w, "tpot_ms", q->tpot_ms);
+    kv_json_field_int(w, "finish", q->finish);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
     if (q->queue_ms > 0) ev_span(w, "queued", "request", q->arrival_ms, q->queue_ms, tid);
