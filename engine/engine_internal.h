@@ -59,6 +59,8 @@ typedef struct ereq {
     kv_spec_seq ss;         /* speculative decoding: draft length, draft cache sequence, counters */
     struct ereq *held_prev, *held_next; /* in kv_engine.spec_held while held is set */
     int held;               /* bool: ss may hold draft-cache blocks (it was drafted for) */
+    int logprobs;           /* bool: token events carry log-probabilities */
+    int top_logprobs;       /* alternatives per token event, 0..KV_MAX_TOP_LOGPROBS */
 } ereq;
 
 /* What the engine remembers per id under mu. */
