@@ -17,11 +17,23 @@
 #include "../engine/engine.h"
 #include "request.h"
 
+/* One generated token's log-probabilities (a request with logprobs on). */
+typedef struct srv_logprob {
+    int32_t token;
+    float logprob;         /* raw model distribution (kv_event.logprob) */
+    size_t text_end;       /* the choice's text length once this token's event was in: a stream
+                              sends the entry with the chunk whose text reaches that far */
+    int n_top;
+    int32_t top_token[KV_MAX_TOP_LOGPROBS];
+    float top_logprob[KV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+
 /* One engine request of a job (a choice of the reply). Fields below the
  * line are written by the dispatcher under job->mu. */
 typedef struct srv_choice {
     int64_t id;            /* engine request id (> 0 once submitted) */
     int n_prompt;          /* prompt tokens */
+    int ignore_eos;        /* bool: an end-of-generation token is part of the reply (set at submit) */
     /* ---- */
     char *text;            /* (len) reply text so far, owned, NUL-terminated */
     size_t len, cap;
@@ -34,6 +46,9 @@ typedef struct srv_choice {
     char reason[128];      /* the engine's reason (rejections, errors) */
     int cached_tokens;     /* prompt tokens served from the prefix cache */
     double t_arrival_ms, t_first_ms, t_last_ms; /* engine clock; t_first_ms < 0 until the first token */
+    srv_logprob *lps;      /* (n_lps) per token of the reply, when the request asked; the
+                              end-of-generation token that ends it is left out, as from the text */
+    int n_lps, cap_lps;
 } srv_choice;
 
 typedef struct srv_job {

@@ -2,7 +2,9 @@
  * and several choices get the engine's text and token counts, the queue
  * bound refuses what is past it without side effects, a released job's
  * requests are cancelled (nothing left running, kv_engine_check clean),
- * a seed gives the same text twice; and the Prometheus text and snapshot
+ * a seed gives the same text twice; logprobs reach the choice that asked
+ * (one entry per token, the ending end-of-generation token left out) and
+ * write as the completions shape; and the Prometheus text and snapshot
  * JSON written from the result parse and carry the counters. */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "../../server/hub.h"
 #include "../../server/metrics_prom.h"
 #include "../../server/snapshot_json.h"
+#include "../../server/srv.h"
 
 static const int32_t prompt_ids[] = {1, 403, 407, 261, 378};
 
@@ -241,4 +244,70 @@ static void test_metrics_and_snapshot_text(void) {
     kv_engine_free(e);
 }
 
-TEST_MAIN(T(test_jobs_and_text), T(test_queue_bound_and_cancel), T(test_seed_exact), T(test_metrics_and_snapshot_text))
+
+/* Logprobs: routed per token to the choice that asked, greedy top-1 is the
+ * chosen token, entries follow the text; the completions JSON has one
+ * entry per token in each array and text offsets that add up to the text. */
+static void test_logprobs_routed(void) {
+    kv_engine *e = make(8);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 8, 0, &err);
+    REQUIRE(h);
+    srv_job *job = srv_job_new(3);
+    kv_request_params p[3];
+    for (int i = 0; i < 3; i++) params(e, &p[i], i == 2 ? 400 : 20);
+    p[0].logprobs = 1;
+    p[0].top_logprobs = 3;
+    p[0].ignore_eos = 1;
+    p[2].logprobs = 1; /* may end with an end-of-generation token */
+    srv_error se;
+    REQUIRE(srv_hub_submit(h, job, p, &se) == 0);
+    REQUIRE(wait_done(job));
+    const srv_choice *a = &job->choices[0], *b = &job->choices[1], *c = &job->choices[2];
+    CHECKF(a->n_tokens == 20 && a->n_lps == 20, "%d tokens, %d logprob entries", a->n_tokens, a->n_lps);
+    CHECK(b->n_lps == 0);
+    int eos = c->finish == KV_FINISH_EOS;
+    CHECKF(c->n_lps == c->n_tokens - eos, "finish %d: %d tokens, %d entries", c->finish, c->n_tokens, c->n_lps);
+    for (int i = 0; i < a->n_lps; i++) {
+        const srv_logprob *l = &a->lps[i];
+        CHECKF(l->n_top == 3 && l->top_token[0] == l->token && l->top_logprob[0] == l->logprob && l->logprob <= 0,
+               "entry %d: token %d (%g), top %d (%g)", i, l->token, (double)l->logprob, l->top_token[0],
+               (double)l->top_logprob[0]);
+        CHECK(l->text_end <= a->len && (i == 0 || l->text_end >= a->lps[i - 1].text_end));
+    }
+    srv_json j;
+    REQUIRE(srv_json_open(&j) == 0);
+    size_t off = 0, len;
+    CHECK(srv_write_logprobs(&j.w, kv_engine_model(e)->tok, SRV_COMPLETION, 0, a->lps, a->n_lps, &off) == 0);
+    char *txt = srv_json_close(&j, &len);
+    REQUIRE(txt);
+    kv_json *doc = kv_json_parse(txt, len, &err);
+    CHECKF(doc, "%s: %s", err.msg, txt);
+    if (doc) {
+        const kv_json *tk = kv_json_get(doc, "tokens"), *lp = kv_json_get(doc, "token_logprobs"),
+                      *top = kv_json_get(doc, "top_logprobs"), *to = kv_json_get(doc, "text_offset");
+        REQUIRE(tk && lp && top && to);
+        CHECK(kv_json_len(tk) == 20 && kv_json_len(lp) == 20 && kv_json_len(top) == 20 && kv_json_len(to) == 20);
+        CHECK(kv_json_number(kv_json_at(to, 0)) == 0);
+        CHECK(kv_json_number(kv_json_at(lp, 3)) == (double)a->lps[3].logprob);
+        CHECK(kv_json_len(kv_json_at(top, 0)) >= 1 && kv_json_len(kv_json_at(top, 0)) <= 3);
+        /* the token strings together are the text (stories260K: ASCII, no stop string) */
+        size_t sum = 0;
+        for (int i = 0; i < 20; i++) {
+            size_t n;
+            kv_json_str(kv_json_at(tk, (size_t)i), &n);
+            CHECK(kv_json_number(kv_json_at(to, (size_t)i)) == (double)sum);
+            sum += n;
+        }
+        CHECKF(sum == a->len && off == a->len, "token strings %zu bytes, text %zu, offset %zu", sum, a->len, off);
+        kv_json_free(doc);
+    }
+    free(txt);
+    srv_hub_release(h, job, 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_seed_exact), T(test_metrics_and_snapshot_text))
