@@ -118,6 +118,9 @@ struct kv_engine {
     int n_pend, cap_pend;
     double *pend_rej_ms;    /* (cap_pend) their times */
     int thread_started, paused, step_once, stop, step_delay_ms;
+    _Atomic int sched_waiting; /* the scheduler's waiting + swapped at the last step's end, plus what
+                                  engine_drain_inbox moved in since (changed with mu held, so
+                                  n_inbox + sched_waiting read under mu never misses one) */
     uint64_t steps_done;    /* a copy of step for waiters */
 
     /* ---- under state_mu ---- */

@@ -51,6 +51,14 @@ static void emit_text(kv_engine *e, ereq *r, kv_event *first, const char *text, 
 
 /* ---- requests ---- */
 
+int kv_engine_n_waiting(kv_engine *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_inbox + atomic_load(&e->sched_waiting);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
 static int live_find(const kv_engine *e, int64_t id) {
     int lo = e->live_front, hi = e->n_live - 1;
     while (lo <= hi) {
@@ -208,6 +216,7 @@ void engine_drain_inbox(kv_engine *e, int in_step) {
             return;
         }
         e->live[e->n_live++] = r;
+        atomic_fetch_add(&e->sched_waiting, 1);
         kv_metrics_submitted(e->metrics, r->s.arrival_ms);
     }
     e->n_inbox = 0;
@@ -464,6 +473,9 @@ static int step_locked(kv_engine *e) {
     const kv_decision *dec;
     int n_dec;
     kv_sched_end_step(e->sched, &rec, &dec, &n_dec);
+    pthread_mutex_lock(&e->mu);
+    atomic_store(&e->sched_waiting, rec.n_waiting);
+    pthread_mutex_unlock(&e->mu);
     int did = n > 0 || n_dec > 0 || e->n_lev > 0;
     if (did) {
         e->step = step;

@@ -49,7 +49,7 @@ struct srv_hub {
     int closed;         /* no submissions (shutting down) */
     entry *ent;         /* (n_ent) registered engine requests, sorted by id */
     int n_ent, cap_ent;
-    int max_pending;
+    int max_queue;      /* the engine's waiting queue at most (server.max_queue) */
     srv_stats st;
     kv_event *ev;       /* (EVENT_BATCH) dispatcher scratch */
     fin_item *fin;      /* (EVENT_BATCH) */
@@ -304,11 +304,11 @@ static void *dispatch_main(void *arg) {
     return NULL;
 }
 
-srv_hub *srv_hub_new(kv_engine *e, int max_pending, int forward, kv_err *err) {
+srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err) {
     srv_hub *h = calloc(1, sizeof *h);
     if (!h) goto nomem;
     h->e = e;
-    h->max_pending = max_pending;
+    h->max_queue = max_queue;
     h->forward = forward;
     pthread_mutex_init(&h->mu, NULL);
     hist_init(&h->st.ttft, ttft_bounds, (int)KV_ARRAY_LEN(ttft_bounds));
@@ -369,10 +369,14 @@ int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, sr
         rc = srv_fail(e, 503, "service_unavailable", NULL, "shutting_down", "the server is shutting down");
         goto out;
     }
-    if (h->n_ent + job->n_choices > h->max_pending) {
+    /* the engine's queue, whoever filled it; h->mu keeps the server's own
+     * submissions from passing the check together */
+    int waiting = kv_engine_n_waiting(h->e);
+    if (waiting + job->n_choices > h->max_queue) {
         h->st.queue_full++;
         rc = srv_fail(e, 429, "rate_limit_error", NULL, "queue_full",
-                      "the server is at capacity (%d requests in flight); try again later", h->n_ent);
+                      "the engine's queue is full (%d requests waiting, %d more would pass server.max_queue %d); "
+                      "try again later", waiting, job->n_choices, h->max_queue);
         goto out;
     }
     if (kv_grow((void **)&h->ent, &h->cap_ent, h->n_ent + job->n_choices, sizeof *h->ent)) {

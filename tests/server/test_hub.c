@@ -44,10 +44,12 @@ static void params(kv_engine *e, kv_request_params *p, int max_tokens) {
     p->max_tokens = max_tokens;
 }
 
-/* Waits (bounded) until every choice of job is done. */
+/* Waits (30 s at most) until every choice of job is done. */
 static int wait_done(srv_job *job) {
     uint64_t seen = 0;
-    for (int i = 0; i < 300; i++) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (t = t0; t.tv_sec - t0.tv_sec < 30; clock_gettime(CLOCK_MONOTONIC, &t)) {
         pthread_mutex_lock(&job->mu);
         int done = job->n_done == job->n_choices;
         pthread_mutex_unlock(&job->mu);
@@ -104,9 +106,19 @@ static void test_queue_bound_and_cancel(void) {
     params(e, &p[1], 200);
     srv_error se;
     REQUIRE(srv_hub_submit(h, a, p, &se) == 0);
+    CHECK(kv_engine_n_waiting(e) == 2);
     CHECK(srv_hub_submit(h, b, p, &se) == -1 && se.status == 429); /* 2 + 2 > 3: all or none */
     CHECK(srv_hub_pending(h) == 2 && b->choices[0].id == 0);
     srv_hub_release(h, b, 0);
+    /* the bound is the engine's queue: a request another front end (a TUI
+     * tab) submitted counts as much as the server's own */
+    int64_t tab = kv_engine_submit(e, &p[0], &err);
+    REQUIRE(tab > 0);
+    CHECK(kv_engine_n_waiting(e) == 3);
+    srv_job *one = srv_job_new(1);
+    CHECK(srv_hub_submit(h, one, p, &se) == -1 && se.status == 429 && strstr(se.message, "3 requests waiting"));
+    srv_hub_release(h, one, 0);
+    CHECK(kv_engine_cancel(e, tab) == 0);
     kv_engine_resume(e);
     /* the client of a goes away mid-generation */
     uint64_t seen = 0;
@@ -125,12 +137,53 @@ static void test_queue_bound_and_cancel(void) {
     CHECKF(kv_engine_check(e, msg, sizeof msg) == 0, "%s", msg);
     srv_stats st;
     srv_hub_stats(h, &st);
-    CHECK(st.disconnects == 1 && st.finished[SRV_FIN_ABORT] == 2 && st.queue_full == 1);
+    CHECK(st.disconnects == 1 && st.finished[SRV_FIN_ABORT] == 2 && st.queue_full == 2);
     /* the engine rejects a prompt over the context: a 400 with its reason, nothing left pending */
     srv_job *c = srv_job_new(1);
     params(e, &p[0], 1 << 20);
     CHECK(srv_hub_submit(h, c, p, &se) == -1 && se.status == 400 && strstr(se.message, "exceeds"));
     srv_hub_release(h, c, 0);
+    CHECK(srv_hub_pending(h) == 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+/* Running requests are not waiting: with both of max_seqs 2 running, a
+ * queue bound of 1 still lets one more in, and refuses the next. */
+static void test_queue_bound_is_waiting(void) {
+    kv_engine *e = make(2);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 1, 0, &err);
+    REQUIRE(h);
+    kv_request_params p[2];
+    srv_error se;
+    params(e, &p[0], 300);
+    params(e, &p[1], 300);
+    p[0].ignore_eos = p[1].ignore_eos = 1;
+    srv_job *run2 = srv_job_new(2), *more = srv_job_new(1), *over = srv_job_new(1);
+    CHECK(srv_hub_submit(h, run2, p, &se) == -1 && se.status == 429); /* 2 waiting at once > 1 */
+    srv_hub_release(h, run2, 0);
+    run2 = srv_job_new(1);
+    srv_job *run3 = srv_job_new(1);
+    REQUIRE(srv_hub_submit(h, run2, p, &se) == 0);
+    uint64_t seen2 = 0;
+    for (int i = 0; i < 100 && run2->choices[0].n_tokens < 1; i++) srv_job_wait(run2, &seen2, 50);
+    REQUIRE(srv_hub_submit(h, run3, p, &se) == 0);
+    seen2 = 0;
+    for (int i = 0; i < 100 && run3->choices[0].n_tokens < 1; i++) srv_job_wait(run3, &seen2, 50);
+    CHECKF(kv_engine_n_waiting(e) == 0, "%d waiting with both running", kv_engine_n_waiting(e));
+    CHECK(srv_hub_submit(h, more, p, &se) == 0);  /* waits: max_seqs is 2 */
+    CHECK(srv_hub_submit(h, over, p, &se) == -1 && se.status == 429);
+    srv_hub_release(h, over, 0);
+    srv_hub_release(h, more, 0);
+    srv_hub_release(h, run3, 0);
+    srv_hub_release(h, run2, 0);
+    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     CHECK(srv_hub_pending(h) == 0);
     srv_hub_free(h);
     kv_engine_free(e);
@@ -310,4 +363,4 @@ static void test_logprobs_routed(void) {
     kv_engine_free(e);
 }
 
-TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_seed_exact), T(test_metrics_and_snapshot_text))
+TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_queue_bound_is_waiting), T(test_seed_exact), T(test_metrics_and_snapshot_text))
