@@ -670,7 +670,7 @@ static void json_config_value(kv_json_writer *w, const kv_config_key *k, const k
         kv_json_write_number(w, v);
         break;
     }
-    case KV_KEY_STRING: kv_json_write_string_n(w, p, strnlen(p, k->size)); break;
+    case KV_KEY_STRING: kv_json_write_string(w, kv_config_key_shown(k, c)); break; /* a secret as *** */
     case KV_KEY_DIST: {
         kv_dist d;
         memcpy(&d, p, sizeof d);

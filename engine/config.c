@@ -139,12 +139,12 @@ static const kv_config_key keys[] = {
 
     K_STR("server.host", server.host, KV_KEY_NONEMPTY, NULL, "kvtop serve: listen address (127.0.0.1, ::1, 0.0.0.0)"),
     K_INT("server.port", server.port, 0, 65535, "kvtop serve: TCP port; 0 = any free port"),
-    K_STR("server.api_key", server.api_key, 0, NULL,
+    K_STR("server.api_key", server.api_key, KV_KEY_SECRET, NULL,
           "kvtop serve: Bearer key the API needs; empty = none (KVTOP_API_KEY, --api-key override)"),
     K_INT("server.max_connections", server.max_connections, 1, 65536, "kvtop serve: open connections at once"),
     K_SIZE("server.max_body", server.max_body, 1024, GIB, "kvtop serve: request body bytes; larger gets 413"),
-    K_INT("server.max_queue", server.max_queue, 0, 1048576,
-          "kvtop serve: requests waiting beyond scheduler.max_seqs; more get 429"),
+    K_INT("server.max_queue", server.max_queue, 1, 1048576,
+          "kvtop serve: requests waiting in the engine's queue (not yet running) at most; more get 429"),
     K_INT("server.header_timeout_ms", server.header_timeout_ms, 100, 3600000,
           "kvtop serve: a request's headers must arrive within this; slower clients are dropped"),
     K_INT("server.idle_timeout_ms", server.idle_timeout_ms, 100, 3600000,
@@ -650,6 +650,9 @@ int kv_config_key_parse(const kv_config_key *k, kv_config *c, const char *text, 
             return kv_err_set(err, KV_ERR_INVAL, "%s: too long (%zu bytes, at most %zu)", k->path, n, k->size - 1);
         if ((k->flags & KV_KEY_NONEMPTY) && n == 0)
             return kv_err_set(err, KV_ERR_INVAL, "%s: must not be empty", k->path);
+        if ((k->flags & KV_KEY_SECRET) && !strcmp(text, KV_SECRET_SHOWN))
+            return kv_err_set(err, KV_ERR_INVAL, "%s: '%s' is what a dump shows for a secret; give the real value",
+                              k->path, KV_SECRET_SHOWN);
         if (k->names && name_index(k->names, text) < 0) {
             char list[256], ex[64];
             names_list(k->names, list, sizeof list);
@@ -698,6 +701,12 @@ static void fmt_exact(char *buf, size_t cap, double v, int is_float) {
         snprintf(buf, cap, "%.*g", prec, v);
         if (is_float ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) return;
     }
+}
+
+const char *kv_config_key_shown(const kv_config_key *k, const kv_config *c) {
+    const char *p = (const char *)c + k->offset;
+    if (k->type != KV_KEY_STRING) return "";
+    return (k->flags & KV_KEY_SECRET) && p[0] ? KV_SECRET_SHOWN : p;
 }
 
 int kv_config_key_format(const kv_config_key *k, const kv_config *c, char *buf, size_t cap) {

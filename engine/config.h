@@ -121,7 +121,7 @@ typedef struct kv_config {
         char api_key[128];       /* "" = no key (KVTOP_API_KEY and --api-key override) */
         int max_connections;     /* open connections at once; more are refused */
         uint64_t max_body;       /* request body bytes; larger gets 413 */
-        int max_queue;           /* requests waiting beyond scheduler.max_seqs; more get 429 */
+        int max_queue;           /* requests in the engine's waiting queue at most; more get 429 */
         int header_timeout_ms;   /* a request's headers must arrive within this */
         int idle_timeout_ms;     /* a connection silent this long is closed */
         char metrics_prefix[16]; /* Prometheus names: "kvtop" (kvtop:...) or "vllm" (vllm:...) */
@@ -160,8 +160,14 @@ typedef enum kv_key_type {
 enum {
     KV_KEY_MIN_OPEN = 1u << 0, /* range excludes min: (min, max] */
     KV_KEY_MAX_OPEN = 1u << 1, /* range excludes max: [min, max) */
-    KV_KEY_NONEMPTY = 1u << 2  /* STRING must not be empty */
+    KV_KEY_NONEMPTY = 1u << 2, /* STRING must not be empty */
+    KV_KEY_SECRET = 1u << 3    /* STRING holding a secret: dumps, trace headers and reports show
+                                  KV_SECRET_SHOWN for a set value (kv_config_key_shown) */
 };
+
+/* What a dump prints for a set secret; as a value it is refused, so a
+ * redacted dump loaded back fails instead of making "***" the key. */
+#define KV_SECRET_SHOWN "***"
 
 typedef struct kv_config_key {
     const char *path;         /* dotted name, e.g. "kv.block_size" */
@@ -197,5 +203,10 @@ int kv_config_key_check(const kv_config_key *k, const kv_config *c, kv_err *err)
  * (strings raw, unquoted; DIST as a flow mapping or a plain integer).
  * Returns the snprintf-style length. */
 int kv_config_key_format(const kv_config_key *k, const kv_config *c, char *buf, size_t cap);
+/* The string a dump or report shows for STRING key k in c: its value, or
+ * KV_SECRET_SHOWN when k is KV_KEY_SECRET and set (an unset one shows
+ * ""). Borrowed from c or static. Every writer of configurations that
+ * leave the process (kvtop keys, bench reports, trace headers) uses it. */
+const char *kv_config_key_shown(const kv_config_key *k, const kv_config *c);
 
 #endif

@@ -339,6 +339,10 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
         return reject(e, p, KV_ERR_INVAL, err);
     }
     if (kv_sampling_validate(&p->sampling, err)) return reject(e, p, KV_ERR_INVAL, err);
+    if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > KV_MAX_TOP_LOGPROBS)) {
+        kv_err_set(err, KV_ERR_INVAL, "top_logprobs must be in [0, %d], got %d", KV_MAX_TOP_LOGPROBS, p->top_logprobs);
+        return reject(e, p, KV_ERR_INVAL, err);
+    }
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop)) {
         kv_err_set(err, KV_ERR_INVAL, "stop: %d strings but no array", p->n_stop);
         return reject(e, p, KV_ERR_INVAL, err);
@@ -419,6 +423,8 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
     r->s.session = p->session;
     r->sampling = p->sampling;
     r->ignore_eos = p->ignore_eos;
+    r->logprobs = p->logprobs != 0;
+    r->top_logprobs = r->logprobs ? p->top_logprobs : 0;
     r->finish = KV_FINISH_NONE;
     if (p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);

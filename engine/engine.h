@@ -62,6 +62,9 @@ typedef struct kv_request_params {
     int session;             /* owner tag for display (TUI tab), >= 0 */
     int seed_exact;          /* bool: seed the sampler with sampling.seed itself (an API client's
                                 `seed`: same seed, same text), not seed + request id */
+    int logprobs;            /* bool: each token event carries the token's log-probability (see
+                                kv_event.logprob); 0 (default) costs nothing */
+    int top_logprobs;        /* with logprobs: also the 0..KV_MAX_TOP_LOGPROBS most likely tokens */
 } kv_request_params;
 
 /* Defaults: max_tokens 128, sampling from the engine's config, priority 0. */
@@ -76,6 +79,12 @@ void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p /* OUT:
  * ids, bad sampling values). A rejected request is counted and emits a
  * KV_EVENT_DONE with KV_FINISH_REJECTED, so no request is ever lost. */
 int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err);
+/* Requests submitted and not running: those not yet taken in by a step,
+ * plus the scheduler's waiting queue (preempted ones included) and its
+ * swapped-out ones as of the last step. Cheap (one short lock, no
+ * snapshot); any thread. 0 for a NULL engine. The bound behind kvtop
+ * serve's 429 (server.max_queue). */
+int kv_engine_n_waiting(kv_engine *e);
 /* Cancels a waiting or running request (its blocks are released at the next
  * step boundary). Returns 0, or KV_ERR_INVAL for an unknown/finished id. */
 int kv_engine_cancel(kv_engine *e, int64_t id);
@@ -101,6 +110,9 @@ typedef enum kv_token_source {
     KV_TOKSRC_BONUS = 2   /* the target's own token after a verified draft */
 } kv_token_source;
 
+/* Alternatives a token event can carry (OpenAI's top_logprobs limit). */
+#define KV_MAX_TOP_LOGPROBS 20
+
 typedef struct kv_event {
     kv_event_type type;
     int64_t req;          /* request id */
@@ -112,6 +124,16 @@ typedef struct kv_event {
     kv_finish finish;     /* KV_EVENT_DONE */
     char reason[128];     /* KV_EVENT_DONE: human-readable (rejection reason, error) */
     double t_ms;          /* engine clock when emitted */
+    /* KV_EVENT_TOKEN of a request with logprobs on (token >= 0): the raw
+     * model distribution at that position, log-softmax of the logits before
+     * repetition penalty, temperature, top-k/p and min-p (vLLM's default
+     * "raw_logprobs"); a speculative token's comes from the verify pass's
+     * target logits, so it equals plain decoding's */
+    int has_logprob;      /* bool: logprob and top are filled */
+    float logprob;        /* log p(token), <= 0 */
+    int n_top;            /* entries in top_token / top_logprob, most likely first (ties: lower id) */
+    int32_t top_token[KV_MAX_TOP_LOGPROBS];
+    float top_logprob[KV_MAX_TOP_LOGPROBS];
 } kv_event;
 
 /* Copies up to cap pending events (oldest first) and returns how many.

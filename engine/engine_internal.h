@@ -59,6 +59,8 @@ typedef struct ereq {
     kv_spec_seq ss;         /* speculative decoding: draft length, draft cache sequence, counters */
     struct ereq *held_prev, *held_next; /* in kv_engine.spec_held while held is set */
     int held;               /* bool: ss may hold draft-cache blocks (it was drafted for) */
+    int logprobs;           /* bool: token events carry log-probabilities */
+    int top_logprobs;       /* alternatives per token event, 0..KV_MAX_TOP_LOGPROBS */
 } ereq;
 
 /* What the engine remembers per id under mu. */
@@ -116,6 +118,9 @@ struct kv_engine {
     int n_pend, cap_pend;
     double *pend_rej_ms;    /* (cap_pend) their times */
     int thread_started, paused, step_once, stop, step_delay_ms;
+    _Atomic int sched_waiting; /* the scheduler's waiting + swapped at the last step's end, plus what
+                                  engine_drain_inbox moved in since (changed with mu held, so
+                                  n_inbox + sched_waiting read under mu never misses one) */
     uint64_t steps_done;    /* a copy of step for waiters */
 
     /* ---- under state_mu ---- */

@@ -173,6 +173,32 @@ void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits, c
     for (int i = 0; i < keep; i++) probs[c[i].i] = (float)(exp((double)(c[i].v - mx)) / z);
 }
 
+float kv_sampler_logprobs(const float *logits, int n_vocab, int32_t token, int n_top, int32_t *top_token,
+                          float *top_logprob) {
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - (double)mx);
+    const double log_z = (double)mx + log(sum);
+    /* the n_top best, kept sorted; a strictly greater value moves in, so on
+     * ties the lower id (seen first) stays ahead */
+    int m = 0;
+    n_top = KV_MAX(0, KV_MIN(n_top, n_vocab));
+    for (int i = 0; i < n_vocab && n_top > 0; i++) {
+        float v = logits[i];
+        if (m == n_top && !(v > logits[top_token[m - 1]])) continue;
+        int at = m < n_top ? m++ : m - 1;
+        while (at > 0 && v > logits[top_token[at - 1]]) {
+            top_token[at] = top_token[at - 1];
+            at--;
+        }
+        top_token[at] = i;
+    }
+    for (int i = 0; i < m; i++) top_logprob[i] = (float)((double)logits[top_token[i]] - log_z);
+    return (float)((double)logits[token] - log_z);
+}
+
 int32_t kv_sample_from(const float *probs, int n, kv_rng *rng) {
     double u = kv_rng_uniform(rng), cum = 0;
     int32_t last = -1;

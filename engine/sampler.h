@@ -41,6 +41,15 @@ void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits,
  * repetition penalty. */
 int32_t kv_sampler_sample(kv_sampler *s, const kv_sampling *p, const float *logits,
                           const int32_t *history, int n_history, kv_rng *rng);
+/* Log-probabilities of the raw model distribution: log-softmax of logits
+ * (n_vocab, not modified; no penalty, temperature or truncation), computed
+ * in double. Returns log p(token) (<= 0), and writes the n_top (0..n_vocab)
+ * most likely tokens, most likely first, lower id first on ties (the order
+ * kv_argmax picks), to top_token / top_logprob (OUT: (n_top) each; may be
+ * NULL when n_top is 0). token must be in [0, n_vocab). One pass over the
+ * vocabulary plus an insertion into the n_top best; allocates nothing. */
+float kv_sampler_logprobs(const float *logits, int n_vocab, int32_t token, int n_top, int32_t *top_token /* OUT: */,
+                          float *top_logprob /* OUT: */);
 /* Draws an index from a normalised distribution. */
 int32_t kv_sample_from(const float *probs, int n, kv_rng *rng);
 

@@ -51,6 +51,14 @@ static void emit_text(kv_engine *e, ereq *r, kv_event *first, const char *text, 
 
 /* ---- requests ---- */
 
+int kv_engine_n_waiting(kv_engine *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_inbox + atomic_load(&e->sched_waiting);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
 static int live_find(const kv_engine *e, int64_t id) {
     int lo = e->live_front, hi = e->n_live - 1;
     while (lo <= hi) {
@@ -208,6 +216,7 @@ void engine_drain_inbox(kv_engine *e, int in_step) {
             return;
         }
         e->live[e->n_live++] = r;
+        atomic_fetch_add(&e->sched_waiting, 1);
         kv_metrics_submitted(e->metrics, r->s.arrival_ms);
     }
     e->n_inbox = 0;
@@ -304,8 +313,10 @@ static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
  * stream. verified: the tokens come from a verify step, whose first
  * n_accepted are accepted drafts and whose last is the target's own token
  * (the bonus after all drafts, or the correction after a rejected one).
+ * rows: r's logit rows of the step when it asked for logprobs, else NULL.
  * Returns the finish reason, or KV_FINISH_NONE. */
-static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, int verified, int n_accepted) {
+static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, int verified, int n_accepted,
+                             const float *rows) {
     kv_finish fin = KV_FINISH_NONE;
     for (int i = 0; i < n && fin == KV_FINISH_NONE; i++) {
         int32_t t = toks[i];
@@ -313,6 +324,12 @@ static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, 
         if (ev) {
             ev->token = t;
             ev->source = verified ? (i < n_accepted ? KV_TOKSRC_DRAFT : KV_TOKSRC_BONUS) : KV_TOKSRC_DECODE;
+            if (rows) { /* token i was chosen from logit row i (a verify step's rows follow the drafts) */
+                ev->logprob = kv_sampler_logprobs(rows + (size_t)i * (size_t)e->n_vocab, e->n_vocab, t,
+                                                  r->top_logprobs, ev->top_token, ev->top_logprob);
+                ev->n_top = r->top_logprobs;
+                ev->has_logprob = 1;
+            }
         }
         int eog = kv_tokenizer_is_eog(e->model->tok, t);
         if (eog && !r->ignore_eos) {
@@ -428,6 +445,7 @@ static int step_locked(kv_engine *e) {
                         }
             }
             int accepted = drafted > 0 ? nt - 1 : 0;
+            const float *rows = r->logprobs && nt > 0 ? e->logits + (size_t)r->s.logit_row * (size_t)e->n_vocab : NULL;
             if (kv_sched_update(e->sched, &r->s, toks, nt) != 0) {
                 engine_finish_req(e, r, KV_FINISH_ERROR, "internal: scheduler update refused");
                 continue;
@@ -442,7 +460,7 @@ static int step_locked(kv_engine *e) {
             if (nt == 0) continue;
             kv_metrics_tokens(e->metrics, &r->rm, f1, nt);
             emitted += nt;
-            kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted);
+            kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted, rows);
             if (fin != KV_FINISH_NONE) engine_finish_req(e, r, fin, NULL);
         }
         /* NOTE: a failed forward (a backend op, ops.status) is contained:
@@ -455,6 +473,9 @@ static int step_locked(kv_engine *e) {
     const kv_decision *dec;
     int n_dec;
     kv_sched_end_step(e->sched, &rec, &dec, &n_dec);
+    pthread_mutex_lock(&e->mu);
+    atomic_store(&e->sched_waiting, rec.n_waiting);
+    pthread_mutex_unlock(&e->mu);
     int did = n > 0 || n_dec > 0 || e->n_lev > 0;
     if (did) {
         e->step = step;

@@ -673,7 +673,7 @@ int kv_profile_dump(const kv_config *cfg, FILE *f) {
         const char *indent = sl ? "  " : "";
         fprintf(f, "%s%s: ", indent, dot ? dot + 1 : k->path);
         if (k->type == KV_KEY_STRING) {
-            yaml_quote(f, (const char *)cfg + k->offset);
+            yaml_quote(f, kv_config_key_shown(k, cfg)); /* a secret as *** */
         } else {
             kv_config_key_format(k, cfg, val, sizeof val);
             fputs(val, f);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "../base/vec.h"
+#include "../engine/tokenizer.h"
 
 #define EVENT_BATCH 256
 
@@ -48,7 +49,7 @@ struct srv_hub {
     int closed;         /* no submissions (shutting down) */
     entry *ent;         /* (n_ent) registered engine requests, sorted by id */
     int n_ent, cap_ent;
-    int max_pending;
+    int max_queue;      /* the engine's waiting queue at most (server.max_queue) */
     srv_stats st;
     kv_event *ev;       /* (EVENT_BATCH) dispatcher scratch */
     fin_item *fin;      /* (EVENT_BATCH) */
@@ -120,6 +121,7 @@ static void job_free(srv_job *j) {
     for (int i = 0; i < j->n_choices; i++) {
         free(j->choices[i].text);
         free(j->choices[i].marks);
+        free(j->choices[i].lps);
     }
     free(j->choices);
     pthread_mutex_destroy(&j->mu);
@@ -162,6 +164,21 @@ static void choice_append(srv_choice *c, const char *s, size_t n) {
     c->len += n;
     c->text[c->len] = 0;
     c->marks[c->n_marks++] = c->len;
+}
+
+/* Records a token event's log-probabilities (job->mu held), except for an
+ * end-of-generation token that ends the reply. Out of memory drops the
+ * entry, as choice_append drops text. */
+static void choice_logprob(const srv_hub *h, srv_choice *c, const kv_event *ev) {
+    if (!c->ignore_eos && kv_tokenizer_is_eog(kv_engine_model(h->e)->tok, ev->token)) return;
+    if (kv_grow((void **)&c->lps, &c->cap_lps, c->n_lps + 1, sizeof *c->lps)) return;
+    srv_logprob *l = &c->lps[c->n_lps++];
+    l->token = ev->token;
+    l->logprob = ev->logprob;
+    l->text_end = c->len;
+    l->n_top = KV_MAX(0, KV_MIN(ev->n_top, KV_MAX_TOP_LOGPROBS));
+    memcpy(l->top_token, ev->top_token, (size_t)l->n_top * sizeof *l->top_token);
+    memcpy(l->top_logprob, ev->top_logprob, (size_t)l->n_top * sizeof *l->top_logprob);
 }
 
 /* ---- the registry (hub->mu held) ---- */
@@ -210,6 +227,7 @@ static void route(srv_hub *h, const kv_event *ev, int *n_fin) {
         c->t_last_ms = ev->t_ms;
     }
     choice_append(c, ev->text, (size_t)(ev->text_len > 0 ? ev->text_len : 0));
+    if (ev->type == KV_EVENT_TOKEN && ev->has_logprob) choice_logprob(h, c, ev);
     if (ev->type == KV_EVENT_DONE) {
         c->finish = ev->finish;
         kv_copy_str(c->reason, sizeof c->reason, ev->reason);
@@ -286,11 +304,11 @@ static void *dispatch_main(void *arg) {
     return NULL;
 }
 
-srv_hub *srv_hub_new(kv_engine *e, int max_pending, int forward, kv_err *err) {
+srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err) {
     srv_hub *h = calloc(1, sizeof *h);
     if (!h) goto nomem;
     h->e = e;
-    h->max_pending = max_pending;
+    h->max_queue = max_queue;
     h->forward = forward;
     pthread_mutex_init(&h->mu, NULL);
     hist_init(&h->st.ttft, ttft_bounds, (int)KV_ARRAY_LEN(ttft_bounds));
@@ -351,10 +369,14 @@ int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, sr
         rc = srv_fail(e, 503, "service_unavailable", NULL, "shutting_down", "the server is shutting down");
         goto out;
     }
-    if (h->n_ent + job->n_choices > h->max_pending) {
+    /* the engine's queue, whoever filled it; h->mu keeps the server's own
+     * submissions from passing the check together */
+    int waiting = kv_engine_n_waiting(h->e);
+    if (waiting + job->n_choices > h->max_queue) {
         h->st.queue_full++;
         rc = srv_fail(e, 429, "rate_limit_error", NULL, "queue_full",
-                      "the server is at capacity (%d requests in flight); try again later", h->n_ent);
+                      "the engine's queue is full (%d requests waiting, %d more would pass server.max_queue %d); "
+                      "try again later", waiting, job->n_choices, h->max_queue);
         goto out;
     }
     if (kv_grow((void **)&h->ent, &h->cap_ent, h->n_ent + job->n_choices, sizeof *h->ent)) {
@@ -377,6 +399,7 @@ int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, sr
         srv_choice *c = &job->choices[i];
         c->id = id;
         c->n_prompt = params[i].n_tokens;
+        c->ignore_eos = params[i].ignore_eos;
         c->t_arrival_ms = t;
         /* ids increase, so appending keeps the registry sorted */
         h->ent[h->n_ent++] = (entry){id, job, i};

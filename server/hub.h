@@ -17,11 +17,23 @@
 #include "../engine/engine.h"
 #include "request.h"
 
+/* One generated token's log-probabilities (a request with logprobs on). */
+typedef struct srv_logprob {
+    int32_t token;
+    float logprob;         /* raw model distribution (kv_event.logprob) */
+    size_t text_end;       /* the choice's text length once this token's event was in: a stream
+                              sends the entry with the chunk whose text reaches that far */
+    int n_top;
+    int32_t top_token[KV_MAX_TOP_LOGPROBS];
+    float top_logprob[KV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+
 /* One engine request of a job (a choice of the reply). Fields below the
  * line are written by the dispatcher under job->mu. */
 typedef struct srv_choice {
     int64_t id;            /* engine request id (> 0 once submitted) */
     int n_prompt;          /* prompt tokens */
+    int ignore_eos;        /* bool: an end-of-generation token is part of the reply (set at submit) */
     /* ---- */
     char *text;            /* (len) reply text so far, owned, NUL-terminated */
     size_t len, cap;
@@ -34,6 +46,9 @@ typedef struct srv_choice {
     char reason[128];      /* the engine's reason (rejections, errors) */
     int cached_tokens;     /* prompt tokens served from the prefix cache */
     double t_arrival_ms, t_first_ms, t_last_ms; /* engine clock; t_first_ms < 0 until the first token */
+    srv_logprob *lps;      /* (n_lps) per token of the reply, when the request asked; the
+                              end-of-generation token that ends it is left out, as from the text */
+    int n_lps, cap_lps;
 } srv_choice;
 
 typedef struct srv_job {
@@ -75,14 +90,15 @@ typedef struct srv_stats {
 
 typedef struct srv_hub srv_hub;
 
-/* max_pending: engine requests the server lets in at once
- * (scheduler.max_seqs + server.max_queue). forward: keep the events of
+/* max_queue: requests the engine's waiting queue may hold
+ * (server.max_queue; kv_engine_n_waiting, whoever submitted them: the TUI's
+ * tabs count too). forward: keep the events of
  * requests that are not the server's (another front end's, on a shared
  * engine) for srv_hub_poll_foreign; otherwise they are dropped. The engine
  * must outlive the hub, and nothing else may call kv_engine_poll on it:
  * the dispatcher is its one reader. Starts the dispatcher. NULL with err
  * on failure. */
-srv_hub *srv_hub_new(kv_engine *e, int max_pending, int forward, kv_err *err);
+srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err);
 /* Takes up to cap of the kept foreign events (oldest first); never blocks. */
 int srv_hub_poll_foreign(srv_hub *h, kv_event *out /* OUT: (cap) */, int cap);
 /* Stops the dispatcher and frees the hub; jobs must have been released. */
@@ -92,8 +108,8 @@ void srv_hub_free(srv_hub *h);
 srv_job *srv_job_new(int n);
 
 /* Submits choice i of job with params[i] (prompt tokens given) for every
- * i, all or none admitted: 429 (e) when the server already holds
- * max_pending requests, 503 while shutting down, 400 with the engine's
+ * i, all or none admitted: 429 (e) when the job's choices would take the
+ * engine's waiting queue past max_queue, 503 while shutting down, 400 with the engine's
  * reason when it rejects one (those already queued are cancelled).
  * Returns 0 or -1 with e filled. Events may arrive before it returns. */
 int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, srv_error *e /* OUT: */);

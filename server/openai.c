@@ -26,6 +26,8 @@ typedef struct gen {
     size_t *sent;        /* (n_choices) bytes of text already streamed */
     int *marks_sent;     /* (n_choices) of the choice's marks, those streamed */
     int *fin_sent;       /* (n_choices) bool: its finish_reason chunk is out */
+    int *lps_sent;       /* (n_choices) of the choice's logprob entries, those streamed */
+    size_t *lp_offset;   /* (n_choices) completions' text_offset so far (characters) */
     int started;         /* bool: the first chunks are out */
     int ended;           /* bool: [DONE] is out */
     uint64_t seen;       /* job version seen */
@@ -116,8 +118,11 @@ static int gen_start(srv *s, gen *g, srv_error *e) {
     g->sent = calloc((size_t)nc, sizeof *g->sent);
     g->marks_sent = calloc((size_t)nc, sizeof *g->marks_sent);
     g->fin_sent = calloc((size_t)nc, sizeof *g->fin_sent);
+    g->lps_sent = calloc((size_t)nc, sizeof *g->lps_sent);
+    g->lp_offset = calloc((size_t)nc, sizeof *g->lp_offset);
     g->job = srv_job_new(nc);
-    if (!par || !ids || !g->prompt_tokens || !g->echo || !g->sent || !g->marks_sent || !g->fin_sent || !g->job) {
+    if (!par || !ids || !g->prompt_tokens || !g->echo || !g->sent || !g->marks_sent || !g->fin_sent ||
+        !g->lps_sent || !g->lp_offset || !g->job) {
         srv_fail(e, 500, "internal_error", NULL, "out_of_memory", "out of memory");
         goto done;
     }
@@ -154,6 +159,8 @@ static int gen_start(srv *s, gen *g, srv_error *e) {
             q->priority = rq->priority;
             q->ignore_eos = rq->ignore_eos;
             q->session = SRV_SESSION;
+            q->logprobs = rq->logprobs;
+            q->top_logprobs = rq->top_logprobs;
         }
     }
     rc = srv_hub_submit(s->hub, g->job, par, e);
@@ -208,6 +215,8 @@ static void gen_destroy(srv_stream *st, int client_gone) {
     free(g->sent);
     free(g->marks_sent);
     free(g->fin_sent);
+    free(g->lps_sent);
+    free(g->lp_offset);
     srv_gen_req_free(&g->req);
     free(g);
 }
@@ -320,7 +329,9 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
             }
         }
         kv_json_write_key(w, "logprobs");
-        kv_json_write_null(w);
+        if (!g->req.logprobs) kv_json_write_null(w);
+        else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, c->lps, c->n_lps, &g->lp_offset[i]))
+            goto nomem_j;
         kv_json_write_key(w, "finish_reason");
         kv_json_write_string(w, srv_finish_name(c->finish));
         kv_json_write_end_object(w);
@@ -346,9 +357,9 @@ nomem:
 /* ---- streaming ---- */
 
 /* One chunk with one choice: its delta text (chat: role on the first),
- * or its finish_reason. */
-static int sse_chunk(const gen *g, srv_buf *out, int idx, const char *role, const char *text, size_t len,
-                     const char *finish) {
+ * or its finish_reason; with the request's logprobs, those of lp[0..n_lp). */
+static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char *text, size_t len,
+                     const char *finish, const srv_logprob *lp, int n_lp) {
     srv_json j;
     if (srv_json_open(&j)) return KV_ERR_NOMEM;
     int chat = g->req.kind == SRV_CHAT;
@@ -376,7 +387,12 @@ static int sse_chunk(const gen *g, srv_buf *out, int idx, const char *role, cons
         kv_json_write_string_n(w, text ? text : "", text ? len : 0);
     }
     kv_json_write_key(w, "logprobs");
-    kv_json_write_null(w);
+    if (!g->req.logprobs || role || (finish && n_lp == 0)) kv_json_write_null(w);
+    else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, lp, n_lp, &g->lp_offset[idx])) {
+        size_t dummy;
+        free(srv_json_close(&j, &dummy));
+        return KV_ERR_NOMEM;
+    }
     kv_json_write_key(w, "finish_reason");
     kv_json_write_string(w, finish);
     kv_json_write_end_object(w);
@@ -434,7 +450,7 @@ static int gen_next(srv_stream *st, srv_buf *out, int wait_ms) {
     if (!g->started) {
         g->started = 1;
         for (int i = 0; i < nc && g->req.kind == SRV_CHAT; i++)
-            if (sse_chunk(g, out, i, "assistant", "", 0, NULL)) goto nomem;
+            if (sse_chunk(g, out, i, "assistant", "", 0, NULL, NULL, 0)) goto nomem;
         if (out->n > before) return (int)(out->n - before);
     }
     srv_job_wait(job, &g->seen, wait_ms);
@@ -445,41 +461,46 @@ static int gen_next(srv_stream *st, srv_buf *out, int wait_ms) {
         int done = c->done;
         size_t n = c->len - g->sent[i], base = g->sent[i];
         int k0 = g->marks_sent[i], k1 = c->n_marks;
+        int l0 = g->lps_sent[i], l1 = c->n_lps;
         char *piece = n ? malloc(n) : NULL;
         size_t *ends = k1 > k0 ? malloc((size_t)(k1 - k0) * sizeof *ends) : NULL;
+        srv_logprob *lps = l1 > l0 ? malloc((size_t)(l1 - l0) * sizeof *lps) : NULL;
         if (piece) memcpy(piece, c->text + base, n);
         if (ends) memcpy(ends, c->marks + k0, (size_t)(k1 - k0) * sizeof *ends);
+        if (lps) memcpy(lps, c->lps + l0, (size_t)(l1 - l0) * sizeof *lps);
         pthread_mutex_unlock(&job->mu);
-        if ((n && !piece) || (k1 > k0 && !ends)) {
-            free(piece);
-            free(ends);
-            goto nomem;
-        }
+        int rc = (n && !piece) || (k1 > k0 && !ends) || (l1 > l0 && !lps) ? KV_ERR_NOMEM : 0;
         srv_error e;
-        if (done && choice_error(g, c, &e)) {
+        if (rc == 0 && done && choice_error(g, c, &e)) {
             free(piece);
             free(ends);
+            free(lps);
             sse_error(g, out, &e);
             break;
         }
-        /* one chunk per token's text, as the engine emitted them */
+        /* one chunk per token's text, as the engine emitted them, with the
+         * logprobs of the tokens whose text it completes */
         size_t at = 0;
-        int rc = 0;
-        for (int k = 0; k < k1 - k0 && rc == 0; k++) {
-            size_t end = ends[k] - base;
-            if (end > at) rc = sse_chunk(g, out, i, NULL, piece + at, end - at, NULL);
+        int nl = l1 - l0, li = 0;
+        for (int k = 0; k <= k1 - k0 && rc == 0; k++) {
+            size_t end = k < k1 - k0 ? ends[k] - base : n; /* the last pass: text past the marks */
+            if (end <= at) continue;
+            int lj = li;
+            while (lj < nl && lps[lj].text_end <= base + end) lj++;
+            rc = sse_chunk(g, out, i, NULL, piece + at, end - at, NULL, lps ? lps + li : NULL, lj - li);
+            li = lj;
             at = end;
         }
-        if (rc == 0 && n > at) rc = sse_chunk(g, out, i, NULL, piece + at, n - at, NULL);
+        if (rc == 0 && done) /* what is left (tokens whose text was cut or is empty) goes with the finish */
+            rc = sse_chunk(g, out, i, NULL, NULL, 0, srv_finish_name(c->finish), lps ? lps + li : NULL, nl - li);
         free(piece);
         free(ends);
+        free(lps);
         if (rc) goto nomem;
         g->sent[i] += n;
         g->marks_sent[i] = k1;
-        if (done) {
-            if (sse_chunk(g, out, i, NULL, NULL, 0, srv_finish_name(c->finish))) goto nomem;
-            g->fin_sent[i] = 1;
-        }
+        g->lps_sent[i] += done ? nl : li;
+        if (done) g->fin_sent[i] = 1;
     }
     if (!g->ended) {
         int all = 1;

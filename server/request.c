@@ -407,6 +407,8 @@ static int common_field(const char *key, const kv_json *v, srv_gen_req *r, srv_e
         r->priority = (int)x;
     } else if (!strcmp(key, "ignore_eos")) {
         if (!is_null(v) && get_bool(v, key, &r->ignore_eos, e)) return -1;
+    } else if (!strcmp(key, "return_tokens_as_token_ids")) {
+        if (!is_null(v) && get_bool(v, key, &r->tokens_as_ids, e)) return -1;
     } else if (!strcmp(key, "parse_special")) {
         if (!is_null(v) && get_bool(v, key, &r->parse_special, e)) return -1;
     } else if (!strcmp(key, "user")) {
@@ -424,13 +426,13 @@ static int common_field(const char *key, const kv_json *v, srv_gen_req *r, srv_e
 
 static int chat_field(const char *key, const kv_json *v, srv_gen_req *r, srv_error *e) {
     if (!strcmp(key, "messages")) return parse_messages(v, &r->msgs, &r->n_msgs, e);
-    if (!strcmp(key, "logprobs")) {
-        if (!is_null(v) && kv_json_type_of(v) != KV_JSON_BOOL) return wrong_type(e, key, "a boolean", v);
-        return unsupported_unless_off(v, key, "the engine does not expose log-probabilities", e);
-    }
+    if (!strcmp(key, "logprobs")) return is_null(v) ? 0 : get_bool(v, key, &r->logprobs, e);
     if (!strcmp(key, "top_logprobs")) {
-        if (!is_null(v) && kv_json_type_of(v) != KV_JSON_NUMBER) return wrong_type(e, key, "an integer", v);
-        return unsupported_unless_off(v, key, "the engine does not expose log-probabilities", e);
+        long long x;
+        if (is_null(v)) return 0;
+        if (get_int(v, key, 0, SRV_MAX_LOGPROBS, &x, e)) return -1;
+        r->top_logprobs = (int)x;
+        return 0;
     }
     if (!strcmp(key, "tools") || !strcmp(key, "functions") || !strcmp(key, "tool_choice") ||
         !strcmp(key, "function_call"))
@@ -453,10 +455,13 @@ static int chat_field(const char *key, const kv_json *v, srv_gen_req *r, srv_err
 static int completion_field(const char *key, const kv_json *v, srv_gen_req *r, srv_error *e) {
     if (!strcmp(key, "prompt")) return parse_prompts(v, r, e);
     if (!strcmp(key, "echo")) return is_null(v) ? 0 : get_bool(v, key, &r->echo, e);
-    if (!strcmp(key, "logprobs")) {
-        if (!is_null(v) && kv_json_type_of(v) != KV_JSON_NUMBER) return wrong_type(e, key, "an integer", v);
+    if (!strcmp(key, "logprobs")) { /* the number of alternatives; 0 = the chosen token's only */
+        long long x;
         if (is_null(v)) return 0;
-        return BAD(e, key, "unsupported", "'logprobs' is not supported: the engine does not expose log-probabilities");
+        if (get_int(v, key, 0, SRV_MAX_LOGPROBS, &x, e)) return -1;
+        r->logprobs = 1;
+        r->top_logprobs = (int)x;
+        return 0;
     }
     if (!strcmp(key, "suffix")) return unsupported_unless_off(v, key, "no fill-in-the-middle", e);
     if (!strcmp(key, "best_of")) {
@@ -493,6 +498,10 @@ int srv_parse_gen(const char *body, size_t len, srv_kind kind, const kv_sampling
     int prompts = kind == SRV_COMPLETION ? out->n_prompts : 1;
     if (rc == 0 && prompts * out->n > SRV_MAX_CHOICES)
         rc = BAD(e, "n", "invalid_value", "%d prompts x n %d is more than %d choices", prompts, out->n, SRV_MAX_CHOICES);
+    if (rc == 0 && kind == SRV_CHAT && out->top_logprobs > 0 && !out->logprobs)
+        rc = BAD(e, "top_logprobs", "invalid_value", "'top_logprobs' needs \"logprobs\": true");
+    if (rc == 0 && out->echo && out->logprobs)
+        rc = BAD(e, "logprobs", "unsupported", "'logprobs' with 'echo' is not supported: no prompt logprobs");
     if (rc == 0 && out->echo && out->stream)
         rc = BAD(e, "echo", "unsupported", "'echo' with \"stream\": true is not supported");
     kv_json_free(root);

@@ -23,6 +23,8 @@
 #define SRV_MAX_STOP 16       /* stop strings per request */
 #define SRV_MAX_STOP_LEN 128  /* bytes per stop string (the engine's limit) */
 #define SRV_MAX_TOKENS_CAP 1048576 /* max_tokens upper bound (the key table's token bound) */
+#define SRV_MAX_LOGPROBS 20   /* top_logprobs / completions logprobs at most: OpenAI's chat limit and
+                                 vLLM's default max_logprobs (OpenAI's completions allow 5) */
 
 /* An error reply: {"error": {"message", "type", "param", "code"}}. */
 typedef struct srv_error {
@@ -73,14 +75,18 @@ typedef struct srv_gen_req {
     int ignore_eos;           /* bool */
     int parse_special;        /* bool: special-token texts in the prompt/messages become control tokens */
     int echo;                 /* completions: bool, the prompt precedes the text */
+    int logprobs;             /* bool: chat `logprobs: true`, or completions `logprobs: N` given */
+    int top_logprobs;         /* alternatives per token: chat `top_logprobs`, completions `logprobs`
+                                 (0..SRV_MAX_LOGPROBS) */
+    int tokens_as_ids;        /* bool: vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N" */
 } srv_gen_req;
 
 /* Parses a /v1/chat/completions (SRV_CHAT) or /v1/completions body.
  * sampling is the profile's sampling section (the defaults). Strict: any
  * unknown field, wrong type or out-of-range value is a 400 naming the
  * field; the sampling ranges are the key table's (sampling.temperature
- * ...). Features kvtop does not have (logprobs, tools, penalties other than
- * repetition_penalty) are a 400 saying so. Returns 0, or -1 with e filled
+ * ...). Features kvtop does not have (tools, penalties other than
+ * repetition_penalty, prompt logprobs with echo) are a 400 saying so. Returns 0, or -1 with e filled
  * (then *out holds nothing to free). */
 int srv_parse_gen(const char *body, size_t len, srv_kind kind, const kv_sampling *sampling,
                   srv_gen_req *out /* OUT: */, srv_error *e /* OUT: */);

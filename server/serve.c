@@ -170,7 +170,7 @@ static int serve_attach(srv *s, kv_engine *e, int forward, kv_err *err) {
     }
     s->cache_tokens = snap->n_blocks * snap->block_size;
     kv_snapshot_free(snap);
-    s->hub = srv_hub_new(e, ec->scheduler.max_seqs + s->cfg.server.max_queue, forward, err);
+    s->hub = srv_hub_new(e, s->cfg.server.max_queue, forward, err);
     if (!s->hub) return err->code ? err->code : KV_ERR_NOMEM;
     atomic_store(&s->state, SRV_READY);
     return 0;

@@ -108,6 +108,16 @@ int srv_stream_wait(srv_stream *st, srv_reply *r /* OUT: */, int wait_ms);
  * counted). NULL is a no-op. */
 void srv_stream_free(srv_stream *st, int client_gone);
 
+/* Writes a choice's "logprobs" value for the entries lp[0..n) (logprobs_json.c):
+ * for SRV_CHAT {"content": [{token, logprob, bytes, top_logprobs}]}, for
+ * completions {tokens, token_logprobs, top_logprobs, text_offset}. *offset:
+ * completions' text offset (characters of the reply before lp[0]),
+ * advanced past the entries; unused for chat. as_ids: tokens are named
+ * "token_id:N" (vLLM's return_tokens_as_token_ids). Returns 0 or KV_ERR_NOMEM
+ * (nothing written). */
+int srv_write_logprobs(kv_json_writer *w, const kv_tokenizer *tok, srv_kind kind, int as_ids, const srv_logprob *lp,
+                       int n, size_t *offset /* IN/OUT */);
+
 /* ---- the endpoints (openai.c, kvtop_api.c). body/len: the request body. ---- */
 
 void srv_handle_gen(srv *s, srv_kind kind, const char *body, size_t len, srv_reply *r);

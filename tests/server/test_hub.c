@@ -2,7 +2,9 @@
  * and several choices get the engine's text and token counts, the queue
  * bound refuses what is past it without side effects, a released job's
  * requests are cancelled (nothing left running, kv_engine_check clean),
- * a seed gives the same text twice; and the Prometheus text and snapshot
+ * a seed gives the same text twice; logprobs reach the choice that asked
+ * (one entry per token, the ending end-of-generation token left out) and
+ * write as the completions shape; and the Prometheus text and snapshot
  * JSON written from the result parse and carry the counters. */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "../../server/hub.h"
 #include "../../server/metrics_prom.h"
 #include "../../server/snapshot_json.h"
+#include "../../server/srv.h"
 
 static const int32_t prompt_ids[] = {1, 403, 407, 261, 378};
 
@@ -41,10 +44,12 @@ static void params(kv_engine *e, kv_request_params *p, int max_tokens) {
     p->max_tokens = max_tokens;
 }
 
-/* Waits (bounded) until every choice of job is done. */
+/* Waits (30 s at most) until every choice of job is done. */
 static int wait_done(srv_job *job) {
     uint64_t seen = 0;
-    for (int i = 0; i < 300; i++) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (t = t0; t.tv_sec - t0.tv_sec < 30; clock_gettime(CLOCK_MONOTONIC, &t)) {
         pthread_mutex_lock(&job->mu);
         int done = job->n_done == job->n_choices;
         pthread_mutex_unlock(&job->mu);
@@ -101,9 +106,19 @@ static void test_queue_bound_and_cancel(void) {
     params(e, &p[1], 200);
     srv_error se;
     REQUIRE(srv_hub_submit(h, a, p, &se) == 0);
+    CHECK(kv_engine_n_waiting(e) == 2);
     CHECK(srv_hub_submit(h, b, p, &se) == -1 && se.status == 429); /* 2 + 2 > 3: all or none */
     CHECK(srv_hub_pending(h) == 2 && b->choices[0].id == 0);
     srv_hub_release(h, b, 0);
+    /* the bound is the engine's queue: a request another front end (a TUI
+     * tab) submitted counts as much as the server's own */
+    int64_t tab = kv_engine_submit(e, &p[0], &err);
+    REQUIRE(tab > 0);
+    CHECK(kv_engine_n_waiting(e) == 3);
+    srv_job *one = srv_job_new(1);
+    CHECK(srv_hub_submit(h, one, p, &se) == -1 && se.status == 429 && strstr(se.message, "3 requests waiting"));
+    srv_hub_release(h, one, 0);
+    CHECK(kv_engine_cancel(e, tab) == 0);
     kv_engine_resume(e);
     /* the client of a goes away mid-generation */
     uint64_t seen = 0;
@@ -122,12 +137,53 @@ static void test_queue_bound_and_cancel(void) {
     CHECKF(kv_engine_check(e, msg, sizeof msg) == 0, "%s", msg);
     srv_stats st;
     srv_hub_stats(h, &st);
-    CHECK(st.disconnects == 1 && st.finished[SRV_FIN_ABORT] == 2 && st.queue_full == 1);
+    CHECK(st.disconnects == 1 && st.finished[SRV_FIN_ABORT] == 2 && st.queue_full == 2);
     /* the engine rejects a prompt over the context: a 400 with its reason, nothing left pending */
     srv_job *c = srv_job_new(1);
     params(e, &p[0], 1 << 20);
     CHECK(srv_hub_submit(h, c, p, &se) == -1 && se.status == 400 && strstr(se.message, "exceeds"));
     srv_hub_release(h, c, 0);
+    CHECK(srv_hub_pending(h) == 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+/* Running requests are not waiting: with both of max_seqs 2 running, a
+ * queue bound of 1 still lets one more in, and refuses the next. */
+static void test_queue_bound_is_waiting(void) {
+    kv_engine *e = make(2);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 1, 0, &err);
+    REQUIRE(h);
+    kv_request_params p[2];
+    srv_error se;
+    params(e, &p[0], 300);
+    params(e, &p[1], 300);
+    p[0].ignore_eos = p[1].ignore_eos = 1;
+    srv_job *run2 = srv_job_new(2), *more = srv_job_new(1), *over = srv_job_new(1);
+    CHECK(srv_hub_submit(h, run2, p, &se) == -1 && se.status == 429); /* 2 waiting at once > 1 */
+    srv_hub_release(h, run2, 0);
+    run2 = srv_job_new(1);
+    srv_job *run3 = srv_job_new(1);
+    REQUIRE(srv_hub_submit(h, run2, p, &se) == 0);
+    uint64_t seen2 = 0;
+    for (int i = 0; i < 100 && run2->choices[0].n_tokens < 1; i++) srv_job_wait(run2, &seen2, 50);
+    REQUIRE(srv_hub_submit(h, run3, p, &se) == 0);
+    seen2 = 0;
+    for (int i = 0; i < 100 && run3->choices[0].n_tokens < 1; i++) srv_job_wait(run3, &seen2, 50);
+    CHECKF(kv_engine_n_waiting(e) == 0, "%d waiting with both running", kv_engine_n_waiting(e));
+    CHECK(srv_hub_submit(h, more, p, &se) == 0);  /* waits: max_seqs is 2 */
+    CHECK(srv_hub_submit(h, over, p, &se) == -1 && se.status == 429);
+    srv_hub_release(h, over, 0);
+    srv_hub_release(h, more, 0);
+    srv_hub_release(h, run3, 0);
+    srv_hub_release(h, run2, 0);
+    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     CHECK(srv_hub_pending(h) == 0);
     srv_hub_free(h);
     kv_engine_free(e);
@@ -241,4 +297,70 @@ static void test_metrics_and_snapshot_text(void) {
     kv_engine_free(e);
 }
 
-TEST_MAIN(T(test_jobs_and_text), T(test_queue_bound_and_cancel), T(test_seed_exact), T(test_metrics_and_snapshot_text))
+
+/* Logprobs: routed per token to the choice that asked, greedy top-1 is the
+ * chosen token, entries follow the text; the completions JSON has one
+ * entry per token in each array and text offsets that add up to the text. */
+static void test_logprobs_routed(void) {
+    kv_engine *e = make(8);
+    REQUIRE(e);
+    REQUIRE(kv_engine_start(e) == 0);
+    kv_err err;
+    srv_hub *h = srv_hub_new(e, 8, 0, &err);
+    REQUIRE(h);
+    srv_job *job = srv_job_new(3);
+    kv_request_params p[3];
+    for (int i = 0; i < 3; i++) params(e, &p[i], i == 2 ? 400 : 20);
+    p[0].logprobs = 1;
+    p[0].top_logprobs = 3;
+    p[0].ignore_eos = 1;
+    p[2].logprobs = 1; /* may end with an end-of-generation token */
+    srv_error se;
+    REQUIRE(srv_hub_submit(h, job, p, &se) == 0);
+    REQUIRE(wait_done(job));
+    const srv_choice *a = &job->choices[0], *b = &job->choices[1], *c = &job->choices[2];
+    CHECKF(a->n_tokens == 20 && a->n_lps == 20, "%d tokens, %d logprob entries", a->n_tokens, a->n_lps);
+    CHECK(b->n_lps == 0);
+    int eos = c->finish == KV_FINISH_EOS;
+    CHECKF(c->n_lps == c->n_tokens - eos, "finish %d: %d tokens, %d entries", c->finish, c->n_tokens, c->n_lps);
+    for (int i = 0; i < a->n_lps; i++) {
+        const srv_logprob *l = &a->lps[i];
+        CHECKF(l->n_top == 3 && l->top_token[0] == l->token && l->top_logprob[0] == l->logprob && l->logprob <= 0,
+               "entry %d: token %d (%g), top %d (%g)", i, l->token, (double)l->logprob, l->top_token[0],
+               (double)l->top_logprob[0]);
+        CHECK(l->text_end <= a->len && (i == 0 || l->text_end >= a->lps[i - 1].text_end));
+    }
+    srv_json j;
+    REQUIRE(srv_json_open(&j) == 0);
+    size_t off = 0, len;
+    CHECK(srv_write_logprobs(&j.w, kv_engine_model(e)->tok, SRV_COMPLETION, 0, a->lps, a->n_lps, &off) == 0);
+    char *txt = srv_json_close(&j, &len);
+    REQUIRE(txt);
+    kv_json *doc = kv_json_parse(txt, len, &err);
+    CHECKF(doc, "%s: %s", err.msg, txt);
+    if (doc) {
+        const kv_json *tk = kv_json_get(doc, "tokens"), *lp = kv_json_get(doc, "token_logprobs"),
+                      *top = kv_json_get(doc, "top_logprobs"), *to = kv_json_get(doc, "text_offset");
+        REQUIRE(tk && lp && top && to);
+        CHECK(kv_json_len(tk) == 20 && kv_json_len(lp) == 20 && kv_json_len(top) == 20 && kv_json_len(to) == 20);
+        CHECK(kv_json_number(kv_json_at(to, 0)) == 0);
+        CHECK(kv_json_number(kv_json_at(lp, 3)) == (double)a->lps[3].logprob);
+        CHECK(kv_json_len(kv_json_at(top, 0)) >= 1 && kv_json_len(kv_json_at(top, 0)) <= 3);
+        /* the token strings together are the text (stories260K: ASCII, no stop string) */
+        size_t sum = 0;
+        for (int i = 0; i < 20; i++) {
+            size_t n;
+            kv_json_str(kv_json_at(tk, (size_t)i), &n);
+            CHECK(kv_json_number(kv_json_at(to, (size_t)i)) == (double)sum);
+            sum += n;
+        }
+        CHECKF(sum == a->len && off == a->len, "token strings %zu bytes, text %zu, offset %zu", sum, a->len, off);
+        kv_json_free(doc);
+    }
+    free(txt);
+    srv_hub_release(h, job, 0);
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_queue_bound_is_waiting), T(test_seed_exact), T(test_metrics_and_snapshot_text))

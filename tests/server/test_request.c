@@ -54,6 +54,14 @@ static void test_chat_fields(void) {
     CHECK(r.n_stop == 2 && !strcmp(r.stop[1], "END"));
     CHECK(r.stream && r.include_usage && r.n == 2 && r.priority == 3 && r.ignore_eos && r.parse_special);
     CHECK(r.sampling.repeat_penalty == 1.2f);
+    CHECK(!r.logprobs && r.top_logprobs == 0);
+    srv_gen_req_free(&r);
+    REQUIRE(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"logprobs\": true, \"top_logprobs\": 20}",
+                  SRV_CHAT, &r, &e) == 200);
+    CHECK(r.logprobs && r.top_logprobs == 20);
+    srv_gen_req_free(&r);
+    REQUIRE(parse("{\"prompt\": \"x\", \"logprobs\": 0}", SRV_COMPLETION, &r, &e) == 200);
+    CHECK(r.logprobs && r.top_logprobs == 0);
     srv_gen_req_free(&r);
     /* defaults: the profile's sampling, no seed, max_tokens absent */
     REQUIRE(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_completion_tokens\": 3}", SRV_CHAT,
@@ -101,8 +109,11 @@ static void test_rejections(void) {
         {", \"stream\": 1", "stream"},
         {", \"n\": 0", "n"},
         {", \"n\": 17", "n"},
-        {", \"logprobs\": true", "logprobs"},
-        {", \"top_logprobs\": 3", "top_logprobs"},
+        {", \"logprobs\": 1", "logprobs"},
+        {", \"top_logprobs\": 3", "top_logprobs"},      /* without logprobs */
+        {", \"logprobs\": true, \"top_logprobs\": 21", "top_logprobs"},
+        {", \"logprobs\": true, \"top_logprobs\": -1", "top_logprobs"},
+        {", \"logprobs\": true, \"top_logprobs\": 2.5", "top_logprobs"},
         {", \"tools\": [{\"type\": \"function\"}]", "tools"},
         {", \"frequency_penalty\": 0.5", "frequency_penalty"},
         {", \"logit_bias\": {\"1\": 5}", "logit_bias"},
@@ -141,7 +152,10 @@ static void test_rejections(void) {
     /* completions: its own fields */
     CHECK(status_of("{\"prompt\": {\"a\": 1}}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "prompt"));
     CHECK(status_of("{\"prompt\": [1, -2]}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "prompt[1]"));
-    CHECK(status_of("{\"prompt\": \"x\", \"logprobs\": 2}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "logprobs"));
+    CHECK(status_of("{\"prompt\": \"x\", \"logprobs\": 21}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "logprobs"));
+    CHECK(status_of("{\"prompt\": \"x\", \"logprobs\": true}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "logprobs"));
+    CHECK(status_of("{\"prompt\": \"x\", \"logprobs\": 2, \"echo\": true}", SRV_COMPLETION, p, sizeof p) == 400 &&
+          !strcmp(p, "logprobs"));
     CHECK(status_of("{\"prompt\": \"x\", \"best_of\": 3}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "best_of"));
     CHECK(status_of("{\"prompt\": \"x\", \"messages\": []}", SRV_COMPLETION, p, sizeof p) == 400 && !strcmp(p, "messages"));
     CHECK(status_of("{\"prompt\": \"x\", \"n\": 16}", SRV_COMPLETION, NULL, 0) == 200);

@@ -4,6 +4,7 @@ Prints one line per check ("  ok ..." or "FAIL ...") and ends with
 "N passed, N failed"; exits 1 on any failure. Every call has a timeout.
 """
 import json
+import math
 import sys
 import urllib.error
 import urllib.request
@@ -121,7 +122,9 @@ check(e is not None and e.body and e.body.get("param") == "temperature", "the 40
 raises(openai.BadRequestError, lambda: c.chat.completions.create(
     model=M, messages=[{"role": "user", "content": "hi"}], extra_body={"bogus": 1}), "unknown field: BadRequestError")
 raises(openai.BadRequestError, lambda: c.chat.completions.create(
-    model=M, messages=[{"role": "user", "content": "hi"}], logprobs=True), "logprobs: BadRequestError (not supported)")
+    model=M, messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=21), "top_logprobs 21: BadRequestError")
+raises(openai.BadRequestError, lambda: c.completions.create(
+    model=M, prompt="hi", logprobs=2, echo=True), "logprobs with echo: BadRequestError (no prompt logprobs)")
 raises(openai.BadRequestError, lambda: c.chat.completions.create(
     model=M, messages=[{"role": "user", "content": "hi " * 20000}], max_tokens=8), "prompt over the context: 400")
 raises(openai.NotFoundError, lambda: c.chat.completions.create(
@@ -129,7 +132,6 @@ raises(openai.NotFoundError, lambda: c.chat.completions.create(
 raises(openai.AuthenticationError, lambda: openai.OpenAI(base_url=BASE + "/v1", api_key="wrong", max_retries=0,
                                                           timeout=10).models.list(), "wrong key: AuthenticationError")
 
-# /tokenize, /detokenize
 def post(path, body, key=KEY):
     req = urllib.request.Request(BASE + path, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
@@ -140,6 +142,76 @@ def post(path, body, key=KEY):
         return err.code, json.loads(err.read() or b"{}")
 
 
+# logprobs: the raw model distribution (vLLM's default), greedy top-1 is the chosen token
+GREEDY = dict(temperature=0, extra_body={"repetition_penalty": 1})
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def check_entries(what, toks, lps, tops, k):
+    """toks/lps: chosen tokens and values; tops: per token a list of (token, logprob)."""
+    ok_vals = all(math.isfinite(x) and x <= 0 for x in lps) and all(
+        math.isfinite(v) and v <= 0 for t in tops for _, v in t)
+    check(ok_vals, f"{what}: every logprob finite and <= 0", lps[:5])
+    check(all(len(t) == k for t in tops), f"{what}: {k} alternatives per token", [len(t) for t in tops][:5])
+    check(all(t[0] == (a, b) for t, a, b in zip(tops, toks, lps)), f"{what}: greedy token == top-1, same value",
+          [(t[0], a, b) for t, a, b in zip(tops, toks, lps)][:3])
+    check(all(all(t[i][1] >= t[i + 1][1] for i in range(len(t) - 1)) for t in tops), f"{what}: top-k sorted")
+
+
+r = c.chat.completions.create(model=M, messages=Q, max_tokens=12, logprobs=True, top_logprobs=5, **GREEDY)
+content = r.choices[0].logprobs.content if r.choices[0].logprobs else []
+n_eos = 1 if r.choices[0].finish_reason == "stop" else 0
+check(len(content) == r.usage.completion_tokens - n_eos, "chat logprobs: one entry per token of the reply",
+      (len(content), r.usage.completion_tokens))
+check("".join(x.token for x in content) == r.choices[0].message.content, "chat logprobs: tokens spell the reply",
+      ("".join(x.token for x in content), r.choices[0].message.content))
+check(all(x.bytes == list(x.token.encode()) for x in content), "chat logprobs: bytes are the token's UTF-8")
+check_entries("chat", [x.token for x in content], [x.logprob for x in content],
+              [[(t.token, t.logprob) for t in x.top_logprobs] for x in content], 5)
+sc = []
+for ch in c.chat.completions.create(model=M, messages=Q, max_tokens=12, logprobs=True, top_logprobs=5, stream=True,
+                                    **GREEDY):
+    for ci in ch.choices:
+        if ci.logprobs and ci.logprobs.content:
+            sc.extend(ci.logprobs.content)
+check([(x.token, x.logprob, [t.token for t in x.top_logprobs]) for x in sc] ==
+      [(x.token, x.logprob, [t.token for t in x.top_logprobs]) for x in content],
+      "chat logprobs: streamed == non-streamed", (len(sc), len(content)))
+off = c.chat.completions.create(model=M, messages=Q, max_tokens=4, **GREEDY).choices[0]
+check(off.logprobs is None, "chat without logprobs: null", off.logprobs)
+
+P = "The capital of France is"
+t = c.completions.create(model=M, prompt=P, max_tokens=10, logprobs=3, **GREEDY).choices[0]
+lp = t.logprobs
+check(lp is not None and len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 10,
+      "completions logprobs: four arrays, one entry per token", lp)
+check("".join(lp.tokens) == t.text and lp.text_offset == [sum(len(x) for x in lp.tokens[:i]) for i in range(10)],
+      "completions logprobs: tokens spell the text, text_offset adds up", (lp.tokens, lp.text_offset))
+check_entries("completions", lp.tokens, lp.token_logprobs,
+              [sorted(d.items(), key=lambda kv: -kv[1]) for d in lp.top_logprobs], 3)
+st = [ch.choices[0].logprobs for ch in c.completions.create(model=M, prompt=P, max_tokens=10, logprobs=3, stream=True,
+                                                              **GREEDY) if ch.choices and ch.choices[0].logprobs]
+check(sum((x.tokens for x in st), []) == lp.tokens and sum((x.token_logprobs for x in st), []) == lp.token_logprobs and
+      sum((x.text_offset for x in st), []) == lp.text_offset, "completions logprobs: streamed == non-streamed")
+# cross-check along another path: the logprob of generated token i equals a
+# one-token completion of the prompt ids plus the first i generated ids (a
+# prefill instead of a decode step)
+s_, tk = post("/tokenize", {"prompt": P})
+ids_run = c.completions.create(model=M, prompt=tk["tokens"], max_tokens=8, logprobs=0,
+                               extra_body={"repetition_penalty": 1, "return_tokens_as_token_ids": True},
+                               temperature=0).choices[0].logprobs
+gen = [int(x.split(":")[1]) for x in ids_run.tokens]
+worst = 0.0
+for i in (0, 3, 7):
+    one = c.completions.create(model=M, prompt=tk["tokens"] + gen[:i], max_tokens=1, logprobs=0, temperature=0,
+                               extra_body={"repetition_penalty": 1, "return_tokens_as_token_ids": True}).choices[0]
+    same = one.logprobs.tokens == [ids_run.tokens[i]]
+    worst = max(worst, abs(one.logprobs.token_logprobs[0] - ids_run.token_logprobs[i]) if same else 1e9)
+check(worst < 1e-3, f"logprobs: decode == a fresh prefill of the same ids (largest difference {worst:.2g})")
+check(ids_run.token_logprobs[:8] == lp.token_logprobs[:8] or
+      max(abs(a - b) for a, b in zip(ids_run.token_logprobs, lp.token_logprobs)) < 1e-5,
+      "logprobs: token-id prompt == text prompt", (ids_run.token_logprobs[:3], lp.token_logprobs[:3]))
+# /tokenize, /detokenize
 s, tok = post("/tokenize", {"prompt": "Hello world"})
 check(s == 200 and tok["count"] == len(tok["tokens"]) > 0, "/tokenize", tok)
 s, de = post("/detokenize", {"tokens": tok.get("tokens", [])})
