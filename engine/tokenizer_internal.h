@@ -67,6 +67,8 @@ struct kv_tokenizer {
     int no_drop;         /* every byte encodes to at least one token (byte tokens or <unk>), so each id
                             covers at most max_len bytes of text: the bound bounded encoding relies on */
     int ignore_merges;   /* Llama 3: a word that is itself a token skips the merges */
+    int raw_bpe;         /* BPE over raw UTF-8 with spaces spelled "▁" and <0xNN> byte fallback (GGUF model
+                            "gemma4"), not over GPT-2's byte-level characters */
     kv_pre_kind pre;
     char pre_name[64];
     char model_name[32];
