@@ -82,19 +82,6 @@ int32_t kv_tokenizer_find(const kv_tokenizer *t, const char *text) {
 /* Encoding. One workspace per call, sized from the input, holds every
  * scratch array, so the per-fragment and per-word loops never allocate. */
 
-typedef struct emitter {
-    int32_t *out;
-    int64_t cap;
-    int64_t n;   /* ids produced so far (may exceed cap) */
-    int64_t max; /* > 0: the most ids wanted (kv_encode_opts.max_tokens); 0: no limit */
-    int over;    /* bool: n is known to pass max: encoding stops */
-} emitter;
-
-static inline void emit(emitter *e, int32_t id) {
-    if (e->n < e->cap) e->out[e->n] = id;
-    e->n++;
-}
-
 /* Whether the n bytes at s are sure to take e past its limit (and then
  * sets e->over): each id covers at most max_len bytes, so n bytes that are
  * never dropped need at least ceil(n / max_len) more ids. This is what
@@ -113,11 +100,6 @@ static int would_pass(const kv_tokenizer *t, emitter *e, const char *s, size_t n
     return e->over;
 }
 
-/* Whether e has passed its limit (and then sets e->over). */
-static int passed(emitter *e) {
-    if (e->max > 0 && e->n > e->max) e->over = 1;
-    return e->over;
-}
 
 typedef struct spm_sym {
     int prev, next; /* neighbours in the current segmentation, -1 at the ends */
@@ -184,7 +166,7 @@ static int ws_alloc(workspace *w, const kv_tokenizer *t, size_t len) {
         w->ssym = malloc(e * sizeof *w->ssym);
         w->sheap = malloc(3 * e * sizeof *w->sheap);
         if (!w->esc || !w->ssym || !w->sheap) return -1;
-    } else {
+    } else if (t->type == KV_TOK_BPE) {
         w->cp = malloc(n * sizeof *w->cp);
         w->fl = malloc(n * sizeof *w->fl);
         w->boff = malloc((n + 1) * sizeof *w->boff);
@@ -510,6 +492,7 @@ static int encode_fragment(const kv_tokenizer *t, workspace *w, const char *s, s
     if (!splits && would_pass(t, e, s, n)) return 0;
     if (t->type == KV_TOK_BPE) return bpe_encode(t, w, s, n, e, splits);
     if (splits) emit(splits, (int32_t)n);
+    else if (t->type == KV_TOK_WPM) return wpm_encode(t, s, n, e);
     else spm_encode(t, w, s, n, t->add_space_prefix && prev_special, e);
     passed(e);
     return 0;

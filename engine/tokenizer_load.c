@@ -183,6 +183,9 @@ static int build_specials(kv_tokenizer *t, kv_err *err) {
 static int tok_finish(kv_tokenizer *t, kv_err *err) {
     int rc;
     if (t->type == KV_TOK_SPM) snprintf(t->kind, sizeof t->kind, "SentencePiece (%s)", t->model_name);
+    else if (t->type == KV_TOK_WPM)
+        snprintf(t->kind, sizeof t->kind, "WordPiece (%s%s%s)", t->model_name, t->wpm_lower ? ", lowercase" : "",
+                 t->wpm_strip ? ", strip accents" : "");
     else if (t->raw_bpe)
         snprintf(t->kind, sizeof t->kind, "UTF-8 BPE, spaces as U+2581 (%s, pre gemma4)", t->model_name);
     else
@@ -197,7 +200,9 @@ static int tok_finish(kv_tokenizer *t, kv_err *err) {
     bytelevel_build(&t->bl);
     const bytelevel_tab *bt = &t->bl;
     for (int b = 0; b < 256; b++) {
-        if (t->type == KV_TOK_SPM || t->raw_bpe) {
+        if (t->type == KV_TOK_WPM) {
+            t->byte_tok[b] = -1; /* WordPiece drops whitespace and control bytes: no per-byte bound */
+        } else if (t->type == KV_TOK_SPM || t->raw_bpe) {
             char hex[8];
             snprintf(hex, sizeof hex, "<0x%02X>", b);
             int32_t id = tok_find_text(t, hex, 6);
@@ -327,6 +332,10 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
         t->unk = valid_id(t, 0);
         t->bos = valid_id(t, 1);
         t->eos = valid_id(t, 2);
+    } else if (t->type == KV_TOK_WPM) { /* BERT's layout: [UNK] 100, [CLS] 101 (the BOS) */
+        t->unk = valid_id(t, 100);
+        t->bos = valid_id(t, 101);
+        if ((rc = get_id(g, t, "tokenizer.ggml.cls_token_id", &t->bos, err))) return rc;
     }
     if ((rc = get_id(g, t, "tokenizer.ggml.bos_token_id", &t->bos, err)) ||
         (rc = get_id(g, t, "tokenizer.ggml.eos_token_id", &t->eos, err)) ||
@@ -368,6 +377,15 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
     rc = kv_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &bv, err);
     if (rc < 0) return rc;
     if (rc == 0 && t->type == KV_TOK_SPM) t->add_space_prefix = bv;
+    if (t->type == KV_TOK_WPM) {
+        t->add_bos = t->bos >= 0;
+        t->wpm_lower = 1;
+        rc = kv_gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &t->wpm_lower, err);
+        if (rc < 0) return rc;
+        t->wpm_strip = t->wpm_lower;
+        rc = kv_gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &t->wpm_strip, err);
+        if (rc < 0) return rc;
+    }
     if (t->add_bos && t->bos < 0) t->add_bos = 0;
 
     kv_gguf_str ct;
@@ -398,10 +416,11 @@ kv_tokenizer *kv_tokenizer_from_gguf(const kv_gguf *g, kv_err *err) {
     kv_tok_type type;
     int raw_bpe = kv_gguf_str_eq(model, "gemma4");
     if (kv_gguf_str_eq(model, "llama")) type = KV_TOK_SPM;
+    else if (kv_gguf_str_eq(model, "bert")) type = KV_TOK_WPM;
     else if (kv_gguf_str_eq(model, "gpt2") || raw_bpe) type = KV_TOK_BPE;
     else {
         kv_err_set(err, KV_ERR_UNSUPPORTED,
-                   "tokenizer: tokenizer.ggml.model '%.*s' is not supported (want llama, gpt2 or gemma4)",
+                   "tokenizer: tokenizer.ggml.model '%.*s' is not supported (want llama, gpt2, gemma4 or bert)",
                    (int)KV_MIN(model.len, 64), model.data);
         return NULL;
     }
