@@ -22,7 +22,29 @@ static void usage(FILE *f) {
             "  -f FILE           encode the file's exact bytes (text: a NUL byte is refused, as by generate)\n"
             "  --no-bos          do not add BOS (default: as the vocabulary says)\n"
             "  --special         match special-token texts such as <|im_start|> (parse_special)\n"
-            "  --pieces          print one \"id<TAB>piece\" line per token instead of one line of ids\n");
+            "  --pieces          print one \"id<TAB>piece\" line per token instead of one line of ids\n"
+            "  --split SEP       the input is several texts separated by SEP (\\n, \\t and \\\\ are escapes):\n"
+            "                    one line of ids per text (with --pieces, an empty line after each text)\n");
+}
+
+/* SEP with the escapes \n, \t and \\ replaced, written to out (at least
+ * strlen(sep) + 1 bytes). Returns its length, or -1 for an empty SEP or an
+ * unknown escape. */
+static long unescape_sep(const char *sep, char *out) {
+    size_t n = 0;
+    for (const char *p = sep; *p; p++) {
+        if (*p != '\\') {
+            out[n++] = *p;
+            continue;
+        }
+        p++;
+        if (*p == 'n') out[n++] = '\n';
+        else if (*p == 't') out[n++] = '\t';
+        else if (*p == '\\') out[n++] = '\\';
+        else return -1;
+    }
+    out[n] = 0;
+    return n ? (long)n : -1;
 }
 
 /* vocab_size from a llama2.c checkpoint header (7 int32: dim, hidden_dim,
@@ -79,8 +101,50 @@ static void print_piece(const char *s, size_t n) {
     }
 }
 
+/* Encodes one text and prints its ids (one line) or its id/piece lines.
+ * 0, or a negative KV_ERR_* with err filled. */
+static int print_text(const kv_tokenizer *t, const char *text, size_t len, int add_bos, int special, int pieces,
+                      kv_err *err) {
+    int rc = 0;
+    int32_t *ids = NULL;
+    char *piece = NULL;
+    int n = kv_tokenizer_encode(t, text, len, add_bos, special, NULL, 0, err);
+    if (n < 0) return n;
+    ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "out of memory for %d ids", n);
+        goto done;
+    }
+    if ((rc = kv_tokenizer_encode(t, text, len, add_bos, special, ids, n, err)) != n) {
+        if (rc >= 0) rc = kv_err_set(err, KV_ERR_INVAL, "the text encoded to %d ids, then to %d", n, rc);
+        goto done;
+    }
+    rc = 0;
+    if (pieces) {
+        size_t cap = (size_t)kv_tokenizer_max_piece(t) + 1;
+        piece = malloc(cap);
+        if (!piece) {
+            rc = kv_err_set(err, KV_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) {
+            int m = kv_tokenizer_piece(t, ids[i], 1, piece, cap);
+            printf("%d\t", ids[i]);
+            print_piece(piece, m > 0 ? (size_t)KV_MIN((size_t)m, cap) : 0);
+            putchar('\n');
+        }
+    } else {
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+    }
+done:
+    free(piece);
+    free(ids);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *tok_path = NULL, *text = NULL, *file = NULL;
+    const char *model = NULL, *tok_path = NULL, *text = NULL, *file = NULL, *split = NULL;
     int no_bos = 0, special = 0, pieces = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -89,6 +153,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer")) bad = cli_str(argc, argv, &i, &tok_path);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) bad = cli_str(argc, argv, &i, &text);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) bad = cli_str(argc, argv, &i, &file);
+        else if (!strcmp(a, "--split")) bad = cli_str(argc, argv, &i, &split);
         else if (!strcmp(a, "--no-bos")) no_bos = 1;
         else if (!strcmp(a, "--special")) special = 1;
         else if (!strcmp(a, "--pieces")) pieces = 1;
@@ -107,11 +172,17 @@ int cmd_tokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    char *sep = split ? malloc(strlen(split) + 1) : NULL;
+    long sep_len = 0;
+    if (split && (!sep || (sep_len = unescape_sep(split, sep)) < 0)) {
+        fprintf(stderr, "kvtop tokenize: --split needs a non-empty separator (escapes: \\n \\t \\\\)\n");
+        free(sep);
+        return 2;
+    }
 
     int rc = 1;
     kv_err err = {0};
     char *buf = NULL;
-    int32_t *ids = NULL;
     size_t len;
     kv_tokenizer *t = open_tokenizer(model, tok_path, &err);
     if (!t) goto fail;
@@ -124,32 +195,13 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
     int add_bos = !no_bos && kv_tokenizer_add_bos(t);
-    int n = kv_tokenizer_encode(t, text, len, add_bos, special, NULL, 0, &err);
-    if (n < 0) goto fail;
-    ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-    if (!ids) {
-        kv_err_set(&err, KV_ERR_NOMEM, "out of memory for %d ids", n);
-        goto fail;
-    }
-    if (kv_tokenizer_encode(t, text, len, add_bos, special, ids, n, &err) != n) goto fail;
-
-    if (pieces) {
-        size_t cap = (size_t)kv_tokenizer_max_piece(t) + 1;
-        char *piece = malloc(cap);
-        if (!piece) {
-            kv_err_set(&err, KV_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        for (int i = 0; i < n; i++) {
-            int m = kv_tokenizer_piece(t, ids[i], 1, piece, cap);
-            printf("%d\t", ids[i]);
-            print_piece(piece, m > 0 ? (size_t)KV_MIN((size_t)m, cap) : 0);
-            putchar('\n');
-        }
-        free(piece);
-    } else {
-        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        putchar('\n');
+    for (size_t at = 0;;) {
+        const char *end = sep ? memmem(text + at, len - at, sep, (size_t)sep_len) : NULL;
+        size_t n = end ? (size_t)(end - (text + at)) : len - at;
+        if (print_text(t, text + at, n, add_bos, special, pieces, &err)) goto fail;
+        if (sep && pieces) putchar('\n');
+        if (!end) break;
+        at += n + (size_t)sep_len;
     }
     if (fflush(stdout) != 0) {
         kv_err_set(&err, KV_ERR_IO, "writing the output failed");
@@ -158,7 +210,7 @@ int cmd_tokenize(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "kvtop tokenize: %s\n", err.msg[0] ? err.msg : kv_err_str(err.code));
-    free(ids);
+    free(sep);
     free(buf);
     kv_tokenizer_free(t);
     return rc;

@@ -18,16 +18,31 @@ typedef enum split_step {
     STEP_NUMBER_RUNS, /* \p{N}+ */
     STEP_PUNCT_RUNS,  /* [\p{P}$+<=>^~|]+ */
     STEP_PUNCT_RUNS_BT, /* [\p{P}$+<=>^~|`]+ */
-    STEP_DIGITS3      /* [0-9][0-9][0-9] */
+    STEP_DIGITS3,     /* [0-9][0-9][0-9] */
+    STEP_QWEN35,      /* Qwen 2 with [\p{L}\p{M}]+ letter runs */
+    STEP_EACH_CRLF,   /* [\r\n] */
+    STEP_WS_LETTERS,  /* \s?\p{L}+ */
+    STEP_WS_PUNCT,    /* \s?\p{P}+ */
+    STEP_WS_DS_LETTERS, /* \s?[DeepSeek LLM's letter ranges]+ */
+    STEP_WS_DS_PUNCT, /* \s?[!-/:-~！-／：-～‘-‟　-。]+ */
+    STEP_TRAILING_WS, /* \s+$ */
+    STEP_CJK_RUNS,    /* [一-龥ࠀ-一가-퟿]+ */
+    STEP_NEWLINE_RUNS /* [^\n]+|[\n]+ */
 } split_step;
 
-static const split_step pre_steps[][5] = {
+static const split_step pre_steps[][8] = {
     [KV_PRE_DEFAULT] = {STEP_PUNCT_RUNS, STEP_GPT2, STEP_NUMBER_RUNS, STEP_DIGITS3, STEP_END},
     [KV_PRE_GPT2] = {STEP_GPT2, STEP_END},
     [KV_PRE_STARCODER] = {STEP_EACH_NUMBER, STEP_GPT2, STEP_END},
     [KV_PRE_LLAMA3] = {STEP_LLAMA3, STEP_END},
     [KV_PRE_QWEN2] = {STEP_QWEN2, STEP_END},
     [KV_PRE_FALCON] = {STEP_PUNCT_RUNS_BT, STEP_GPT2, STEP_DIGITS3, STEP_END},
+    [KV_PRE_QWEN35] = {STEP_QWEN35, STEP_END},
+    [KV_PRE_DEEPSEEK_LLM] = {STEP_EACH_CRLF, STEP_WS_DS_LETTERS, STEP_WS_DS_PUNCT, STEP_TRAILING_WS,
+                             STEP_CJK_RUNS, STEP_NUMBER_RUNS, STEP_END},
+    [KV_PRE_DEEPSEEK_CODER] = {STEP_EACH_CRLF, STEP_WS_LETTERS, STEP_WS_PUNCT, STEP_CJK_RUNS, STEP_EACH_NUMBER,
+                               STEP_END},
+    [KV_PRE_GEMMA4] = {STEP_NEWLINE_RUNS, STEP_END},
 };
 
 /* tokenizer.ggml.pre names, as llama.cpp maps them. */
@@ -48,7 +63,8 @@ static const struct {
     {"lfm2", KV_PRE_LLAMA3},           {"dbrx", KV_PRE_LLAMA3},         {"smaug-bpe", KV_PRE_LLAMA3},
     {"chatglm-bpe", KV_PRE_LLAMA3},    {"qwen2", KV_PRE_QWEN2},         {"deepseek-r1-qwen", KV_PRE_QWEN2},
     {"megrez", KV_PRE_QWEN2},          {"stablelm2", KV_PRE_QWEN2},     {"hunyuan", KV_PRE_QWEN2},
-    {"falcon", KV_PRE_FALCON},
+    {"falcon", KV_PRE_FALCON},         {"qwen35", KV_PRE_QWEN35},       {"deepseek-llm", KV_PRE_DEEPSEEK_LLM},
+    {"deepseek-coder", KV_PRE_DEEPSEEK_CODER},                          {"gemma4", KV_PRE_GEMMA4},
 };
 
 int kv_pre_name_known(const char *name) {
@@ -124,20 +140,25 @@ static size_t split_gpt2(const pre_text *w, size_t s, size_t e, size_t *out) {
     return k;
 }
 
-static size_t split_llama3(const pre_text *w, size_t s, size_t e, size_t *out, size_t max_digits) {
+/* The Llama 3 / Qwen 2 pattern; letters is KV_UCAT_LETTER, or with
+ * KV_UCAT_MARK added for Qwen 3.5's [\p{L}\p{M}]+ (marks then also leave
+ * the [^\s\p{L}\p{M}\p{N}] class). */
+static size_t split_llama3(const pre_text *w, size_t s, size_t e, size_t *out, size_t max_digits, unsigned letters) {
+#define IS_LM(i) (CL(i) & letters)
+#define IS_OTHER_LM(i) ((i) < e && !(w->fl[i] & (letters | KV_UCAT_NUMBER | KV_UCAT_WHITESPACE)))
     size_t k = 0;
     for (size_t p = s; p < e;) {
         uint32_t c = w->cp[p];
         size_t q = contraction(w, p, e, 1);
         if (q) {
-        } else if (IS_L(p)) { /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-            for (q = p; IS_L(q);) q++;
-        } else if (c != '\r' && c != '\n' && !IS_N(p) && IS_L(p + 1)) {
-            for (q = p + 1; IS_L(q);) q++;
+        } else if (IS_LM(p)) { /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+            for (q = p; IS_LM(q);) q++;
+        } else if (c != '\r' && c != '\n' && !IS_N(p) && IS_LM(p + 1)) {
+            for (q = p + 1; IS_LM(q);) q++;
         } else if (IS_N(p)) { /* \p{N}{1,max_digits} */
             for (q = p; IS_N(q) && q - p < max_digits;) q++;
-        } else if (IS_OTHER(p) || (c == ' ' && IS_OTHER(p + 1))) { /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-            for (q = (c == ' ') ? p + 1 : p; IS_OTHER(q);) q++;
+        } else if (IS_OTHER_LM(p) || (c == ' ' && IS_OTHER_LM(p + 1))) { /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+            for (q = (c == ' ') ? p + 1 : p; IS_OTHER_LM(q);) q++;
             while (q < e && (w->cp[q] == '\r' || w->cp[q] == '\n')) q++;
         } else {
             size_t n = 0, last_nl = 0;
@@ -151,6 +172,8 @@ static size_t split_llama3(const pre_text *w, size_t s, size_t e, size_t *out, s
         p = q;
     }
     return k;
+#undef IS_LM
+#undef IS_OTHER_LM
 }
 
 /* Splits [s, e) into maximal runs of code points for which in(i) holds
@@ -205,6 +228,113 @@ static size_t split_digits3(const pre_text *w, size_t s, size_t e, size_t *out) 
     return k;
 }
 
+/* ---- the DeepSeek and Gemma 4 steps: a pattern searched left to right ---- *
+ * Those patterns are written in tokenizer.json with explicit code point
+ * ranges rather than classes; a range never matches a non-ASCII White_Space
+ * character (the reference implementation reads those as \s only). */
+
+typedef struct cp_range {
+    uint32_t lo, hi;
+} cp_range;
+
+/* DeepSeek LLM's letter class, from its tokenizer.json (sorted). */
+static const cp_range ds_letters[] = {
+    {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},       {0xD8, 0xF6},
+    {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},     {0x295, 0x2AF},     {0x370, 0x373},
+    {0x376, 0x377},     {0x37B, 0x37D},     {0x37F, 0x37F},     {0x386, 0x386},     {0x388, 0x38A},
+    {0x38C, 0x38C},     {0x38E, 0x3A1},     {0x3A3, 0x3F5},     {0x3F7, 0x481},     {0x48A, 0x52F},
+    {0x531, 0x556},     {0x10A0, 0x10C5},   {0x13A0, 0x13F5},   {0x13F8, 0x13FD},   {0x1C90, 0x1CBA},
+    {0x1CBD, 0x1CBF},   {0x1D00, 0x1D2B},   {0x1D6B, 0x1D77},   {0x1D79, 0x1D9A},   {0x1E00, 0x1F15},
+    {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},   {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F59},
+    {0x1F5B, 0x1F5B},   {0x1F5D, 0x1F5D},   {0x1F5F, 0x1F7D},   {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},   {0x1FD6, 0x1FDB},
+    {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},   {0x2102, 0x2102},   {0x2107, 0x2107},
+    {0x210A, 0x2113},   {0x2115, 0x2115},   {0x2119, 0x211D},   {0x2124, 0x2124},   {0x2126, 0x2126},
+    {0x2128, 0x2128},   {0x212A, 0x212D},   {0x212F, 0x2134},   {0x2139, 0x2139},   {0x213C, 0x213F},
+    {0x2145, 0x2149},   {0x214E, 0x214E},   {0x2183, 0x2184},   {0x2C00, 0x2C7B},   {0x2C7E, 0x2CE4},
+    {0x2CEB, 0x2CEE},   {0x2CF2, 0x2CF3},   {0xA640, 0xA66D},   {0xA680, 0xA69B},   {0xA722, 0xA76F},
+    {0xA771, 0xA787},   {0xA78B, 0xA78E},   {0xAB70, 0xABBF},   {0xFB00, 0xFB06},   {0xFB13, 0xFB17},
+    {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+};
+/* DeepSeek LLM's punctuation class [!-/:-~！-／：-～‘-‟　-。] (sorted). */
+static const cp_range ds_punct[] = {
+    {0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F}, {0x3000, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E},
+};
+/* [一-龥ࠀ-一가-퟿], both DeepSeek vocabularies: U+0800..U+9FA5 and U+AC00..U+D7FF. */
+static const cp_range cjk_hangul[] = {{0x800, 0x9FA5}, {0xAC00, 0xD7FF}};
+
+static int in_ranges(const pre_text *w, size_t i, const cp_range *r, size_t n) {
+    uint32_t c = w->cp[i];
+    if (c >= 0x80 && (w->fl[i] & KV_UCAT_WHITESPACE)) return 0;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].hi < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && r[lo].lo <= c;
+}
+
+/* Whether code point i is in step st's repeated class. */
+static int step_class(const pre_text *w, size_t i, split_step st) {
+    switch (st) {
+    case STEP_WS_LETTERS: return (w->fl[i] & KV_UCAT_LETTER) != 0;
+    case STEP_WS_PUNCT: return (w->fl[i] & KV_UCAT_PUNCT) != 0;
+    case STEP_WS_DS_LETTERS: return in_ranges(w, i, ds_letters, KV_ARRAY_LEN(ds_letters));
+    case STEP_WS_DS_PUNCT: return in_ranges(w, i, ds_punct, KV_ARRAY_LEN(ds_punct));
+    case STEP_CJK_RUNS: return in_ranges(w, i, cjk_hangul, KV_ARRAY_LEN(cjk_hangul));
+    default: return 0;
+    }
+}
+
+/* End of step st's match at p, or p when it does not match there. */
+static size_t step_match(const pre_text *w, size_t p, size_t e, split_step st) {
+    size_t q = p;
+    switch (st) {
+    case STEP_EACH_CRLF: return (w->cp[p] == '\r' || w->cp[p] == '\n') ? p + 1 : p;
+    case STEP_NEWLINE_RUNS: { /* always matches: a run of newlines or of anything else */
+        int nl = w->cp[p] == '\n';
+        while (q < e && (w->cp[q] == '\n') == nl) q++;
+        return q;
+    }
+    case STEP_CJK_RUNS: break;
+    default: /* \s?CLASS+ */
+        if ((w->fl[p] & KV_UCAT_WHITESPACE) && p + 1 < e && step_class(w, p + 1, st)) q = p + 1;
+        break;
+    }
+    while (q < e && step_class(w, q, st)) q++;
+    return q; /* past p only when at least one code point of the class matched */
+}
+
+/* Splits [s, e) into the leftmost-first matches of step st and the text
+ * between them, as a regex search does. */
+static size_t split_search(const pre_text *w, size_t s, size_t e, size_t *out, split_step st) {
+    size_t k = 0, gap = s;
+    for (size_t p = s; p < e;) {
+        size_t q = step_match(w, p, e, st);
+        if (q == p) {
+            p++;
+            continue;
+        }
+        if (p > gap) out[k++] = p - gap;
+        out[k++] = q - p;
+        p = gap = q;
+    }
+    if (e > gap) out[k++] = e - gap;
+    return k;
+}
+
+/* \s+$: the piece's trailing whitespace run, its only possible match. */
+static size_t split_trailing_ws(const pre_text *w, size_t s, size_t e, size_t *out) {
+    size_t r = e;
+    while (r > s && (w->fl[r - 1] & KV_UCAT_WHITESPACE)) r--;
+    size_t k = 0;
+    if (r > s) out[k++] = r - s;
+    if (e > r) out[k++] = e - r;
+    return k;
+}
+
 size_t kv_pretokenize(kv_pre_kind kind, const uint32_t *cp, const uint16_t *fl, size_t n, size_t *pa, size_t *pb,
                       size_t **pieces) {
     const pre_text text = {cp, fl}, *w = &text;
@@ -217,9 +347,18 @@ size_t kv_pretokenize(kv_pre_kind kind, const uint32_t *cp, const uint16_t *fl, 
             size_t e = s + in[i];
             switch (*st) {
             case STEP_GPT2: nout += split_gpt2(w, s, e, out + nout); break;
-            case STEP_LLAMA3: nout += split_llama3(w, s, e, out + nout, 3); break;
-            case STEP_QWEN2: nout += split_llama3(w, s, e, out + nout, 1); break;
+            case STEP_LLAMA3: nout += split_llama3(w, s, e, out + nout, 3, KV_UCAT_LETTER); break;
+            case STEP_QWEN2: nout += split_llama3(w, s, e, out + nout, 1, KV_UCAT_LETTER); break;
+            case STEP_QWEN35: nout += split_llama3(w, s, e, out + nout, 1, KV_UCAT_LETTER | KV_UCAT_MARK); break;
             case STEP_DIGITS3: nout += split_digits3(w, s, e, out + nout); break;
+            case STEP_TRAILING_WS: nout += split_trailing_ws(w, s, e, out + nout); break;
+            case STEP_EACH_CRLF:
+            case STEP_WS_LETTERS:
+            case STEP_WS_PUNCT:
+            case STEP_WS_DS_LETTERS:
+            case STEP_WS_DS_PUNCT:
+            case STEP_CJK_RUNS:
+            case STEP_NEWLINE_RUNS: nout += split_search(w, s, e, out + nout, *st); break;
             default: nout += split_class(w, s, e, out + nout, *st); break;
             }
             s = e;

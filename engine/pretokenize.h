@@ -18,7 +18,12 @@ typedef enum kv_pre_kind {
     KV_PRE_STARCODER, /* \p{N} (each digit alone), then GPT-2 (starcoder, smollm, ...) */
     KV_PRE_LLAMA3,    /* Llama 3: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     KV_PRE_QWEN2,     /* as Llama 3 with \p{N} instead of \p{N}{1,3} */
-    KV_PRE_FALCON     /* [\p{P}$+<=>^~|`]+, GPT-2, [0-9]{3} */
+    KV_PRE_FALCON,    /* [\p{P}$+<=>^~|`]+, GPT-2, [0-9]{3} */
+    KV_PRE_QWEN35,    /* as Qwen 2 with combining marks joining letter runs: [\p{L}\p{M}]+ */
+    KV_PRE_DEEPSEEK_LLM,   /* [\r\n], \s?[Latin/Greek/Cyrillic/... letters]+, \s?[ASCII and CJK punctuation]+,
+                              \s+$, [CJK and Hangul]+, \p{N}+ (DeepSeek LLM's tokenizer.json) */
+    KV_PRE_DEEPSEEK_CODER, /* [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK and Hangul]+, \p{N} */
+    KV_PRE_GEMMA4     /* [^\n]+|[\n]+ only: Gemma 4's BPE runs on whole lines of raw UTF-8 */
 } kv_pre_kind;
 
 /* The pipeline for a tokenizer.ggml.pre name, as llama.cpp maps them;

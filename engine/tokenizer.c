@@ -82,19 +82,6 @@ int32_t kv_tokenizer_find(const kv_tokenizer *t, const char *text) {
 /* Encoding. One workspace per call, sized from the input, holds every
  * scratch array, so the per-fragment and per-word loops never allocate. */
 
-typedef struct emitter {
-    int32_t *out;
-    int64_t cap;
-    int64_t n;   /* ids produced so far (may exceed cap) */
-    int64_t max; /* > 0: the most ids wanted (kv_encode_opts.max_tokens); 0: no limit */
-    int over;    /* bool: n is known to pass max: encoding stops */
-} emitter;
-
-static inline void emit(emitter *e, int32_t id) {
-    if (e->n < e->cap) e->out[e->n] = id;
-    e->n++;
-}
-
 /* Whether the n bytes at s are sure to take e past its limit (and then
  * sets e->over): each id covers at most max_len bytes, so n bytes that are
  * never dropped need at least ceil(n / max_len) more ids. This is what
@@ -113,11 +100,6 @@ static int would_pass(const kv_tokenizer *t, emitter *e, const char *s, size_t n
     return e->over;
 }
 
-/* Whether e has passed its limit (and then sets e->over). */
-static int passed(emitter *e) {
-    if (e->max > 0 && e->n > e->max) e->over = 1;
-    return e->over;
-}
 
 typedef struct spm_sym {
     int prev, next; /* neighbours in the current segmentation, -1 at the ends */
@@ -156,6 +138,7 @@ typedef struct workspace {
     bpe_sym *bsym;       /* (word_cap) */
     bpe_bigram *bheap;   /* (3 * word_cap) */
     char *word;          /* (2 * word_cap) byte-level form of one word */
+    char *raw;           /* (word_cap) raw BPE: one word with its spaces as "▁" */
     size_t word_cap;     /* bytes of the longest word the three above hold */
 } workspace;
 
@@ -171,6 +154,7 @@ static void ws_free(workspace *w) {
     free(w->bsym);
     free(w->bheap);
     free(w->word);
+    free(w->raw);
 }
 
 static int ws_alloc(workspace *w, const kv_tokenizer *t, size_t len) {
@@ -182,7 +166,7 @@ static int ws_alloc(workspace *w, const kv_tokenizer *t, size_t len) {
         w->ssym = malloc(e * sizeof *w->ssym);
         w->sheap = malloc(3 * e * sizeof *w->sheap);
         if (!w->esc || !w->ssym || !w->sheap) return -1;
-    } else {
+    } else if (t->type == KV_TOK_BPE) {
         w->cp = malloc(n * sizeof *w->cp);
         w->fl = malloc(n * sizeof *w->fl);
         w->boff = malloc((n + 1) * sizeof *w->boff);
@@ -201,10 +185,12 @@ static int ws_word_reserve(workspace *w, size_t n) {
     free(w->bsym);
     free(w->bheap);
     free(w->word);
+    free(w->raw);
     w->bsym = malloc(n * sizeof *w->bsym);
     w->bheap = malloc(3 * n * sizeof *w->bheap);
     w->word = malloc(2 * n);
-    w->word_cap = (w->bsym && w->bheap && w->word) ? n : 0;
+    w->raw = malloc(n);
+    w->word_cap = (w->bsym && w->bheap && w->word && w->raw) ? n : 0;
     return w->word_cap ? 0 : -1;
 }
 
@@ -337,6 +323,28 @@ static void bpe_try_bigram(const kv_tokenizer *t, workspace *w, int *nh, int lef
     bpe_push(w->bheap, nh, b);
 }
 
+/* The initial symbols of a raw-UTF-8 word (Gemma 4): one per character,
+ * with its token or -1. A word of newlines that is itself a token is one
+ * symbol. Returns the symbol count. */
+static size_t raw_symbols(const kv_tokenizer *t, workspace *w, const unsigned char *s, size_t n) {
+    size_t nl = 0;
+    while (nl < n && s[nl] == '\n') nl++;
+    int32_t whole = nl == n ? tok_find_text(t, (const char *)s, n) : -1;
+    size_t ns = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        size_t k = whole >= 0 ? n : kv_utf8_decode(s + i, n - i, &c);
+        bpe_sym *y = &w->bsym[ns];
+        y->prev = (int)ns - 1;
+        y->id = whole >= 0 ? whole : tok_find_text(t, (const char *)s + i, k);
+        y->n = (uint32_t)k;
+        i += k;
+        y->next = i == n ? -1 : (int)ns + 1;
+        ns++;
+    }
+    return ns;
+}
+
 static void bpe_word(const kv_tokenizer *t, workspace *w, const unsigned char *s, size_t n, emitter *e) {
     if (n == 0) return;
     if (t->ignore_merges) {
@@ -352,17 +360,22 @@ static void bpe_word(const kv_tokenizer *t, workspace *w, const unsigned char *s
             return;
         }
     }
-    /* Every byte is one byte-level character, so the initial symbols are
-     * the bytes and their ids come from a table. */
-    for (size_t i = 0; i < n; i++) {
-        bpe_sym *y = &w->bsym[i];
-        y->prev = (int)i - 1;
-        y->next = i + 1 == n ? -1 : (int)i + 1;
-        y->id = t->byte_tok[s[i]];
-        y->n = 1;
+    /* Byte-level: every byte is one byte-level character, so the initial
+     * symbols are the bytes and their ids come from a table. */
+    size_t ns = n;
+    if (t->raw_bpe) {
+        ns = raw_symbols(t, w, s, n);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            bpe_sym *y = &w->bsym[i];
+            y->prev = (int)i - 1;
+            y->next = i + 1 == n ? -1 : (int)i + 1;
+            y->id = t->byte_tok[s[i]];
+            y->n = 1;
+        }
     }
     int nh = 0;
-    for (size_t i = 1; i < n; i++) bpe_try_bigram(t, w, &nh, (int)i - 1, (int)i);
+    for (size_t i = 1; i < ns; i++) bpe_try_bigram(t, w, &nh, (int)i - 1, (int)i);
     while (nh > 0) {
         bpe_bigram b = bpe_pop(w->bheap, &nh);
         bpe_sym *l = &w->bsym[b.left], *r = &w->bsym[b.right];
@@ -375,10 +388,22 @@ static void bpe_word(const kv_tokenizer *t, workspace *w, const unsigned char *s
         bpe_try_bigram(t, w, &nh, l->prev, b.left);
         bpe_try_bigram(t, w, &nh, b.left, l->next);
     }
-    for (size_t i = 0; i < n; i++) {
-        /* NOTE: a byte whose byte-level character is missing from the vocab
-         * is dropped, as llama.cpp does; no real BPE vocab lacks one. */
-        if (w->bsym[i].n && w->bsym[i].id >= 0) emit(e, w->bsym[i].id);
+    size_t at = 0; /* byte offset of symbol i in s */
+    for (size_t i = 0; i < ns; i++) {
+        const bpe_sym *y = &w->bsym[i];
+        size_t len = y->n;
+        /* merged symbols have n 0; their bytes belong to the left one */
+        if (len && y->id >= 0) {
+            emit(e, y->id);
+        } else if (len) {
+            /* A raw character missing from the vocab goes out as <0xNN>
+             * byte tokens. NOTE: a byte with no token (a byte-level
+             * character or <0xNN> the vocab lacks) is dropped, as llama.cpp
+             * does; no real vocab lacks one. */
+            for (size_t k = 0; k < len; k++)
+                if (t->byte_tok[s[at + k]] >= 0) emit(e, t->byte_tok[s[at + k]]);
+        }
+        at += len;
     }
 }
 
@@ -408,9 +433,14 @@ static int bpe_encode(const kv_tokenizer *t, workspace *w, const char *text, siz
         if (splits) {
             emit(splits, (int32_t)wl);
         } else {
-            if (would_pass(t, e, (const char *)u + w->boff[c0], wl)) return 0;
-            if (ws_word_reserve(w, wl)) return -1;
-            bpe_word(t, w, u + w->boff[c0], wl, e);
+            const unsigned char *word = u + w->boff[c0];
+            if (would_pass(t, e, (const char *)word, wl)) return 0;
+            if (ws_word_reserve(w, t->raw_bpe ? 3 * wl : wl)) return -1;
+            if (t->raw_bpe) { /* spaces become "▁" before the merges (Gemma 4's normaliser) */
+                wl = tok_spm_escape(w->raw, (const char *)word, wl);
+                word = (const unsigned char *)w->raw;
+            }
+            bpe_word(t, w, word, wl, e);
             if (passed(e)) return 0;
         }
         c0 = c1;
@@ -462,6 +492,7 @@ static int encode_fragment(const kv_tokenizer *t, workspace *w, const char *s, s
     if (!splits && would_pass(t, e, s, n)) return 0;
     if (t->type == KV_TOK_BPE) return bpe_encode(t, w, s, n, e, splits);
     if (splits) emit(splits, (int32_t)n);
+    else if (t->type == KV_TOK_WPM) return wpm_encode(t, s, n, e);
     else spm_encode(t, w, s, n, t->add_space_prefix && prev_special, e);
     passed(e);
     return 0;
@@ -593,7 +624,7 @@ static void put_piece(const kv_tokenizer *t, int32_t id, int include_special, si
     }
     default: break;
     }
-    if (t->type == KV_TOK_SPM) {
+    if (t->type == KV_TOK_SPM || t->raw_bpe) {
         size_t run = 0;
         for (size_t i = 0; i < n;) {
             if (i + 3 <= n && memcmp(s + i, SPM_SPACE, 3) == 0) {

@@ -22,7 +22,9 @@ typedef struct kv_tokenizer kv_tokenizer; /* opaque */
 /* Vocabulary family. */
 typedef enum kv_tok_type {
     KV_TOK_SPM = 1, /* SentencePiece-style: scores, "▁" for space, <0xNN> byte tokens */
-    KV_TOK_BPE = 2  /* byte-level BPE: GPT-2 byte-to-unicode map, ranked merges */
+    KV_TOK_BPE = 2, /* BPE with ranked merges: byte-level (GPT-2 byte-to-unicode map), or over raw UTF-8
+                       with "▁" spaces and <0xNN> byte fallback (Gemma 4) */
+    KV_TOK_WPM = 3  /* WordPiece (BERT): lowercased, accent-stripped words, greedy longest match; lossy */
 } kv_tok_type;
 
 /* GGUF tokenizer.ggml.token_type values. */

@@ -1,8 +1,9 @@
 /* tokenizer_internal.h - what the tokenizer's files share and nothing
  * else includes: the tokenizer struct, the byte-level table, the hashes
- * of its indexes. The tokenizer is
- *   tokenizer.c       encoding (SentencePiece, byte-level BPE), special
- *                     tokens, decoding and the streaming detokenizer
+ * of its indexes, the id emitter. The tokenizer is
+ *   tokenizer.c       encoding (SentencePiece, byte-level and raw BPE),
+ *                     special tokens, decoding and the streaming detokenizer
+ *   tokenizer_wpm.c   WordPiece (BERT) encoding
  *   tokenizer_load.c  building one: from GGUF metadata or a llama2.c
  *                     tokenizer.bin, and the indexes every lookup uses
  *   pretokenize.c     BPE's pre-tokenizers */
@@ -67,6 +68,10 @@ struct kv_tokenizer {
     int no_drop;         /* every byte encodes to at least one token (byte tokens or <unk>), so each id
                             covers at most max_len bytes of text: the bound bounded encoding relies on */
     int ignore_merges;   /* Llama 3: a word that is itself a token skips the merges */
+    int wpm_lower;       /* WordPiece: lowercase (tokenizer.ggml.normalizer.lowercase, default 1) */
+    int wpm_strip;       /* WordPiece: strip accents (tokenizer.ggml.normalizer.strip_accents, default as lower) */
+    int raw_bpe;         /* BPE over raw UTF-8 with spaces spelled "▁" and <0xNN> byte fallback (GGUF model
+                            "gemma4"), not over GPT-2's byte-level characters */
     kv_pre_kind pre;
     char pre_name[64];
     char model_name[32];
@@ -109,5 +114,31 @@ static inline size_t tok_spm_escape(char *dst /* OUT: (3 * n) */, const char *s,
 
 /* The id of the token whose text is s[0..n), or -1 (tokenizer.c). */
 int32_t tok_find_text(const kv_tokenizer *t, const char *s, size_t n);
+
+/* ---- where encoding writes its ids ---- */
+
+typedef struct emitter {
+    int32_t *out;
+    int64_t cap;
+    int64_t n;   /* ids produced so far (may exceed cap) */
+    int64_t max; /* > 0: the most ids wanted (kv_encode_opts.max_tokens); 0: no limit */
+    int over;    /* bool: n is known to pass max: encoding stops */
+} emitter;
+
+static inline void emit(emitter *e, int32_t id) {
+    if (e->n < e->cap) e->out[e->n] = id;
+    e->n++;
+}
+
+/* Whether e has passed its limit (and then sets e->over). */
+static inline int passed(emitter *e) {
+    if (e->max > 0 && e->n > e->max) e->over = 1;
+    return e->over;
+}
+
+/* WordPiece (tokenizer_wpm.c): encodes the n bytes at s (text between
+ * special tokens) into e, stopping once e passes its limit. 0, or
+ * KV_ERR_NOMEM. */
+int wpm_encode(const kv_tokenizer *t, const char *s, size_t n, emitter *e);
 
 #endif

@@ -183,6 +183,11 @@ static int build_specials(kv_tokenizer *t, kv_err *err) {
 static int tok_finish(kv_tokenizer *t, kv_err *err) {
     int rc;
     if (t->type == KV_TOK_SPM) snprintf(t->kind, sizeof t->kind, "SentencePiece (%s)", t->model_name);
+    else if (t->type == KV_TOK_WPM)
+        snprintf(t->kind, sizeof t->kind, "WordPiece (%s%s%s)", t->model_name, t->wpm_lower ? ", lowercase" : "",
+                 t->wpm_strip ? ", strip accents" : "");
+    else if (t->raw_bpe)
+        snprintf(t->kind, sizeof t->kind, "UTF-8 BPE, spaces as U+2581 (%s, pre gemma4)", t->model_name);
     else
         snprintf(t->kind, sizeof t->kind, "byte-level BPE (%s, pre %s)", t->model_name,
                  t->pre_name[0] ? t->pre_name : "default");
@@ -195,7 +200,9 @@ static int tok_finish(kv_tokenizer *t, kv_err *err) {
     bytelevel_build(&t->bl);
     const bytelevel_tab *bt = &t->bl;
     for (int b = 0; b < 256; b++) {
-        if (t->type == KV_TOK_SPM) {
+        if (t->type == KV_TOK_WPM) {
+            t->byte_tok[b] = -1; /* WordPiece drops whitespace and control bytes: no per-byte bound */
+        } else if (t->type == KV_TOK_SPM || t->raw_bpe) {
             char hex[8];
             snprintf(hex, sizeof hex, "<0x%02X>", b);
             int32_t id = tok_find_text(t, hex, 6);
@@ -325,6 +332,10 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
         t->unk = valid_id(t, 0);
         t->bos = valid_id(t, 1);
         t->eos = valid_id(t, 2);
+    } else if (t->type == KV_TOK_WPM) { /* BERT's layout: [UNK] 100, [CLS] 101 (the BOS) */
+        t->unk = valid_id(t, 100);
+        t->bos = valid_id(t, 101);
+        if ((rc = get_id(g, t, "tokenizer.ggml.cls_token_id", &t->bos, err))) return rc;
     }
     if ((rc = get_id(g, t, "tokenizer.ggml.bos_token_id", &t->bos, err)) ||
         (rc = get_id(g, t, "tokenizer.ggml.eos_token_id", &t->eos, err)) ||
@@ -337,6 +348,7 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
     rc = kv_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
     if (rc < 0) return rc;
     snprintf(t->pre_name, sizeof t->pre_name, "%.*s", (int)KV_MIN(pre.len, 63), pre.data ? pre.data : "");
+    if (t->raw_bpe) snprintf(t->pre_name, sizeof t->pre_name, "gemma4"); /* the model fixes its splitting */
     t->pre = kv_pre_kind_from_name(t->pre_name);
     /* NOTE: an unknown pre name falls back to llama.cpp's default pipeline
      * rather than failing: the ids may then differ slightly from the
@@ -354,17 +366,26 @@ static int gguf_settings(kv_tokenizer *t, const kv_gguf *g, kv_err *err) {
                      "from the model's own tokenizer)");
     }
 
-    t->add_bos = (t->type == KV_TOK_SPM) || t->pre == KV_PRE_LLAMA3;
+    t->add_bos = (t->type == KV_TOK_SPM) || t->pre == KV_PRE_LLAMA3 || t->raw_bpe;
     t->add_space_prefix = t->type == KV_TOK_SPM;
     t->ignore_merges = t->type == KV_TOK_BPE && t->pre == KV_PRE_LLAMA3 && strcmp(t->pre_name, "dbrx") &&
                        strcmp(t->pre_name, "smaug-bpe") && strcmp(t->pre_name, "chatglm-bpe");
     int bv;
     rc = kv_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &bv, err);
     if (rc < 0) return rc;
-    if (rc == 0) t->add_bos = bv;
+    if (rc == 0) t->add_bos = bv || t->raw_bpe; /* Gemma 4 always starts with BOS, as llama.cpp does */
     rc = kv_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &bv, err);
     if (rc < 0) return rc;
     if (rc == 0 && t->type == KV_TOK_SPM) t->add_space_prefix = bv;
+    if (t->type == KV_TOK_WPM) {
+        t->add_bos = t->bos >= 0;
+        t->wpm_lower = 1;
+        rc = kv_gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &t->wpm_lower, err);
+        if (rc < 0) return rc;
+        t->wpm_strip = t->wpm_lower;
+        rc = kv_gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &t->wpm_strip, err);
+        if (rc < 0) return rc;
+    }
     if (t->add_bos && t->bos < 0) t->add_bos = 0;
 
     kv_gguf_str ct;
@@ -393,10 +414,13 @@ kv_tokenizer *kv_tokenizer_from_gguf(const kv_gguf *g, kv_err *err) {
     }
     if (rc < 0) return NULL;
     kv_tok_type type;
+    int raw_bpe = kv_gguf_str_eq(model, "gemma4");
     if (kv_gguf_str_eq(model, "llama")) type = KV_TOK_SPM;
-    else if (kv_gguf_str_eq(model, "gpt2")) type = KV_TOK_BPE;
+    else if (kv_gguf_str_eq(model, "bert")) type = KV_TOK_WPM;
+    else if (kv_gguf_str_eq(model, "gpt2") || raw_bpe) type = KV_TOK_BPE;
     else {
-        kv_err_set(err, KV_ERR_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%.*s' is not supported (want llama or gpt2)",
+        kv_err_set(err, KV_ERR_UNSUPPORTED,
+                   "tokenizer: tokenizer.ggml.model '%.*s' is not supported (want llama, gpt2, gemma4 or bert)",
                    (int)KV_MIN(model.len, 64), model.data);
         return NULL;
     }
@@ -424,6 +448,7 @@ kv_tokenizer *kv_tokenizer_from_gguf(const kv_gguf *g, kv_err *err) {
     t = tok_alloc((int)n, (size_t)pool, err);
     if (!t) return NULL;
     t->type = type;
+    t->raw_bpe = raw_bpe;
     snprintf(t->model_name, sizeof t->model_name, "%.*s", (int)KV_MIN(model.len, 31), model.data);
     uint32_t o = 0;
     for (uint64_t i = 0; i < n; i++) {

@@ -2,7 +2,10 @@
 """gen_unicode_tables.py - writes engine/unicode_tables.h: the Unicode general
 category class (L, N, P, S, M, Z, C, unassigned) and the White_Space property
 of every code point, as compact runs, for the pre-tokenizers in
-engine/tokenizer.c (which match \\p{L}, \\p{N}, \\s without a regex library).
+engine/tokenizer.c (which match \\p{L}, \\p{N}, \\s without a regex library);
+and for WordPiece's BERT normaliser, each code point's simple lowercase
+mapping and the first code point of its canonical decomposition (NFD), as
+sorted (code point, mapped) pairs.
 
 Usage: python3 tools/gen_unicode_tables.py [OUT]   (default engine/unicode_tables.h)
 
@@ -29,6 +32,49 @@ def flags_of(cp, ws):
     cat = unicodedata.category(chr(cp))
     f = UNDEFINED if cat == "Cn" else CLASS[cat[0]]
     return f | (WHITESPACE if cp in ws else 0)
+
+
+def lower_pairs():
+    """(cp, simple lowercase) for every cp that changes. str.lower() is the
+    full mapping; where that is several code points (only U+0130) its first
+    one is the simple mapping."""
+    out = []
+    for cp in range(MAX_CP):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        lo = chr(cp).lower()
+        if lo != chr(cp):
+            out.append((cp, ord(lo[0])))
+    return out
+
+
+def nfd_pairs():
+    """(cp, first code point of NFD(cp)) for every cp that changes, except
+    the Hangul syllables U+AC00..U+D7A3, which engine/unicode.c computes
+    (their first code point is the leading consonant 0x1100 + (cp - 0xAC00) / 588)."""
+    out = []
+    for cp in range(MAX_CP):
+        if 0xD800 <= cp <= 0xDFFF or 0xAC00 <= cp <= 0xD7A3:
+            continue
+        first = ord(unicodedata.normalize("NFD", chr(cp))[0])
+        if first != cp:
+            out.append((cp, first))
+    return out
+
+
+def pair_table(lines, name, pairs, what):
+    lines.append("/* %s: (code point, mapped) pairs sorted by code point. */" % what)
+    lines.append("#define %s_N %d" % (name.upper(), len(pairs)))
+    lines.append("static const uint32_t %s[%s_N][2] = {" % (name, name.upper()))
+    row = []
+    for a, b in pairs:
+        row.append("{0x%05x, 0x%05x}," % (a, b))
+        if len(row) == 4:
+            lines.append("    " + " ".join(row))
+            row = []
+    if row:
+        lines.append("    " + " ".join(row))
+    lines.append("};")
 
 
 def main():
@@ -66,6 +112,8 @@ def main():
     for base in range(0, 256, 12):
         lines.append("    " + " ".join("0x%03x," % flags_of(cp, ws) for cp in range(base, min(base + 12, 256))))
     lines.append("};")
+    pair_table(lines, "kv_unicode_lower", lower_pairs(), "Simple lowercase mappings")
+    pair_table(lines, "kv_unicode_nfd", nfd_pairs(), "First code point of the canonical decomposition (NFD)")
     with open(out, "w", encoding="ascii") as fh:
         fh.write("\n".join(lines) + "\n")
     print("%s: %d runs (Unicode %s)" % (out, len(runs), unicodedata.unidata_version))

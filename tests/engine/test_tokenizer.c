@@ -634,7 +634,7 @@ static void test_bad_input(void) {
     CHECK(kv_tokenizer_from_gguf(g, &err) == NULL && err.code == KV_ERR_FORMAT &&
           strstr(err.msg, "tokenizer.ggml.model"));
     kv_gguf_close(g);
-    kv_gguf_writer_add_str(w, "tokenizer.ggml.model", "bert");
+    kv_gguf_writer_add_str(w, "tokenizer.ggml.model", "t5");
     REQUIRE(kv_gguf_writer_write(w, path, &err) == 0);
     g = kv_gguf_open(path, &err);
     REQUIRE(g);
