@@ -129,6 +129,12 @@ void app_log_push(app *a, const kv_decision *d);
 void app_zoom_next(app *a);
 /* Keeps the selected session's scroll inside its transcript. */
 void app_clamp_scroll(app *a);
+/* Per-frame bookkeeping from a fresh snapshot s: the step log, prefix-hit
+ * and step-time histories, each tab's latest TTFT and TPOT. */
+void app_after_snapshot(app *a, const kv_snapshot *s);
+/* Copies the app's sessions, histories and controls into a->v (what the
+ * panels draw besides the snapshot); the layout is left alone. */
+void app_view_sync(app *a);
 /* Draws every window from a->shown and calls doupdate() once. */
 void app_draw(app *a);
 /* Updates the UI's CPU share and frame rate once a second. */
