@@ -13,12 +13,12 @@
 #include "tui.h"
 
 static const kv_tour_station stations[] = {
-    {"prefill vs decode", "profiles/demo-batching.yaml", "scheduler.prefill_chunk=512,32",
-     "a prompt is computed in one big forward (prefill, yellow in Sched), then one token per request per step "
-     "(decode, green); B cuts prefill into 32-token chunks: decode keeps going, first tokens come later"},
+    {"prefill vs decode", "profiles/demo-paging.yaml", "scheduler.prefill_chunk=512,16",
+     "a step runs prompt tokens (prefill, p in Sched) beside one token per running request (decode, d); "
+     "B cuts prompts into 16-token chunks: more steps carry prefill, TTFT and TPOT both grow"},
     {"batching", "profiles/demo-batching.yaml", "scheduler.policy=continuous,static",
      "continuous batching admits a request the step a slot frees; static waits for the whole batch to end: "
-     "watch 'running' and out tok/s"},
+     "watch B's running count drain between batches, and its out tok/s"},
     {"paging", "profiles/demo-paging.yaml", "kv.layout=paged,contiguous",
      "contiguous reserves max_seq_len slots per request: long runs of empty blocks (blank marks), few running; "
      "paged hands out a block as tokens arrive: full blocks, ~10x more running"},
@@ -26,13 +26,14 @@ static const kv_tour_station stations[] = {
      "64 requests share a 512-token system prompt: A keeps one copy (shared blocks, prefill tokens fall), "
      "B computes and stores it for every request"},
     {"quantized KV", "profiles/demo-quant.yaml", "kv.dtype=f16,int8",
-     "the same KV memory in int8 holds twice the tokens of f16: more blocks in B's map, more requests at once"},
+     "one memory budget: int8 K/V take ~half the bytes of f16, so B's cache has ~1.9x the blocks and runs "
+     "about twice the requests at once (f16 queues half of them)"},
     {"speculation", "profiles/demo-spec.yaml", "spec.method=off,ngram",
      "n-gram prompt lookup drafts tokens the prompt already holds; the target checks them in one forward: "
      "B's TPOT falls where drafts are accepted"},
     {"failure mode: a bad draft", "profiles/demo-spec-slow.yaml", "spec.adaptive=false,true",
-     "a draft that is almost always wrong makes speculation slower than none; B's guard backs off to plain "
-     "decode when acceptance stays low"},
+     "a self-speculative draft (4 of 30 layers) that rarely agrees makes decoding slower than none; B's "
+     "adaptive guard falls back to plain decode while acceptance stays low"},
 };
 
 const kv_tour_station *kv_tour_stations(int *n) {
