@@ -58,7 +58,7 @@ static const struct {
 } metric_info[KV_CMP_COUNT] = {
     [KV_CMP_OUT_TPS] = {"out tok/s", 1},   [KV_CMP_TTFT50] = {"TTFT p50", 0}, [KV_CMP_TTFT99] = {"TTFT p99", 0},
     [KV_CMP_MAXCONC] = {"running", 0},     [KV_CMP_KVUTIL] = {"KV util %", 1}, [KV_CMP_PREEMPT] = {"preempt", 0},
-    [KV_CMP_PREFILL] = {"prefill tok", 0},
+    [KV_CMP_PREFILL] = {"prefill tok", 0}, [KV_CMP_SPEC_ACC] = {"spec acc %", 1},
 };
 
 const char *kv_compare_metric_name(kv_cmp_metric k) {
@@ -78,6 +78,7 @@ int kv_compare_metric(const kv_metrics_summary *m, kv_cmp_metric k, double *v) {
     case KV_CMP_KVUTIL: *v = 100.0 * m->kv_utilization; return 1;
     case KV_CMP_PREEMPT: *v = (double)m->preemptions; return 1;
     case KV_CMP_PREFILL: *v = (double)m->prefill_tokens_computed; return 1;
+    case KV_CMP_SPEC_ACC: *v = 100.0 * m->spec_acceptance_rate; return m->spec_drafted > 0;
     case KV_CMP_COUNT: break;
     }
     return 0;

@@ -30,6 +30,7 @@ typedef enum kv_cmp_metric {
     KV_CMP_KVUTIL,        /* KV utilisation, % (slots holding tokens / slots reserved) */
     KV_CMP_PREEMPT,       /* preemptions */
     KV_CMP_PREFILL,       /* prompt tokens run through the model */
+    KV_CMP_SPEC_ACC,      /* speculative acceptance, % of drafted tokens (none before a draft) */
     KV_CMP_COUNT
 } kv_cmp_metric;
 

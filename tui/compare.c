@@ -200,12 +200,12 @@ static int cmp_open(cmp *c, const char *profile, const char *const *sets, int n_
             goto done;
         }
     }
-    snprintf(c->cores, sizeof c->cores, "%d engines share %d core%s: each pinned to its own (%s%s%s%s%s%s%s)", n,
-             n_ids, n_ids == 1 ? "" : "s", c->col[0].cpus, n > 1 ? ", " : "", n > 1 ? c->col[1].cpus : "",
-             n > 2 ? ", " : "", n > 2 ? c->col[2].cpus : "", n > 3 ? ", " : "", n > 3 ? c->col[3].cpus : "");
-    if (n > n_ids)
-        snprintf(c->cores, sizeof c->cores, "%d engines share %d core%s: more engines than cores, so they take turns", n,
-                 n_ids, n_ids == 1 ? "" : "s");
+    /* The title line's account of the cores: "2 engines share 8 cores: A cpu 0-3, B cpu 4-7". */
+    int len = snprintf(c->cores, sizeof c->cores, "%d engines share %d core%s%s:", n, n_ids, n_ids == 1 ? "" : "s",
+                       n > n_ids ? " (more engines than cores: some take turns on one)" : ", each pinned to its own");
+    for (int j = 0; j < n && len > 0 && len < (int)sizeof c->cores; j++)
+        len += snprintf(c->cores + len, sizeof c->cores - (size_t)len, "%s %c %s", j ? "," : "", 'A' + j,
+                        c->col[j].cpus);
 done:
     if (rc) cmp_close(c);
     free(all);
@@ -376,7 +376,11 @@ static void draw_head(cmp *c) {
     werase(w);
     const int name_w = 18;
     put(w, 0, 0, A_DIM, c->load_on ? " since F5" : " (F5 starts the workload)");
-    for (int k = 0; k < KV_CMP_COUNT; k++) {
+    /* Speculative acceptance only where some engine speculates. */
+    int spec = 0;
+    for (int j = 0; j < c->n; j++) spec |= c->col[j].a->cfg.spec.method != KV_SPEC_OFF;
+    int n_metrics = spec ? KV_CMP_COUNT : KV_CMP_SPEC_ACC;
+    for (int k = 0; k < n_metrics; k++) {
         char h[32];
         snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
                  k == KV_CMP_TTFT50 || k == KV_CMP_TTFT99 ? " ms" : "");
@@ -389,7 +393,7 @@ static void draw_head(cmp *c) {
         snprintf(name, sizeof name, " %c %.15s", 'A' + j, c->col[j].value);
         put(w, 1 + j, 0, A_BOLD, name);
         const kv_metrics_summary *m = a->shown ? &a->shown->metrics : NULL;
-        for (int k = 0; k < KV_CMP_COUNT; k++) {
+        for (int k = 0; k < n_metrics; k++) {
             char cell[48];
             if (!m || !m0) snprintf(cell, sizeof cell, "N/A");
             else kv_cmp_cell(cell, sizeof cell, m0, m, (kv_cmp_metric)k, j == 0);

@@ -55,6 +55,13 @@ static void test_metrics(void) {
     kv_metrics_summary none = summary(0, -1, -1, 0, 0, 0, 0);
     CHECK(!kv_compare_metric(&none, KV_CMP_TTFT99, &v) && v == 0);
     CHECK(!kv_compare_ratio(&p, &none, KV_CMP_TTFT50, &r) && !kv_compare_ratio(&none, &p, KV_CMP_TTFT50, &r));
+    /* acceptance only once something was drafted */
+    CHECK(!kv_compare_metric(&p, KV_CMP_SPEC_ACC, &v));
+    c.spec_drafted = 40;
+    c.spec_accepted = 30;
+    c.spec_acceptance_rate = 0.75;
+    CHECK(kv_compare_metric(&c, KV_CMP_SPEC_ACC, &v) && fabs(v - 75.0) < 1e-9);
+    CHECK(!kv_compare_ratio(&p, &c, KV_CMP_SPEC_ACC, &r));
     for (int k = 0; k < KV_CMP_COUNT; k++) CHECK(strcmp(kv_compare_metric_name((kv_cmp_metric)k), "?") != 0);
     CHECK(!strcmp(kv_compare_metric_name(KV_CMP_COUNT), "?"));
 }
