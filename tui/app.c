@@ -171,7 +171,8 @@ void app_suspend(app *a) {
     reset_prog_mode();
     a->need_clear = 1;
     app_status(a, 0, "resumed");
-    app_draw(a);
+    if (a->redraw) a->redraw(a);
+    else app_draw(a);
 }
 
 /* ---- per-frame bookkeeping from the snapshot ---- */
@@ -604,7 +605,8 @@ void app_loop(app *a, void (*on_key)(app *, kv_key), void (*on_frame)(app *)) {
             if (a->max_frames && a->v.frames >= a->max_frames) break;
         } else if (keys) {
             /* Answer keys at once from the last snapshot. */
-            app_draw(a);
+            if (a->redraw) a->redraw(a);
+            else app_draw(a);
         }
     }
 }

@@ -228,19 +228,8 @@ static void cmp_load_tick(cmp *c, int j) {
     app *a = col->a;
     load_state *L = &a->load;
     if (!L->drv) return;
-    kv_driver_sub sub[16];
-    kv_err err;
-    for (int round = 0; round < 16; round++) {
-        int n = kv_driver_submit_due(L->drv, app_wall_s() * 1000.0, L->n_inflight, sub, (int)KV_ARRAY_LEN(sub), &err);
-        for (int k = 0; k < n; k++) {
-            if (sub[k].id > 0 && L->n_inflight < MAX_LOAD_INFLIGHT) {
-                L->inflight[L->n_inflight] = sub[k].id;
-                L->last_tok_ms[L->n_inflight] = -1;
-                L->n_inflight++;
-            }
-        }
-        if (n < (int)KV_ARRAY_LEN(sub)) break;
-    }
+    for (int round = 0; round < MAX_LOAD_INFLIGHT / LOAD_SUBMIT_CAP + 1; round++)
+        if (load_submit_due(a) < LOAD_SUBMIT_CAP) break;
     if (col->t_done < 0 && kv_driver_remaining(L->drv) == 0 && L->n_inflight == 0) col->t_done = app_wall_s();
 }
 
@@ -545,6 +534,12 @@ static void cmp_draw(cmp *c) {
     doupdate();
 }
 
+/* The loop's redraw between frames (after keys, after a resume). */
+static void cmp_redraw(app *ui) {
+    (void)ui;
+    cmp_draw(&C);
+}
+
 /* ---- each frame ---- */
 
 static void cmp_frame(app *ui) {
@@ -656,7 +651,7 @@ static void cmp_key(app *ui, kv_key k) {
          (ui->v.focus == KV_FOCUS_PANELS && (k.code == 'n' || k.code == 'b')))) {
         int next = k.code == KV_KEY_F(12) || k.code == 'n';
         app_status(ui, 0, "loading station %d ...", c->station + (next ? 2 : 0));
-        cmp_draw(c);
+        cmp_draw(c); /* the message shows while the models load */
         cmp_station(c, c->station + (next ? 1 : -1));
         return;
     }
@@ -721,7 +716,6 @@ static void cmp_key(app *ui, kv_key k) {
         break;
     default: break;
     }
-    cmp_draw(c);
 }
 
 /* ---- entry ---- */
@@ -737,6 +731,7 @@ int cmp_main(app *ui, const char *profile, const char *const *sets, int n_sets, 
     c->stations = stations;
     c->n_stations = n_stations;
     ui->v.fill_marks = 1; /* what a comparison is for: reservation against use */
+    ui->redraw = cmp_redraw;
     ui->v.focus = KV_FOCUS_INPUT;
     ui->v.phase = KV_PHASE_READY; /* the engines are built before the screen comes up */
     kv_err err;
