@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../engine/compare.h"
 #include "../engine/driver.h"
 #include "../engine/metrics_json.h"
 #include "../profiles/profile.h"
@@ -341,50 +342,8 @@ fail:
 
 int kv_bench_parse_compare(const char *arg, char *buf, size_t buf_cap, const char **key, const char **values,
                            int cap, kv_err *err) {
-    if (!arg || !buf || !key || !values || cap < 1) {
-        kv_err_set(err, KV_ERR_INVAL, "--compare: bad arguments");
-        return -1;
-    }
-    size_t len = strlen(arg);
-    if (len + 1 > buf_cap) {
-        kv_err_set(err, KV_ERR_INVAL, "--compare: argument too long");
-        return -1;
-    }
-    memcpy(buf, arg, len + 1);
-    char *eq = strchr(buf, '=');
-    if (!eq || eq == buf) {
-        kv_err_set(err, KV_ERR_INVAL, "--compare '%s': expected key=value1,value2,...", arg);
-        return -1;
-    }
-    *eq = 0;
-    *key = buf;
-    char *p = eq + 1;
-    int n = 0, depth = 0;
-    char *start = p;
-    for (;; p++) {
-        if (*p == '{' || *p == '[') depth++;
-        else if ((*p == '}' || *p == ']') && depth > 0) depth--;
-        if (*p == 0 || (*p == ',' && depth == 0)) {
-            int end = *p == 0;
-            *p = 0;
-            /* trim spaces around a value */
-            while (*start == ' ') start++;
-            for (char *q = p - 1; q >= start && *q == ' '; q--) *q = 0;
-            if (!*start) {
-                kv_err_set(err, KV_ERR_INVAL, "--compare '%s': empty value", arg);
-                return -1;
-            }
-            if (n == cap) {
-                kv_err_set(err, KV_ERR_INVAL, "--compare '%s': more than %d values", arg, cap);
-                return -1;
-            }
-            values[n++] = start;
-            if (end) break;
-            start = p + 1;
-        }
-    }
-    kv_err_clear(err);
-    return n;
+    /* one parser for bench and the TUI's --compare (engine/compare.c) */
+    return kv_compare_parse(arg, buf, buf_cap, key, values, cap, err);
 }
 
 /* ---- the table ---- */

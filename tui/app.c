@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../profiles/profile.h"
+#include "compare.h"
 #include "tui.h"
 
 /* readline and the sanitizers: readline keeps its kill ring and a few
@@ -170,7 +171,8 @@ void app_suspend(app *a) {
     reset_prog_mode();
     a->need_clear = 1;
     app_status(a, 0, "resumed");
-    app_draw(a);
+    if (a->redraw) a->redraw(a);
+    else app_draw(a);
 }
 
 /* ---- per-frame bookkeeping from the snapshot ---- */
@@ -182,7 +184,7 @@ void app_log_push(app *a, const kv_decision *d) {
     else if (a->v.log_scroll > 0 && a->v.log_scroll < KV_LOG_CAP) a->v.log_scroll++; /* keep the view still */
 }
 
-static void after_snapshot(app *a, const kv_snapshot *s) {
+void app_after_snapshot(app *a, const kv_snapshot *s) {
     /* Step log: decisions of steps newer than any seen (a published step's
      * decisions are complete). */
     uint64_t newest = a->log_last_step;
@@ -347,6 +349,31 @@ static int input_rows(const kv_input_view *in, int width) {
     return kv_format_wrap(in->text, -1, cols, NULL, 0);
 }
 
+/* The view state's copies of the app's sessions, histories and controls
+ * (the layout aside): what the panels draw besides the snapshot. */
+void app_view_sync(app *a) {
+    kv_view_state *v = &a->v;
+    v->sessions = a->sessions;
+    v->n_sessions = a->n_sessions;
+    v->selected = a->selected;
+    v->itl_all = &a->itl_all;
+    v->itl_load = &a->itl_load;
+    v->prefix_tokens = &a->prefix_tokens;
+    v->step_ms = &a->step_ms;
+    v->log = a->log;
+    v->log_head = a->log_head;
+    v->log_n = a->log_n;
+    v->paused = a->paused;
+    v->load_sessions = a->load.drv ? a->load.sessions : 0;
+    v->load_in_flight = a->load.n_inflight;
+    kv_session *s = app_cur(a);
+    v->chain_req = s && s->req ? s->req : 0;
+    if (!v->chain_req && a->shown) {
+        /* Nothing of ours running: show the first running request's table. */
+        if (a->shown->n_running) v->chain_req = a->shown->running[0];
+    }
+}
+
 void app_draw(app *a) {
     kv_view_state *v = &a->v;
     int rows, cols;
@@ -367,26 +394,7 @@ void app_draw(app *a) {
         clearok(curscr, TRUE);
         a->need_clear = 0;
     }
-    /* View state from the app. */
-    v->sessions = a->sessions;
-    v->n_sessions = a->n_sessions;
-    v->selected = a->selected;
-    v->itl_all = &a->itl_all;
-    v->itl_load = &a->itl_load;
-    v->prefix_tokens = &a->prefix_tokens;
-    v->step_ms = &a->step_ms;
-    v->log = a->log;
-    v->log_head = a->log_head;
-    v->log_n = a->log_n;
-    v->paused = a->paused;
-    v->load_sessions = a->load.drv ? a->load.sessions : 0;
-    v->load_in_flight = a->load.n_inflight;
-    kv_session *s = app_cur(a);
-    v->chain_req = s && s->req ? s->req : 0;
-    if (!v->chain_req && a->shown) {
-        /* Nothing of ours running: show the first running request's table. */
-        if (a->shown->n_running) v->chain_req = a->shown->running[0];
-    }
+    app_view_sync(a);
     if (v->status[0] && app_wall_s() > a->status_until) v->status[0] = 0;
     const kv_snapshot *snap = a->shown;
     if (l.too_small) {
@@ -516,7 +524,7 @@ static void frame(app *a) {
         load_tick(a);
         if (kv_engine_snapshot(a->eng, a->snap) == 0) {
             a->have_snap = 1;
-            after_snapshot(a, a->snap);
+            app_after_snapshot(a, a->snap);
         }
         /* The engine thread records (rec_hook); an error there ends it here. */
         if (a->rec && atomic_load(&a->rec_err)) record_stop(a);
@@ -597,23 +605,27 @@ void app_loop(app *a, void (*on_key)(app *, kv_key), void (*on_frame)(app *)) {
             if (a->max_frames && a->v.frames >= a->max_frames) break;
         } else if (keys) {
             /* Answer keys at once from the last snapshot. */
-            app_draw(a);
+            if (a->redraw) a->redraw(a);
+            else app_draw(a);
         }
     }
 }
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvtop [PROFILE.yaml] [--set key=value ...] [--frames N] [--record FILE] [--serve PORT]\n"
+               "       kvtop [PROFILE.yaml] --compare key=v1,v2 [--set key=value ...] [--frames N]\n"
                "  PROFILE        a YAML profile (default profiles/default.yaml, else the built-in defaults)\n"
                "  --set k=v      override one profile key (repeatable), e.g. --set model.path=m.gguf\n"
                "  --frames N     exit after N frames (scripted demos and tests)\n"
                "  --record FILE  record a trace from the start (kvtop replay FILE to view it)\n"
                "  --serve PORT   also serve the OpenAI API on this engine (as kvtop serve; 0 = any free port)\n"
+               "  --compare key=v1,v2[,v3,v4]\n"
+               "                 2-4 engines side by side, one value of the key each (F5: the same workload to all)\n"
                "Inside: F1 or ? (on an empty input line) shows every key and /command.\n");
 }
 
 int cmd_tui(int argc, char **argv) {
-    const char *profile = NULL, *record = NULL;
+    const char *profile = NULL, *record = NULL, *compare = NULL;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0;
     long frames = 0, serve_port = -1;
@@ -639,6 +651,8 @@ int cmd_tui(int argc, char **argv) {
             }
         } else if (!strcmp(s, "--record") && i + 1 < argc) {
             record = argv[++i];
+        } else if (!strcmp(s, "--compare") && i + 1 < argc) {
+            compare = argv[++i]; /* compare.c: engines side by side */
         } else if (!strcmp(s, "--serve") && i + 1 < argc) {
             char *end;
             serve_port = strtol(argv[++i], &end, 10);
@@ -648,10 +662,14 @@ int cmd_tui(int argc, char **argv) {
                 free(sets);
                 return 2;
             }
-        } else if (!strcmp(s, "--set") || !strcmp(s, "--frames") || !strcmp(s, "--record")) {
+        } else if (!strcmp(s, "--set") || !strcmp(s, "--frames") || !strcmp(s, "--record") ||
+                   !strcmp(s, "--compare")) {
             /* The option is known; its value is missing (the last argument). */
             fprintf(stderr, "kvtop: %s needs %s\n", s,
-                    !strcmp(s, "--set") ? "key=value" : !strcmp(s, "--frames") ? "a positive number" : "a file name");
+                    !strcmp(s, "--set")       ? "key=value"
+                    : !strcmp(s, "--frames")  ? "a positive number"
+                    : !strcmp(s, "--compare") ? "key=value1,value2"
+                                              : "a file name");
             free(sets);
             return 2;
         } else if (s[0] == '-') {
@@ -677,6 +695,18 @@ int cmd_tui(int argc, char **argv) {
         fprintf(stderr, "kvtop: %s\n", err.msg);
         free(sets);
         return 2;
+    }
+    if (compare) {
+        int rc = 2;
+        if (record || serve_port >= 0)
+            fprintf(stderr, "kvtop: --compare runs engines side by side; it does not take --%s\n",
+                    record ? "record" : "serve");
+        else {
+            a->max_frames = (uint64_t)frames;
+            rc = cmp_main(a, profile, sets, n_sets, compare, NULL, 0, 0);
+        }
+        free(sets);
+        return rc;
     }
     free(sets);
     snprintf(a->profile_path, sizeof a->profile_path, "%s", profile ? profile : "(defaults)");

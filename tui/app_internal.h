@@ -102,6 +102,8 @@ typedef struct app {
     double cpu_t0, wall_t0;
     uint64_t fps_frames0;
     double status_until;         /* wall clock when the status message expires */
+    void (*redraw)(struct app *); /* a screen of its own (compare.c): draws it where the loop and a resume
+                                     would call app_draw; NULL: app_draw */
 } app;
 
 /* ---- app.c: shared helpers, the screen and the loop ---- */
@@ -129,6 +131,12 @@ void app_log_push(app *a, const kv_decision *d);
 void app_zoom_next(app *a);
 /* Keeps the selected session's scroll inside its transcript. */
 void app_clamp_scroll(app *a);
+/* Per-frame bookkeeping from a fresh snapshot s: the step log, prefix-hit
+ * and step-time histories, each tab's latest TTFT and TPOT. */
+void app_after_snapshot(app *a, const kv_snapshot *s);
+/* Copies the app's sessions, histories and controls into a->v (what the
+ * panels draw besides the snapshot); the layout is left alone. */
+void app_view_sync(app *a);
 /* Draws every window from a->shown and calls doupdate() once. */
 void app_draw(app *a);
 /* Updates the UI's CPU share and frame rate once a second. */
@@ -184,6 +192,11 @@ void load_start(app *a, int sessions);
 void load_stop(app *a);
 /* Submits what is due (at most a few per frame). */
 void load_tick(app *a);
+/* Submits up to LOAD_SUBMIT_CAP of the items due, adding them to the
+ * requests in flight; returns how many the driver handled (LOAD_SUBMIT_CAP:
+ * more may be due). 0 without a load or an engine. */
+#define LOAD_SUBMIT_CAP 16
+int load_submit_due(app *a);
 /* Index of req among the load's in-flight requests, or -1. */
 int load_slot(app *a, int64_t req);
 

@@ -224,6 +224,10 @@ static void do_action(app *a, kv_action act, kv_key k) {
     case KV_ACT_REDRAW:
     case KV_ACT_RESIZE: a->need_clear = 1; break;
     case KV_ACT_SUSPEND: app_suspend(a); break;
+    case KV_ACT_FILL:
+        a->v.fill_marks = !a->v.fill_marks;
+        app_status(a, 0, "block map: %s", a->v.fill_marks ? "fill of each block" : "owner of each block");
+        break;
     }
 }
 

@@ -30,6 +30,7 @@ static int global_key(kv_key k, const kv_key_ctx *c, kv_action *out) {
         case KV_KEY_F(6): *out = act(KV_ACT_ZOOM_NEXT, 0); return 1;
         case KV_KEY_F(7): *out = act(KV_ACT_RECORD, 0); return 1;
         case KV_KEY_F(8): *out = act(KV_ACT_THEME, 0); return 1;
+        case KV_KEY_F(9): *out = act(KV_ACT_FILL, 0); return 1;
         case KV_KEY_F(10): *out = act(KV_ACT_QUIT, 0); return 1;
         case KV_KEY_TAB:
         case KV_KEY_BTAB: *out = act(KV_ACT_FOCUS_TOGGLE, 0); return 1;
@@ -158,6 +159,7 @@ const kv_key_help *kv_keys_help(void) {
         {"F6  M-z [z]", "zoom the next panel ([0] or Esc unzooms)"},
         {"F7  M-k [k]", "record a trace / stop (kvtop replay FILE)"},
         {"F8  [t]", "colors on / off (8 colors or monochrome)"},
+        {"F9", "block map: each block's fill (blank ▁▃▅█) / its owner's glyph"},
         {"M-1..9 [1..9]", "switch tab; M-Left/Right [Left/Right] prev/next"},
         {"M-n M-w M-r", "new, close, rename tab ([n] [w] [r])"},
         {"PgUp/PgDn wheel", "scroll the transcript; [Up/Down/PgUp/PgDn] step log"},

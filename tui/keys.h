@@ -74,7 +74,8 @@ typedef enum kv_action_type {
     KV_ACT_THEME,        /* cycle color / 8 colors / monochrome */
     KV_ACT_REDRAW,
     KV_ACT_RESIZE,
-    KV_ACT_SUSPEND       /* Ctrl-Z: back to the shell until fg */
+    KV_ACT_SUSPEND,      /* Ctrl-Z: back to the shell until fg */
+    KV_ACT_FILL          /* F9: block map marks by fill / by owner */
 } kv_action_type;
 
 typedef struct kv_action {

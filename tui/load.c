@@ -58,10 +58,10 @@ void load_start(app *a, int sessions) {
                : a->cfg.workload.arrival == KV_ARRIVAL_BURST ? "burst" : "poisson");
 }
 
-void load_tick(app *a) {
+int load_submit_due(app *a) {
     load_state *L = &a->load;
-    if (!L->drv || !a->eng) return;
-    kv_driver_sub sub[16]; /* submissions per frame: keeps a frame short */
+    if (!L->drv || !a->eng) return 0;
+    kv_driver_sub sub[LOAD_SUBMIT_CAP];
     kv_err err;
     int n = kv_driver_submit_due(L->drv, app_wall_s() * 1000.0, L->n_inflight, sub, (int)KV_ARRAY_LEN(sub), &err);
     for (int k = 0; k < n; k++) {
@@ -73,7 +73,11 @@ void load_tick(app *a) {
             L->n_inflight++;
         }
     }
+    return n < 0 ? 0 : n;
 }
+
+/* One batch a frame: keeps a frame short. */
+void load_tick(app *a) { load_submit_due(a); }
 
 int load_slot(app *a, int64_t req) {
     for (int i = 0; i < a->load.n_inflight; i++)

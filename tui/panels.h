@@ -84,6 +84,8 @@ typedef struct kv_view_state {
     int64_t chain_req;          /* request whose block table the KV panel shows (0 none) */
     int config_max_batched;     /* scheduler.max_batched_tokens, for batch bar scale */
     int show_token_source;      /* bool: color reply text by how each token was produced */
+    int fill_marks;             /* bool: the block map marks each block in use by its fill (blockfill.h)
+                                   instead of its owner's glyph (F9 toggles) */
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */

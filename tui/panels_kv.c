@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blockfill.h"
 #include "blockmap.h"
 
 /* ---- KV block map ---- */
@@ -30,7 +31,8 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     /* Rows: counts, grid, chain, legend (the legend goes first when short). */
     int chain_rows = ih >= 4 ? 1 : 0;
     int legend_rows = ih >= 5 ? 1 : 0;
-    int grid_rows = ih - 1 - chain_rows - legend_rows;
+    int gauge_rows = ih >= 6 ? 1 : 0; /* fill gauge under the grid */
+    int grid_rows = ih - 1 - chain_rows - legend_rows - gauge_rows;
     if (grid_rows < 1) grid_rows = 1;
     /* Show blocks up to the last one in use 1:1 when that fits, so a few
      * sessions in a big pool are not merged into one cell. */
@@ -55,6 +57,10 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     }
     kv_blockmap_info info;
     kv_blockmap_render(s->blocks, n_show, &bv, grid, &info);
+    static uint8_t level[MAXCELLS];
+    int marks = v->fill_marks && s->block_size > 0 &&
+                kv_blockfill_cells(s->blocks, n_show, info.blocks_per_cell, s->block_size, level, cells) == 0;
+    int utf8_marks = v->utf8 && v->color; /* the mono theme reads in ASCII */
     char scale[48] = "";
     if (info.blocks_per_cell > 1) snprintf(scale, sizeof scale, "  1 cell = %d blocks", info.blocks_per_cell);
     else if (n_show < s->n_blocks) snprintf(scale, sizeof scale, "  +%d free not shown", s->n_blocks - n_show);
@@ -76,11 +82,22 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
             }
             if (g->next) a |= A_REVERSE;
             wattrset(w, a);
-            mvwaddch(w, 2 + r, 1 + c, (chtype)(unsigned char)g->ch);
+            if (marks && (g->kind == KV_BM_USED || g->kind == KV_BM_SHARED))
+                mvwaddstr(w, 2 + r, 1 + c, kv_blockfill_mark(level[r * iw + c], utf8_marks));
+            else
+                mvwaddch(w, 2 + r, 1 + c, (chtype)(unsigned char)g->ch);
         }
     }
     wattrset(w, A_NORMAL);
     int y = 2 + grid_rows;
+    if (gauge_rows) {
+        uint64_t held, reserved;
+        char gauge[512];
+        kv_blockfill_count(s->blocks, s->n_blocks, s->block_size, &held, &reserved);
+        kv_blockfill_gauge(gauge, sizeof gauge, held, reserved, iw, v->utf8 && v->color);
+        panel_text(w, y, 1, iw, A_NORMAL, gauge, -1);
+        y++;
+    }
     if (chain_rows) {
         if (cq && cq->n_blocks > 0 && s->tables) {
             char head[64], chain[512];
@@ -97,7 +114,11 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         y++;
     }
     if (legend_rows)
-        panel_text(w, y, 1, iw, A_DIM, kv_blockmap_legend(), -1);
+        panel_text(w, y, 1, iw, A_DIM,
+                   marks ? (utf8_marks ? "fill: blank empty \u2581\u2583\u2585 part \u2588 full (owner by color)  : cached  . free  F9 glyphs"
+                                       : "fill: blank empty _-= part # full  : cached  . free  F9 owner glyphs")
+                         : kv_blockmap_legend(),
+                   -1);
 }
 
 /* ---- prefix sharing ---- */

@@ -221,8 +221,10 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_SPEC, A_NORMAL), "swapped #%lld%c: %s", (long long)q->id,
               kv_blockmap_glyph(q->session, 0), q->wait_reason[0] ? q->wait_reason : "in the host pool");
     }
-    if (shown < s->n_waiting + s->n_swapped && y <= ih && queue_rows > 0)
+    if (shown < s->n_waiting + s->n_swapped && y <= ih && queue_rows > 0) {
+        mvwhline(w, y - 1, 1, ' ', iw); /* over the last queue row: none of its text may show through */
         panel_textf(w, y - 1, 1, iw, A_DIM, "... %d more waiting", s->n_waiting + s->n_swapped - shown + 1);
+    }
     /* The last steps, newest at the bottom: P prefill, d decode, s spec. */
     int rows = ih - y + 1;
     if (rows <= 0 || !s->n_steps) return;

@@ -102,6 +102,10 @@ static void replay_key(app *a, kv_key k) {
     case 't':
         if (a->color_ok) a->v.color = !a->v.color;
         break;
+    case KV_KEY_F(9): /* the trace's blocks carry their fill */
+        a->v.fill_marks = !a->v.fill_marks;
+        app_status(a, 0, "block map: %s", a->v.fill_marks ? "fill of each block" : "owner of each block");
+        break;
     case KV_KEY_RESIZE: a->need_clear = 1; break;
     case KV_KEY_CTRL('z'): app_suspend(a); break;
     default: break;
@@ -124,7 +128,8 @@ int cmd_replay(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: kvtop replay FILE [--export OUT.json] [--frames N]\n"
                    "  steps through a trace recorded with F7, /record or `kvtop --record FILE`:\n"
-                   "  one frame per engine step: Left/Right one step, PgUp/PgDn ten, Home/End, z zoom, q quit.\n"
+                   "  one frame per engine step: Left/Right one step, PgUp/PgDn ten, Home/End, z zoom,\n"
+                   "  F9 block fill / owner marks, q quit.\n"
                    "  --export writes Chrome trace-event JSON (Perfetto, chrome://tracing) and exits.\n");
             return 0;
         } else if (!strcmp(argv[i], "--export") && i + 1 < argc) {

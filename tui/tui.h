@@ -8,6 +8,9 @@
 int cmd_tui(int argc, char **argv);
 /* Steps through a recorded trace (kvtop replay TRACE [--export OUT]). */
 int cmd_replay(int argc, char **argv);
+/* The guided demo: comparisons side by side, one station at a time
+ * (kvtop tour [--station N] [--frames N] [--list]). */
+int cmd_tour(int argc, char **argv);
 
 /* The server `kvtop PROFILE --serve PORT` runs on the TUI's engine, as
  * server/'s table of calls: the dispatcher hands it over before cmd_tui, so
