@@ -76,6 +76,8 @@ static int engine_init_sync(kv_engine *e) {
 }
 
 uint64_t engine_activation_bytes(const kv_engine *e) {
+    const kv_synth_plan *p = kv_synth_plan_of(e->synth);
+    if (p) return (uint64_t)(p->activations * p->n_devices); /* on the devices, as planned */
     return kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
 }
 
