@@ -3,6 +3,7 @@
  * outcome of every request, and writes the table, the comparison, the JSON
  * summary and the JSONL outputs. See bench.h for the contracts. */
 #include "bench.h"
+#include "bench_cost.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -325,6 +326,7 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
     out->kv_bytes_per_token = snap->kv_bytes_per_token;
     out->steps = snap->step;
     out->mem = snap->mem;
+    out->gpu = snap->gpu;
     if (snap != s.snap) kv_snapshot_free(snap);
     run_state_free(&s);
     return 0;
@@ -432,6 +434,7 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
         fprintf(f, "sim device     %s: %.3f s of simulated device time for %llu tokens = %.1f tok/s "
                 "(the modelled GPU; host scheduling not included)\n",
                 c->sim_device, m->sim_device_s, (unsigned long long)m->sim_tokens_out, m->sim_output_tokens_per_s);
+    kv_bench_print_cost(f, r);
     fprintf(f, "wall time      %.2f s from the first submission (no warm-up); engine %.2f s\n", r->wall_s,
             m->elapsed_s);
 }
@@ -441,7 +444,7 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
 typedef enum metric_id {
     M_COMPLETED, M_REJECTED, M_OUT_TPS, M_IN_TPS, M_RPS, M_GOODPUT, M_SLA, M_TTFT50, M_TTFT90, M_TTFT99, M_TTFTM,
     M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
-    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S,
+    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_USD_H, M_USD_MTOK,
     M_STEPS, M_WALL,
     M_COUNT
 } metric_id;
@@ -484,6 +487,8 @@ static const struct {
     [M_SPEC_LEN] = {"spec accepted len", 2, ONLY_SPEC},
     [M_SIM_TPS] = {"sim output tok/s", 1, ONLY_SIM},
     [M_SIM_S] = {"sim device s", 3, ONLY_SIM},
+    [M_USD_H] = {"$/hour (devices)", 2, ONLY_SIM},
+    [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM},
     [M_STEPS] = {"engine steps", 0, 0},
     [M_WALL] = {"wall s", 2, 0},
 };
@@ -529,6 +534,13 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
     case M_SPEC_LEN: *v = m->spec_mean_accepted_len; return r->cfg.spec.method != KV_SPEC_OFF;
     case M_SIM_TPS: *v = m->sim_output_tokens_per_s; return m->sim_device_s > 0;
     case M_SIM_S: *v = m->sim_device_s; return m->sim_device_s > 0;
+    case M_USD_H: *v = r->gpu.usd_per_hour; return r->gpu.valid && r->gpu.usd_per_hour > 0;
+    case M_USD_MTOK: {
+        kv_bench_cost c;
+        kv_bench_cost_of(r, &c);
+        *v = c.usd_per_million_output_tokens;
+        return c.valid;
+    }
     case M_STEPS: *v = (double)r->steps; return 1;
     case M_WALL: *v = r->wall_s; return 1;
     case M_COUNT: break;
@@ -709,6 +721,7 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_field_uint(w, "kv_bytes_per_token", r->kv_bytes_per_token);
     kv_json_field_str(w, "kv_dtype", kv_cache_dtype_name(r->cfg.kv.dtype));
     kv_json_field_str(w, "spec_method", enum_name("spec.method", r->cfg.spec.method));
+    kv_bench_json_cost(w, r);
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
     kv_json_field_uint(w, "weights", r->mem.weights);

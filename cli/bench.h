@@ -49,6 +49,7 @@ typedef struct kv_bench_result {
     kv_bench_req *reqs;          /* (n_requests) in workload order */
     char error[512];             /* a run that failed (set by the caller, kv_bench_run leaves it
                                     ""): why; the JSON then holds only value, profile and this */
+    kv_gpu_memory gpu;           /* a synthetic model's devices at the end (valid = 0 otherwise) */
 } kv_bench_result;
 
 /* How a run reports while it works. */

@@ -63,12 +63,52 @@ static const kv_config_key keys[] = {
     K_STR("model.path", model.path, KV_KEY_NONEMPTY, NULL,
           "model file: GGUF or llama2.c .bin, relative to the working directory"),
     K_STR("model.tokenizer", model.tokenizer, 0, NULL, "llama2.c tokenizer file; empty for GGUF"),
+    K_STR("model.synthetic", sim.synthetic, 0, NULL,
+          "sim backend: a model by its published shape, no weights (llama-3-70b, ...; kvtop keys lists them; "
+          "custom = the shape keys below); empty = model.path"),
+    K_STR("model.dtype", sim.dtype, KV_KEY_NONEMPTY, NULL,
+          "synthetic model: weight format (fp16, bf16, fp8, int8, int4; f32, q8_0, q4_0 as GGUF stores them)"),
+    K_INT("model.layers", sim.layers, 0, 1024, "synthetic model: layers; 0 = the shape's"),
+    K_INT("model.dim", sim.dim, 0, 1 << 20, "synthetic model: embedding width; 0 = the shape's"),
+    K_INT("model.heads", sim.heads, 0, 4096, "synthetic model: attention heads; 0 = the shape's"),
+    K_INT("model.kv_heads", sim.kv_heads, 0, 4096, "synthetic model: KV heads; 0 = the shape's"),
+    K_INT("model.head_dim", sim.head_dim, 0, 4096, "synthetic model: head size; 0 = the shape's"),
+    K_INT("model.ffn_dim", sim.ffn_dim, 0, 1 << 22, "synthetic model: feed-forward width (per expert); 0 = the shape's"),
+    K_INT("model.vocab", sim.vocab, 0, 1 << 22, "synthetic model: vocabulary; 0 = the shape's"),
+    K_INT("model.context", sim.context, 0, 1 << 24, "synthetic model: context length; 0 = the shape's"),
+    K_INT("model.experts", sim.experts, 0, 1024, "synthetic model: experts per MoE layer (1 = dense); 0 = the shape's"),
+    K_INT("model.experts_used", sim.experts_used, 0, 1024, "synthetic model: experts per token; 0 = the shape's"),
     K_INT("threads", threads, 0, 1024, "CPU threads; 0 = all cores"),
     K_STR("backend", backend, 0, backend_names, "compute backend"),
     K_STR("sim_device", sim_device, KV_KEY_NONEMPTY, NULL, "sim backend: the GPU to model (h100, a100, ...)"),
     K_BOOL("sim_clock", sim_clock,
            "sim backend: time requests on the simulated device's clock (TTFT, TPOT, throughput as the GPU would "
            "see them); false = host wall time"),
+    K_INT("sim.tp", sim.tp, 1, 64, "synthetic model: tensor-parallel devices (two all-reduces per layer)"),
+    K_INT("sim.pp", sim.pp, 1, 64, "synthetic model: pipeline stages (layers split, micro-batches, a bubble)"),
+    K_INT("sim.ep", sim.ep, 1, 256, "synthetic MoE model: expert-parallel devices (the step waits for the busiest)"),
+    K_DBL("sim.ep_skew", sim.ep_skew, 0, 100, 0, "expert routing skew: the busiest device gets (1 + skew) x its share"),
+    K_INT("sim.microbatches", sim.microbatches, 0, 1024, "pipeline micro-batches per step; 0 = sim.pp"),
+    K_BOOL("sim.cuda_graphs", sim.cuda_graphs, "synthetic model: one graph launch per step instead of one per op"),
+    K_DBL("sim.memory_utilization", sim.memory_utilization, 0, 1, KV_KEY_MIN_OPEN,
+          "fraction of each device's memory for weights + KV + activations + reserve (vLLM's gpu_memory_utilization)"),
+    K_SIZE("sim.reserve", sim.reserve, 0, TIB, "per device: the runtime's own memory (context, workspaces)"),
+    K_DBL("sim.api_price_per_mtok", sim.api_price_per_mtok, 0, 1e6, 0,
+          "$ per million output tokens of a hosted API: bench shows the load above which self-hosting is cheaper; 0 = none"),
+    K_DBL("sim.spec_acceptance", sim.spec_acceptance, 0, 1, 0,
+          "synthetic speculative decoding: probability that a drafted token is accepted"),
+    K_SIZE("sim.device_memory", sim.device_memory, 0, 64 * TIB, "extend the device table: memory per device; 0 = sim_device's"),
+    K_DBL("sim.device_bandwidth", sim.device_bandwidth, 0, 1e6, 0, "memory bandwidth in GB/s; 0 = sim_device's"),
+    K_DBL("sim.device_tflops", sim.device_tflops, 0, 1e6, 0, "dense BF16 TFLOP/s; 0 = sim_device's"),
+    K_DBL("sim.device_usd_per_hour", sim.device_usd_per_hour, 0, 1e6, 0, "$ per device-hour; 0 = sim_device's"),
+    K_DBL("sim.storage_bandwidth", sim.storage_bandwidth, 0, 1e6, KV_KEY_MIN_OPEN,
+          "GB/s the weights load from at a cold start (NVMe, network storage)"),
+    K_BOOL("sim.disaggregated", sim.disaggregated, "separate prefill and decode pools, KV sent between them"),
+    K_INT("sim.prefill_devices", sim.prefill_devices, 0, 64,
+          "disaggregated: tensor-parallel groups in the prefill pool (the rest of sim.tp x ... decode); 0 = 1"),
+    K_BOOL("sim.host_logits", sim.host_logits,
+           "synthetic model: copy every step's logits to the host as the CPU-computed sim does (false: the device "
+           "samples and only ids come back)"),
 
     K_INT("kv.block_size", kv.block_size, 1, 1024, "tokens per KV block"),
     K_SIZE("kv.memory", kv.memory, 0, TIB, "KV cache budget (bytes, or 256MiB, 1GiB, ...); 0 = use kv.blocks"),
@@ -195,6 +235,13 @@ void kv_config_default(kv_config *c) {
     c->spec.min_acceptance = 0.4f;
     c->spec.adaptive = 1;
     c->spec.ngram_n = 3;
+
+    snprintf(c->sim.dtype, sizeof c->sim.dtype, "%s", "fp16");
+    c->sim.tp = c->sim.pp = c->sim.ep = 1;
+    c->sim.memory_utilization = 0.9;
+    c->sim.reserve = 1ull << 30;
+    c->sim.spec_acceptance = 0.7;
+    c->sim.storage_bandwidth = 2.0;
 
     c->sla.ttft_ms = 2000;
     c->sla.tpot_ms = 100;

@@ -129,6 +129,28 @@ typedef struct kv_config {
         int auth_metrics;        /* bool: /metrics needs the key too */
         int shutdown_grace_ms;   /* on SIGINT/SIGTERM, in-flight requests get this long before they are cancelled */
     } server;
+    struct {                     /* synthetic models on the sim backend (engine/synthetic.h, issue 16) */
+        char synthetic[32];      /* model.synthetic: a shape of the table, "custom", or "" = off */
+        char dtype[16];          /* model.dtype: weight format of a synthetic model */
+        int layers, dim, heads, kv_heads, head_dim, ffn_dim, vocab, context, experts, experts_used;
+                                 /* model.<shape key>: override the table's shape; 0 = the table's */
+        int tp, pp, ep;          /* tensor / pipeline / expert parallel degrees (devices = tp * pp * ep...) */
+        double ep_skew;          /* expert routing skew: the busiest expert device gets (1 + skew) x its share */
+        int microbatches;        /* pipeline: micro-batches per step; 0 = pp */
+        int cuda_graphs;         /* bool: one graph launch per step instead of one launch per op */
+        double memory_utilization; /* fraction of each device's memory kvtop may use (0, 1] */
+        uint64_t reserve;        /* bytes per device for the runtime (context, workspaces) */
+        double api_price_per_mtok; /* $ per million output tokens of an API, for the crossover; 0 = none */
+        double spec_acceptance;  /* synthetic speculative decoding: P(a draft token is accepted) */
+        uint64_t device_memory;  /* > 0: override the device's memory (bytes) */
+        double device_bandwidth; /* > 0: override its memory bandwidth (GB/s) */
+        double device_tflops;    /* > 0: override its dense BF16 peak (TFLOP/s) */
+        double device_usd_per_hour; /* > 0: override its price */
+        double storage_bandwidth; /* GB/s the weights load from at a cold start */
+        int disaggregated;       /* bool: separate prefill and decode pools */
+        int prefill_devices;     /* disaggregated: devices (of tp each) in the prefill pool */
+        int host_logits;         /* bool: logits go to the host each step (as with the CPU-computed sim) */
+    } sim;
 } kv_config;
 
 /* The defaults every profile starts from. */

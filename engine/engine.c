@@ -14,6 +14,7 @@
 #include "../base/common.h"
 #include "../base/vec.h"
 #include "engine_internal.h"
+#include "synthetic.h"
 
 double engine_device_s(const kv_engine *e) {
     kv_backend_clock c;
@@ -75,6 +76,8 @@ static int engine_init_sync(kv_engine *e) {
 }
 
 uint64_t engine_activation_bytes(const kv_engine *e) {
+    const kv_synth_plan *p = kv_synth_plan_of(e->synth);
+    if (p) return (uint64_t)(p->activations * p->n_devices); /* on the devices, as planned */
     return kv_forward_activation_bytes(e->fwd) + (uint64_t)e->max_logits * e->n_vocab * sizeof(float);
 }
 
@@ -112,11 +115,13 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     kv_ring_init(&e->ev, sizeof(kv_event), 0);
     e->step_delay_ms = cfg->ui.step_delay_ms;
 
-    e->model = kv_model_load(cfg->model.path, cfg->model.tokenizer[0] ? cfg->model.tokenizer : NULL, err);
+    e->model = cfg->sim.synthetic[0]
+                   ? kv_synth_model_new(cfg, err)
+                   : kv_model_load(cfg->model.path, cfg->model.tokenizer[0] ? cfg->model.tokenizer : NULL, err);
     if (!e->model) goto fail;
     const kv_hparams *hp = &e->model->hp;
     e->n_vocab = hp->n_vocab;
-    if (!e->be) e->be = kv_backend_create_on(cfg->backend, cfg->sim_device, cfg->threads, err);
+    if (!e->be) e->be = kv_synth_backend_new(cfg, err);
     if (!e->be) goto fail;
     /* The virtual clock starts at 0 when the engine is ready; what the
      * setup below charges to the device (weight uploads) is not in it. A
@@ -139,11 +144,22 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     int T = cfg->scheduler.max_batched_tokens;
     int64_t ml = (int64_t)cfg->scheduler.max_seqs * (1 + e->spec_k);
     e->max_logits = (int)KV_MIN(ml, (int64_t)T);
-    e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
-    if (!e->fwd) goto fail;
+    if (e->model->synthetic) {
+        /* no weights, no activations: the plan sizes the KV cache from
+         * the devices' memory, and the blocks are bookkeeping only */
+        e->synth = kv_synth_new(e->model, cfg, e->be, e->block_bytes, cp->block_size, T, e->max_logits, err);
+        if (!e->synth) goto fail;
+        cp->no_storage = 1;
+    } else {
+        e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
+        if (!e->fwd) goto fail;
+    }
     uint64_t kv_memory = cfg->kv.memory;
     const char *kv_key = "kv.memory";
-    if (cfg->kv.blocks == 0 && cfg->memory.budget > 0) {
+    if (e->synth) {
+        kv_memory = 0;
+        kv_key = "sim memory plan";
+    } else if (cfg->kv.blocks == 0 && cfg->memory.budget > 0) {
         /* NOTE: a draft model's weights and cache (spec.method draft_model)
          * come on top of the budget: they are sized after the cache. */
         uint64_t act = engine_activation_bytes(e);
@@ -158,7 +174,9 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
         kv_memory = cfg->memory.budget - fixed;
         kv_key = "memory.budget";
     }
-    cp->n_blocks = cfg->kv.blocks > 0 ? cfg->kv.blocks : kv_cache_blocks_for_bytes(cp, kv_memory);
+    cp->n_blocks = e->synth            ? kv_synth_plan_of(e->synth)->n_blocks
+                   : cfg->kv.blocks > 0 ? cfg->kv.blocks
+                                        : kv_cache_blocks_for_bytes(cp, kv_memory);
     if (cp->n_blocks <= 0) {
         kv_err_set(err, KV_ERR_INVAL, "%s: %llu bytes for the KV cache hold no block of %llu bytes (%d tokens)", kv_key,
                    (unsigned long long)kv_memory, (unsigned long long)e->block_bytes, cp->block_size);
@@ -188,7 +206,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
             goto fail;
         }
     }
-    e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof(float));
+    if (!e->synth) e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof(float));
     e->sampler = kv_sampler_new(e->n_vocab);
     e->metrics = kv_metrics_new(cfg->sla.ttft_ms, cfg->sla.tpot_ms);
     e->piece_cap = (size_t)kv_tokenizer_max_piece(e->model->tok) + 16;
@@ -197,7 +215,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     e->sreqs = malloc((size_t)cfg->scheduler.max_seqs * sizeof *e->sreqs);
     e->pub = kv_snapshot_new();
     e->pub_back = kv_snapshot_new();
-    if (!e->logits || !e->sampler || !e->metrics || !e->piece || !e->bmap || !e->sreqs || !e->pub || !e->pub_back) {
+    if ((!e->logits && !e->synth) || !e->sampler || !e->metrics || !e->piece || !e->bmap || !e->sreqs || !e->pub || !e->pub_back) {
         kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory for %d logit rows of %d", e->max_logits, e->n_vocab);
         goto fail;
     }
@@ -253,6 +271,7 @@ void kv_engine_free(kv_engine *e) {
     free(e->logits);
     free(e->piece);
     kv_forward_free(e->fwd);
+    kv_synth_free(e->synth);
     kv_spec_free(e->spec);
     free(e->items);
     free(e->probs);

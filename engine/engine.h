@@ -287,6 +287,24 @@ typedef struct kv_mem_breakdown {
     kv_backend_mem backend;/* device memory when the backend can tell */
 } kv_mem_breakdown;
 
+/* A synthetic model's devices (model.synthetic on the sim backend): what
+ * one device's memory holds, in bytes (the devices of a plan are alike:
+ * tensor parallel splits weights and KV heads evenly, a pipeline splits
+ * layers), and what the devices cost. valid = 0 for a real model. */
+typedef struct kv_gpu_memory {
+    int valid;
+    char device[32];       /* "h100-sxm" */
+    int n_devices, tp, pp, ep;
+    uint64_t total;        /* one device's memory */
+    uint64_t usable;       /* total x sim.memory_utilization */
+    uint64_t weights;      /* its share of the weights */
+    uint64_t kv_used, kv_cached, kv_free; /* its share of the KV blocks */
+    uint64_t activations;  /* a step's peak */
+    uint64_t reserve;      /* the runtime's (sim.reserve) */
+    double usd_per_hour;   /* all devices */
+    double cold_start_s;   /* all weights over sim.storage_bandwidth */
+} kv_gpu_memory;
+
 typedef struct kv_snapshot {
     uint64_t step;            /* steps done */
     double now_ms;            /* engine clock */
@@ -327,6 +345,8 @@ typedef struct kv_snapshot {
     kv_decision *decisions;
     /* private: capacities of the arrays above */
     int cap_requests, cap_tables, cap_queue, cap_blocks, cap_steps, cap_decisions;
+    /* a synthetic model's device memory (valid = 0 otherwise) */
+    kv_gpu_memory gpu;
 } kv_snapshot;
 
 kv_snapshot *kv_snapshot_new(void);

@@ -31,6 +31,7 @@
 #include "sampler.h"
 #include "scheduler.h"
 #include "spec.h"
+#include "synth_step.h"
 #include "tokenizer.h"
 
 
@@ -154,6 +155,9 @@ struct kv_engine {
     kv_snapshot *hook_snap; /* built after each step for the hook; allocated when the hook is set */
 
     pthread_t thread;
+
+    kv_synth *synth;        /* a synthetic model's step-time model (synth_step.h), NULL otherwise:
+                               then fwd and logits are NULL and steps are timed, not computed */
 };
 
 /* ---- engine.c ---- */

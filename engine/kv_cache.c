@@ -303,9 +303,9 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
         goto fail_nomsg;
     }
     pg->layer_bytes = (size_t)layer_bytes;
-    pg->k = b->ops->alloc(b, (size_t)total);
+    pg->k = p->no_storage ? NULL : b->ops->alloc(b, (size_t)total);
     pg->v = pg->k ? b->ops->alloc(b, (size_t)total) : NULL;
-    if (!pg->k || !pg->v) {
+    if (!p->no_storage && (!pg->k || !pg->v)) {
         kv_err_set(err, KV_ERR_NOMEM, "kv cache: backend '%s' cannot allocate 2 x %.1f MiB for %d blocks",
                    b->ops->name ? b->ops->name : "?", (double)total / (1024.0 * 1024.0), nb);
         goto fail_nomsg;
@@ -337,10 +337,10 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
         !c->parent_gen || !c->gen || !c->tokens || !c->hnext || !c->buckets)
         goto fail;
     if (p->n_swap_blocks > 0) {
-        c->swap = malloc((size_t)swap_bytes);
+        c->swap = p->no_storage ? NULL : malloc((size_t)swap_bytes);
         c->swap_free = malloc((size_t)p->n_swap_blocks * sizeof *c->swap_free);
         c->swap_tokens = calloc((size_t)p->n_swap_blocks * bs, sizeof *c->swap_tokens);
-        if (!c->swap || !c->swap_free || !c->swap_tokens) {
+        if ((!c->swap && !p->no_storage) || !c->swap_free || !c->swap_tokens) {
             kv_err_set(err, KV_ERR_NOMEM, "kv cache: cannot allocate a host swap pool of %d blocks (%.1f MiB)",
                        p->n_swap_blocks, (double)swap_bytes / (1024.0 * 1024.0));
             goto fail_nomsg;
@@ -639,7 +639,11 @@ static uint8_t *swap_block(kv_cache *c, int sid, int layer, int v) {
 
 static void copy_to_host(kv_cache *c, int sid, int blk) {
     kv_backend *b = c->b;
-    for (int l = 0; l < c->p.n_layers; l++) {
+    for (int l = 0; c->p.no_storage && b->ops->download && l < c->p.n_layers; l++) { /* charged, not copied */
+        b->ops->download(b, NULL, NULL, c->blk_bytes);
+        b->ops->download(b, NULL, NULL, c->blk_bytes);
+    }
+    for (int l = 0; !c->p.no_storage && l < c->p.n_layers; l++) {
         size_t off = (size_t)l * c->pages.layer_bytes + (size_t)blk * c->blk_bytes;
         if (b->ops->download) {
             b->ops->download(b, swap_block(c, sid, l, 0), c->pages.k + off, c->blk_bytes);
@@ -653,7 +657,11 @@ static void copy_to_host(kv_cache *c, int sid, int blk) {
 
 static void copy_to_device(kv_cache *c, int blk, int sid) {
     kv_backend *b = c->b;
-    for (int l = 0; l < c->p.n_layers; l++) {
+    for (int l = 0; c->p.no_storage && b->ops->upload && l < c->p.n_layers; l++) {
+        b->ops->upload(b, NULL, NULL, c->blk_bytes);
+        b->ops->upload(b, NULL, NULL, c->blk_bytes);
+    }
+    for (int l = 0; !c->p.no_storage && l < c->p.n_layers; l++) {
         size_t off = (size_t)l * c->pages.layer_bytes + (size_t)blk * c->blk_bytes;
         if (b->ops->upload) {
             b->ops->upload(b, c->pages.k + off, swap_block(c, sid, l, 0), c->blk_bytes);

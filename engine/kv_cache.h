@@ -26,6 +26,10 @@ typedef struct kv_cache_params {
     int n_blocks;        /* physical blocks on the device */
     int prefix_sharing;  /* bool: index full blocks by content and reuse them */
     int n_swap_blocks;   /* blocks in the host swap pool (0 = no swap) */
+    int no_storage;      /* bool: blocks are bookkeeping only (a synthetic model): no K/V pages or
+                            swap pool are allocated; copies and swaps still go through the
+                            backend's copy_block / download / upload with NULL buffers, so a sim
+                            backend charges them */
 } kv_cache_params;
 
 /* Bytes one block takes (K and V, all layers). */

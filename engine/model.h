@@ -64,6 +64,13 @@ typedef struct kv_model {
     size_t map_size;
     float **owned;            /* converted norm vectors etc. */
     int n_owned;
+
+    /* public: a synthetic model (synthetic.h) has shapes only: no weights,
+     * layers NULL, tok made up; the engine times it with synth_step.c */
+    int synthetic;            /* bool */
+    int n_experts;            /* MoE experts per layer; 1 = dense (synthetic only) */
+    int n_experts_used;       /* experts per token (synthetic only) */
+    int weight_dtype;         /* kv_synth_dtype of every matmul weight (synthetic only) */
 } kv_model;
 
 /* Looks at the file at path before anything reads it: refuses a missing

@@ -78,6 +78,29 @@ void engine_snap_row(const kv_engine *e, const ereq *r, kv_snap_request *o) {
 }
 
 /* Builds a snapshot from the live state (state_mu held). */
+/* A synthetic model's per-device memory from its plan and the cache. */
+static void snap_gpu(const kv_engine *e, const kv_cache_stats *cs, kv_gpu_memory *g) {
+    memset(g, 0, sizeof *g);
+    const kv_synth_plan *p = kv_synth_plan_of(e->synth);
+    if (!p) return;
+    g->valid = 1;
+    snprintf(g->device, sizeof g->device, "%s", p->dev->name);
+    g->n_devices = p->n_devices;
+    g->tp = p->tp;
+    g->pp = p->pp;
+    g->ep = p->ep;
+    g->total = (uint64_t)p->device_bytes;
+    g->usable = (uint64_t)p->usable_bytes;
+    g->weights = (uint64_t)p->weights;
+    g->kv_used = (uint64_t)(cs->n_used * p->block_share);
+    g->kv_cached = (uint64_t)(cs->n_cached * p->block_share);
+    g->kv_free = (uint64_t)(cs->n_free * p->block_share);
+    g->activations = (uint64_t)p->activations;
+    g->reserve = (uint64_t)p->reserve;
+    g->usd_per_hour = p->usd_per_hour;
+    g->cold_start_s = p->cold_start_s;
+}
+
 int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
     engine_drain_inbox(e, 0);
     double t = engine_now_ms(e);
@@ -138,6 +161,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
                (uint64_t)e->cache_params.n_blocks * 64 + kv_spec_kv_bytes(e->spec);
     m->budget = e->cfg.kv.blocks == 0 ? e->cfg.memory.budget : 0;
     if (e->be->ops->mem_info) e->be->ops->mem_info(e->be, &m->backend);
+    snap_gpu(e, &cs, &s->gpu);
 
     /* requests: waiting, running, preempted, swapped, then finished */
     int n_req = nrun + nwait + nsw + e->finished.n;

@@ -10,6 +10,7 @@
 #include "../base/utf8.h"
 #include "../base/vec.h"
 #include "engine_internal.h"
+#include "synthetic.h"
 
 /* ---- events ---- */
 
@@ -300,6 +301,10 @@ static int logits_finite(const kv_engine *e, const kv_sreq *s) {
  * (kv_spec_verify). Writes the new tokens to out and returns how many. */
 static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
     kv_sreq *s = &r->s;
+    if (e->synth) { /* a synthetic model: the id follows from the seed, the request and the position */
+        out[0] = kv_synth_token(e->model, e->cfg.workload.seed, s->id, s->n_tokens);
+        return 1;
+    }
     const float *lg = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
     if (s->n_sched_draft > 0 && e->spec) {
         kv_spec_item it = {.r = s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
@@ -405,7 +410,8 @@ static int step_locked(kv_engine *e) {
                       .n_logits = o->n_logits, .logit_rows = o->logit_rows, .n_layers = 0};
         kv_err ferr;
         kv_err_clear(&ferr);
-        int frc = kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
+        int frc = e->synth ? kv_synth_step(e->synth, &b, &ferr)
+                           : kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
         f1 = engine_now_ms(e);
         if (n_items > 0) {
             /* verification's share of the forward: the rows of sequences
@@ -427,7 +433,7 @@ static int step_locked(kv_engine *e) {
             int32_t toks[40]; /* spec.k <= 32 (config.c) */
             int nt = 0;
             int drafted = r->s.n_logits > 0 ? r->s.n_sched_draft : 0;
-            if (r->s.n_logits > 0 && !logits_finite(e, &r->s)) {
+            if (r->s.n_logits > 0 && !e->synth && !logits_finite(e, &r->s)) {
                 engine_finish_req(e, r, KV_FINISH_ERROR,
                                   "the model's logits are not finite (NaN or Inf): check its weights");
                 continue;

@@ -83,3 +83,13 @@ int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out) {
     b->ops->clock(b, out);
     return 1;
 }
+
+int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int launch) {
+    if (!b || !b->ops || !b->ops->charge || !c) return KV_ERR_UNSUPPORTED;
+    b->ops->charge(b, c, launch);
+    return 0;
+}
+
+kv_backend *kv_backend_create_model(const struct kv_sim_device *d, int n_threads, kv_err *err) {
+    return kv_sim_backend_create_custom(d, n_threads, err);
+}

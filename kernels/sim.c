@@ -15,63 +15,12 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* Vendor datasheet figures (dense; the datasheets' larger tensor numbers
- * assume 2:4 structured sparsity and are halved here):
- *   H100 SXM5 80GB: HBM3 3.35 TB/s, BF16 tensor 989 TFLOP/s, FP32 67 TFLOP/s,
- *                   PCIe Gen5 x16 128 GB/s both ways.
- *   A100 80GB SXM:  HBM2e 2,039 GB/s, BF16 tensor 312 TFLOP/s, FP32 19.5
- *                   TFLOP/s, PCIe Gen4 x16 64 GB/s both ways.
- *   L4:             GDDR6 300 GB/s, BF16 tensor 121 TFLOP/s, FP32 30.3
- *                   TFLOP/s, PCIe Gen4 x16 64 GB/s both ways, 24 GB.
- *   GeForce RTX 4090: GDDR6X 1,008 GB/s, BF16 tensor with FP32 accumulate
- *                   165.2 TFLOP/s (Ada whitepaper), FP32 82.6 TFLOP/s,
- *                   PCIe Gen4 x16, 24 GB.
- * NOTE: memory sizes are taken as GiB (what the tools print is close to
- * it), and the 4 us per-op launch cost is an assumption (measured kernel
- * launch plus dependency overheads are a few microseconds), not a datasheet
- * figure. */
-static const kv_sim_device devices[] = {
-    {"h100-sxm", "NVIDIA H100 SXM5 80GB", 3.35e12, 989e12, 67e12, 64e9, 4e-6, (uint64_t)(80 * GIB)},
-    {"a100-80g", "NVIDIA A100 80GB SXM", 2.039e12, 312e12, 19.5e12, 32e9, 4e-6, (uint64_t)(80 * GIB)},
-    {"l4", "NVIDIA L4 24GB", 300e9, 121e12, 30.3e12, 32e9, 4e-6, (uint64_t)(24 * GIB)},
-    {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", 1.008e12, 165.2e12, 82.6e12, 32e9, 4e-6, (uint64_t)(24 * GIB)},
-};
-
-static const struct {
-    const char *alias, *name;
-} aliases[] = {{"h100", "h100-sxm"}, {"a100", "a100-80g"}};
-
-const kv_sim_device *kv_sim_devices(int *count) {
-    if (count) *count = (int)KV_ARRAY_LEN(devices);
-    return devices;
-}
-
-const kv_sim_device *kv_sim_device_find(const char *name) {
-    if (!name) return NULL;
-    for (size_t i = 0; i < KV_ARRAY_LEN(aliases); i++)
-        if (!strcasecmp(name, aliases[i].alias)) name = aliases[i].name;
-    for (size_t i = 0; i < KV_ARRAY_LEN(devices); i++)
-        if (!strcasecmp(name, devices[i].name)) return &devices[i];
-    return NULL;
-}
-
-double kv_sim_roofline_s(const kv_sim_device *d, double bytes, double flops, int tensor) {
-    if (!d) return 0.0;
-    double tm = bytes / d->mem_bw, tc = flops / (tensor ? d->tensor_flops : d->vector_flops);
-    return (tm > tc ? tm : tc) + d->launch_s;
-}
-
-static const char *const kind_names[KV_SIM_KIND_COUNT] = {"matmul", "attention", "other", "transfer"};
-
-const char *kv_sim_kind_name(kv_sim_kind k) {
-    return (int)k >= 0 && k < KV_SIM_KIND_COUNT ? kind_names[k] : "unknown";
-}
-
 /* ---- state --------------------------------------------------------------- */
 
 typedef struct sim_ctx {
     kv_backend *inner;          /* the cpu backend that computes */
-    const kv_sim_device *dev;
+    const kv_sim_device *dev;   /* a table entry, or &own */
+    kv_sim_device own;          /* a caller's device (kv_sim_backend_create_custom) */
     pthread_mutex_t lock;       /* guards the counters below (stats are read from other threads) */
     double elapsed_s;
     double kind_s[KV_SIM_KIND_COUNT];
@@ -92,9 +41,7 @@ typedef struct sim_ctx {
 static sim_ctx *ctx_of(const kv_backend *b) { return (sim_ctx *)b->ctx; }
 static kv_backend *in_of(const kv_backend *b) { return ctx_of(b)->inner; }
 
-static void charge(kv_backend *b, kv_sim_kind kind, double bytes, double flops, int tensor) {
-    sim_ctx *c = ctx_of(b);
-    double t = kv_sim_roofline_s(c->dev, bytes, flops, tensor);
+static void charge_s(sim_ctx *c, kv_sim_kind kind, double t, double bytes, double flops) {
     pthread_mutex_lock(&c->lock);
     c->elapsed_s += t;
     c->kind_s[kind] += t;
@@ -104,14 +51,22 @@ static void charge(kv_backend *b, kv_sim_kind kind, double bytes, double flops, 
     pthread_mutex_unlock(&c->lock);
 }
 
+static void charge_cost(kv_backend *b, kv_sim_cost k) {
+    sim_ctx *c = ctx_of(b);
+    charge_s(c, k.kind, kv_sim_roofline_peak_s(c->dev, k.bytes, k.flops, k.peak, 1), k.bytes, k.flops);
+}
+
 static void charge_transfer(kv_backend *b, size_t bytes) {
     sim_ctx *c = ctx_of(b);
-    double t = (double)bytes / c->dev->link_bw + c->dev->launch_s;
-    pthread_mutex_lock(&c->lock);
-    c->elapsed_s += t;
-    c->kind_s[KV_SIM_TRANSFER] += t;
-    c->kind_ops[KV_SIM_TRANSFER]++;
-    pthread_mutex_unlock(&c->lock);
+    charge_s(c, KV_SIM_TRANSFER, (double)bytes / c->dev->link_bw + c->dev->launch_s, 0.0, 0.0);
+}
+
+void kv_sim_charge(kv_backend *b, const kv_sim_cost *k, int launch) {
+    if (!kv_sim_is(b) || !k || (int)k->kind < 0 || k->kind >= KV_SIM_KIND_COUNT) return;
+    sim_ctx *c = ctx_of(b);
+    int dev_traffic = k->kind != KV_SIM_TRANSFER && k->kind != KV_SIM_COMM;
+    charge_s(c, k->kind, kv_sim_cost_seconds(c->dev, k, launch), dev_traffic ? k->bytes : 0.0,
+             dev_traffic ? k->flops : 0.0);
 }
 
 /* Bytes of a weight as stored: rows ne1 of nb1 bytes (the last one only to
@@ -211,13 +166,16 @@ static void sim_free(kv_backend *b, void *ptr) {
     c->inner->ops->free(c->inner, p);
 }
 
+/* NOTE: upload and download with NULL buffers move nothing and are charged:
+ * a synthetic model's swap (its cache has no storage) costs what a real
+ * one would. */
 static void sim_upload(kv_backend *b, void *dst, const void *src, size_t bytes) {
-    in_of(b)->ops->upload(in_of(b), dst, src, bytes);
+    if (dst && src) in_of(b)->ops->upload(in_of(b), dst, src, bytes);
     charge_transfer(b, bytes);
 }
 
 static void sim_download(kv_backend *b, void *dst, const void *src, size_t bytes) {
-    in_of(b)->ops->download(in_of(b), dst, src, bytes);
+    if (dst && src) in_of(b)->ops->download(in_of(b), dst, src, bytes);
     charge_transfer(b, bytes);
 }
 
@@ -262,59 +220,44 @@ static void sim_matmul(kv_backend *b, const kv_tensor *w, const float *x, float 
     in_of(b)->ops->matmul(in_of(b), w, x, y, n);
     if (!w || n <= 0) return;
     note_weight(b, w);
-    /* Weights are read once for all n rows (the op's contract); x read, y
-     * written in f32. */
-    double K = (double)w->ne0, M = (double)w->ne1;
-    double bytes = tensor_bytes(w) + (double)n * K * 4.0 + (double)n * M * 4.0;
-    charge(b, KV_SIM_MATMUL, bytes, 2.0 * n * K * M, 1);
+    charge_cost(b, kv_sim_cost_matmul(tensor_bytes(w), (double)w->ne0, (double)w->ne1, n, KV_SIM_PEAK_BF16));
 }
 
 static void sim_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
     in_of(b)->ops->get_rows(in_of(b), w, ids, out, n);
     if (!w || n <= 0) return;
     note_weight(b, w);
-    double rs = (double)kv_type_row_size(w->type, w->ne0);
-    charge(b, KV_SIM_OTHER, (double)n * (rs + 4.0 * (double)w->ne0 + 4.0), (double)n * (double)w->ne0, 0);
+    charge_cost(b, kv_sim_cost_get_rows((double)kv_type_row_size(w->type, w->ne0), (double)w->ne0, n));
 }
 
 static void sim_rmsnorm(kv_backend *b, const float *x, const float *weight, float *out, int n, int dim, float eps) {
     in_of(b)->ops->rmsnorm(in_of(b), x, weight, out, n, dim, eps);
-    if (n <= 0 || dim <= 0) return;
-    double e = (double)n * dim;
-    charge(b, KV_SIM_OTHER, 8.0 * e + 4.0 * dim, 4.0 * e, 0);
+    if (n > 0 && dim > 0) charge_cost(b, kv_sim_cost_rmsnorm(n, dim));
 }
 
 static void sim_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
                      float base, int neox) {
     in_of(b)->ops->rope(in_of(b), x, pos, n, n_heads, head_dim, rot_dim, base, neox);
-    if (n <= 0 || n_heads <= 0 || rot_dim <= 0) return;
-    double e = (double)n * n_heads * rot_dim; /* rotated elements: read and written */
-    charge(b, KV_SIM_OTHER, 8.0 * e + 4.0 * n, 3.0 * e, 0);
+    if (n > 0 && n_heads > 0 && rot_dim > 0) charge_cost(b, kv_sim_cost_rope(n, n_heads, rot_dim));
 }
 
 static void sim_silu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
     in_of(b)->ops->silu_mul(in_of(b), gate, up, count);
-    if (count > 0) charge(b, KV_SIM_OTHER, 12.0 * (double)count, 5.0 * (double)count, 0);
+    if (count > 0) charge_cost(b, kv_sim_cost_silu_mul(count));
 }
 
 static void sim_add(kv_backend *b, float *x, const float *y, int64_t count) {
     in_of(b)->ops->add(in_of(b), x, y, count);
-    if (count > 0) charge(b, KV_SIM_OTHER, 12.0 * (double)count, (double)count, 0);
+    if (count > 0) charge_cost(b, kv_sim_cost_add(count));
 }
 
 static void sim_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch *ab, const float *k,
                          const float *v) {
     in_of(b)->ops->kv_store(in_of(b), kv, layer, ab, k, v);
     if (!kv || !ab || ab->n_tokens <= 0) return;
-    double rows = (double)ab->n_tokens * kv->n_kv_heads; /* per K and V */
-    double bytes = 2.0 * rows * (4.0 * kv->head_dim + (double)kv->row_bytes);
-    charge(b, KV_SIM_ATTENTION, bytes, 2.0 * rows * kv->head_dim * 2.0, 0);
+    charge_cost(b, kv_sim_cost_kv_store(ab->n_tokens, kv->n_kv_heads, kv->head_dim, (double)kv->row_bytes));
 }
 
-/* NOTE: the model is a paged flash-attention kernel: each sequence's K/V
- * rows are read once for all of its query tokens in the batch (their
- * longest context), while every query token does its own 4 * ctx * head_dim
- * flops per head (q.k and p.v). */
 static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
                           float *out, int n_heads, float scale) {
     in_of(b)->ops->attention(in_of(b), kv, layer, ab, q, out, n_heads, scale);
@@ -327,34 +270,18 @@ static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv
                      ab->n_seqs, c->seq_cap);
         return;
     }
-    double flops = 0.0, kv_rows = 0.0;
-    for (int i = 0; i < ab->n_tokens; i++) {
-        int s = ab->seq[i];
-        if (s >= 0 && s < ab->n_seqs) c->seq_ctx[s] = 0;
-    }
-    for (int i = 0; i < ab->n_tokens; i++) {
-        int s = ab->seq[i];
-        double ctx = (double)ab->pos[i] + 1.0;
-        flops += ctx * n_heads * (4.0 * kv->head_dim + 5.0); /* + the softmax's few flops per score */
-        if (s >= 0 && s < ab->n_seqs && ab->pos[i] + 1 > c->seq_ctx[s]) c->seq_ctx[s] = ab->pos[i] + 1;
-    }
-    for (int i = 0; i < ab->n_tokens; i++) { /* each sequence once */
-        int s = ab->seq[i];
-        if (s >= 0 && s < ab->n_seqs && c->seq_ctx[s] > 0) {
-            kv_rows += c->seq_ctx[s];
-            c->seq_ctx[s] = 0;
-        }
-    }
-    double bytes = 2.0 * kv_rows * (double)kv->slot_bytes + 2.0 * ab->n_tokens * n_heads * kv->head_dim * 4.0 +
-                   kv_rows / kv->block_size * 4.0;
-    charge(b, KV_SIM_ATTENTION, bytes, flops, 1);
+    double flops, kv_rows;
+    kv_sim_attention_sums(ab, n_heads, kv->head_dim, c->seq_ctx, &flops, &kv_rows);
+    charge_cost(b, kv_sim_cost_attention(flops, kv_rows, ab->n_tokens, n_heads, kv->head_dim, (double)kv->slot_bytes,
+                                         kv->block_size));
 }
 
+/* NOTE: pages without storage (k == NULL: a synthetic model's cache, whose
+ * blocks are bookkeeping only) are charged and not copied. */
 static void sim_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
-    in_of(b)->ops->copy_block(in_of(b), kv, dst, src);
     if (!kv) return;
-    double blk = (double)kv->block_size * (double)kv->slot_bytes;
-    charge(b, KV_SIM_OTHER, 2.0 * 2.0 * kv->n_layers * blk, 0.0, 0); /* K and V, read and written */
+    if (kv->k) in_of(b)->ops->copy_block(in_of(b), kv, dst, src);
+    charge_cost(b, kv_sim_cost_copy_block(kv->n_layers, kv->block_size, (double)kv->slot_bytes));
 }
 
 /* ---- failures, sizing, the clock ----------------------------------------- */
@@ -391,7 +318,10 @@ static void sim_clock(kv_backend *b, kv_backend_clock *out) {
     sim_ctx *c = ctx_of(b);
     out->device = c->dev->name;
     out->elapsed_s = kv_sim_elapsed_s(b);
+    out->model = c->dev;
 }
+
+static void sim_charge(kv_backend *b, const kv_sim_cost *k, int launch) { kv_sim_charge(b, k, launch); }
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
@@ -429,18 +359,12 @@ static const kv_backend_ops sim_ops = {
     .status = sim_status,
     .reserve = sim_reserve,
     .clock = sim_clock,
+    .charge = sim_charge,
 };
 
-kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_err *err) {
-    const kv_sim_device *d = kv_sim_device_find(device ? device : "h100-sxm");
-    if (!d) {
-        char known[256] = "";
-        size_t len = 0;
-        for (size_t i = 0; i < KV_ARRAY_LEN(devices) && len < sizeof known; i++)
-            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", devices[i].name);
-        kv_err_set(err, KV_ERR_INVAL, "sim backend: unknown device '%s' (known: %s)", device, known);
-        return NULL;
-    }
+/* A sim backend on device d (a table entry when own is NULL, else a copy
+ * of *own). */
+static kv_backend *create(const kv_sim_device *d, const kv_sim_device *own, int n_threads, kv_err *err) {
     kv_backend *inner = kv_cpu_backend_create(n_threads, err);
     if (!inner) return NULL;
     kv_backend *b = calloc(1, sizeof *b);
@@ -453,11 +377,58 @@ kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_e
         return NULL;
     }
     c->inner = inner;
-    c->dev = d;
+    if (own) {
+        c->own = *own;
+        c->dev = &c->own;
+    } else {
+        c->dev = d;
+    }
     b->ops = &sim_ops;
     b->ctx = c;
     b->n_threads = inner->n_threads;
     return b;
+}
+
+kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_err *err) {
+    const kv_sim_device *d = kv_sim_device_find(device ? device : "h100-sxm");
+    if (!d) {
+        char known[512] = "";
+        size_t len = 0;
+        int nd = 0;
+        const kv_sim_device *devices = kv_sim_devices(&nd);
+        for (int i = 0; i < nd && len < sizeof known; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", devices[i].name);
+        kv_err_set(err, KV_ERR_INVAL, "sim backend: unknown device '%s' (known: %s)", device, known);
+        return NULL;
+    }
+    return create(d, NULL, n_threads, err);
+}
+
+kv_backend *kv_sim_backend_create_custom(const kv_sim_device *d, int n_threads, kv_err *err) {
+    if (!d || !d->name || !d->label) {
+        kv_err_set(err, KV_ERR_INVAL, "sim backend: a custom device needs a name and a label");
+        return NULL;
+    }
+    const struct {
+        const char *what;
+        double v;
+    } pos[] = {{"memory bandwidth", d->mem_bw}, {"tensor FLOP/s", d->tensor_flops}, {"vector FLOP/s", d->vector_flops},
+               {"host link bandwidth", d->link_bw}, {"memory", (double)d->mem_bytes}};
+    for (size_t i = 0; i < KV_ARRAY_LEN(pos); i++)
+        if (!(pos[i].v > 0) || pos[i].v > 1e30) {
+            kv_err_set(err, KV_ERR_INVAL, "sim backend: device '%s': %s must be positive (got %g)", d->name,
+                       pos[i].what, pos[i].v);
+            return NULL;
+        }
+    if (!(d->bw_frac > 0 && d->bw_frac <= 1) || !(d->flops_frac > 0 && d->flops_frac <= 1) || !(d->launch_s >= 0) ||
+        !(d->usd_per_hour >= 0) || !(d->fp8_flops >= 0) || !(d->int8_flops >= 0) || !(d->peer_bw >= 0) ||
+        !(d->peer_latency_s >= 0)) {
+        kv_err_set(err, KV_ERR_INVAL,
+                   "sim backend: device '%s': fractions must be in (0, 1] and launch, price, peaks and links >= 0",
+                   d->name);
+        return NULL;
+    }
+    return create(NULL, d, n_threads, err);
 }
 
 kv_backend *kv_sim_backend_create(int n_threads, kv_err *err) {

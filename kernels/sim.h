@@ -16,29 +16,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-
-/* A device of the table. Bandwidths and peaks are vendor datasheet figures
- * (dense, i.e. without structured sparsity); launch_s is an assumption. */
-typedef struct kv_sim_device {
-    const char *name;      /* "h100-sxm": what profiles' sim_device names */
-    const char *label;     /* "NVIDIA H100 SXM5 80GB" */
-    double mem_bw;         /* bytes/s, device memory peak bandwidth */
-    double tensor_flops;   /* FLOP/s, dense BF16 tensor cores (FP32 accumulate):
-                              matmul and attention */
-    double vector_flops;   /* FLOP/s, FP32 without tensor cores: element-wise ops */
-    double link_bw;        /* bytes/s, host <-> device, one direction (PCIe) */
-    double launch_s;       /* seconds of fixed cost per op (kernel launch) */
-    uint64_t mem_bytes;    /* device memory */
-} kv_sim_device;
-
-/* What the clock charges each op to. */
-typedef enum kv_sim_kind {
-    KV_SIM_MATMUL = 0,    /* matmul */
-    KV_SIM_ATTENTION = 1, /* attention, kv_store */
-    KV_SIM_OTHER = 2,     /* get_rows, rmsnorm, rope, silu_mul, add, copy_block */
-    KV_SIM_TRANSFER = 3,  /* upload, download (host <-> device) */
-    KV_SIM_KIND_COUNT
-} kv_sim_kind;
+#include "sim_cost.h"
 
 typedef struct kv_sim_stats {
     int valid;                        /* 0: not a sim backend (print N/A) */
@@ -51,20 +29,19 @@ typedef struct kv_sim_stats {
     uint64_t used_bytes;              /* simulated device memory in use */
 } kv_sim_stats;
 
-/* The device table: *count entries (count may be NULL). */
-const kv_sim_device *kv_sim_devices(int *count);
-/* Finds a device by name, case-insensitively; "h100" and "a100" are
- * accepted for "h100-sxm" and "a100-80g". NULL when unknown. */
-const kv_sim_device *kv_sim_device_find(const char *name);
-/* The roofline time of one op: max(bytes / mem_bw, flops / peak) + launch_s,
- * with peak = tensor_flops when tensor != 0, else vector_flops. */
-double kv_sim_roofline_s(const kv_sim_device *d, double bytes, double flops, int tensor);
-
+/* Charges c to b's clock (one op, with its launch cost unless launch is 0).
+ * No-op for other backends. */
+void kv_sim_charge(kv_backend *b, const kv_sim_cost *c, int launch);
 /* Creates a sim backend modelling `device` (NULL: "h100-sxm") whose ops run
  * on a cpu backend of n_threads threads. Returns NULL with err naming the
  * device and listing the known ones when the name is unknown. Freed by
  * kv_backend_free. */
 kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_err *err);
+/* The same for a device described by the caller (a profile's own device):
+ * *d is copied, its strings must be static or outlive the backend. Returns
+ * NULL with err when a figure is not positive or a fraction is not in
+ * (0, 1]. */
+kv_backend *kv_sim_backend_create_custom(const kv_sim_device *d, int n_threads, kv_err *err);
 /* The registry's constructor ("sim"): the h100-sxm. */
 kv_backend *kv_sim_backend_create(int n_threads, kv_err *err);
 
@@ -81,7 +58,6 @@ void kv_sim_reset(kv_backend *b);
 void kv_sim_stats_get(kv_backend *b, kv_sim_stats *out);
 /* The inner cpu backend (borrowed; valid until kv_backend_free), or NULL. */
 kv_backend *kv_sim_inner(kv_backend *b);
-/* Name of a kind: "matmul", "attention", "other", "transfer". */
-const char *kv_sim_kind_name(kv_sim_kind k);
+
 
 #endif

@@ -109,6 +109,11 @@ void chat_submit(app *a, kv_session *s) {
         return;
     }
     s->waiting_engine = 0;
+    if (a->model && a->model->synthetic) {
+        app_note(s, "chat is off: %s has shapes but no weights, so its replies would be made-up ids; "
+                    "F5 injects the profile's workload", a->model->name);
+        return;
+    }
     int first = 0, max_tokens = s->max_tokens;
     int n_tok = 0;
     int32_t *ids = malloc((size_t)a->max_ctx * sizeof *ids);

@@ -29,5 +29,8 @@ int panel_open(WINDOW *w, const kv_view_state *v, const kv_snapshot *s, const ch
 /* The request with this id in the snapshot; NULL when there is none (or
  * no snapshot). Borrowed from s. */
 const kv_snap_request *panel_find_req(const kv_snapshot *s, int64_t id);
+/* The Mem panel of a synthetic model (s->gpu.valid): one device's memory
+ * (panels_gpu.c). */
+void kv_panel_gpu_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s);
 
 #endif

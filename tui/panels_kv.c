@@ -153,6 +153,10 @@ void kv_panel_prefix(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
 /* ---- memory ---- */
 
 void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
+    if (s && s->gpu.valid) { /* a synthetic model: its devices' memory, not the host's */
+        kv_panel_gpu_mem(w, v, s);
+        return;
+    }
     char extra[64] = "";
     if (s && s->mem.backend.valid) {
         char u[16], t[16];

@@ -41,13 +41,22 @@ static int near(double a, double b) { return fabs(a - b) <= 1e-12 * fmax(fabs(a)
 static void test_sim_devices(void) {
     int n = 0;
     const kv_sim_device *d = kv_sim_devices(&n);
-    CHECK(n == 4);
-    const char *want[] = {"h100-sxm", "a100-80g", "l4", "rtx4090"};
-    for (int i = 0; i < 4 && i < n; i++) {
+    CHECK(n == 10);
+    const char *want[] = {"h100-sxm", "a100-80g", "l4",       "rtx4090",  "h200",
+                          "a100-40g", "l40s",     "mi300x",   "phone-8g", "apple-m3-max"};
+    for (int i = 0; i < 10 && i < n; i++) {
         CHECK(!strcmp(d[i].name, want[i]));
         CHECK(kv_sim_device_find(want[i]) == &d[i]);
-        CHECK(d[i].mem_bw > 1e11 && d[i].tensor_flops > 1e13 && d[i].vector_flops > 1e12 && d[i].link_bw > 1e9);
+        CHECK(d[i].mem_bw > 5e10 && d[i].tensor_flops > 1e12 && d[i].vector_flops > 1e12 && d[i].link_bw > 1e9);
+        /* every figure has its source; fractions are fractions; only owned devices have no price */
+        CHECK(d[i].source && strlen(d[i].source) > 20 && d[i].label);
+        CHECK(d[i].bw_frac > 0.5 && d[i].bw_frac <= 1 && d[i].flops_frac > 0.3 && d[i].flops_frac <= 1);
+        CHECK(d[i].usd_per_hour > 0 || strstr(d[i].name, "phone") || strstr(d[i].name, "apple"));
+        CHECK(d[i].fp8_flops == 0 || d[i].fp8_flops >= d[i].tensor_flops);
     }
+    CHECK(kv_sim_device_find("mi300x")->mem_bytes == 192ull << 30 && kv_sim_device_find("h200")->mem_bw == 4.8e12);
+    CHECK(kv_sim_peak_flops(kv_sim_device_find("a100-80g"), KV_SIM_PEAK_FP8) == 312e12); /* no FP8: BF16 peak */
+    CHECK(kv_sim_peak_flops(kv_sim_device_find("h100"), KV_SIM_PEAK_FP8) == 1979e12);
     const kv_sim_device *h = kv_sim_device_find("H100-SXM");
     REQUIRE(h);
     CHECK(h->mem_bw == 3.35e12 && h->tensor_flops == 989e12 && h->mem_bytes == 80ull << 30);
@@ -284,8 +293,9 @@ static void test_sim_clock_matmul(void) {
     /* q8_0: 34 bytes per 32 weights, read once; x read and y written in f32 */
     double bytes = (double)M * (K / 32) * 34 + (double)n * K * 4 + (double)n * M * 4;
     double flops = 2.0 * n * K * M;
-    double want = fmax(bytes / 3.35e12, flops / 989e12) + d->launch_s;
-    CHECK(bytes / 3.35e12 > flops / 989e12); /* this one is memory bound */
+    double bw = 3.35e12 * d->bw_frac, peak = 989e12 * d->flops_frac; /* achievable */
+    double want = fmax(bytes / bw, flops / peak) + d->launch_s;
+    CHECK(bytes / bw > flops / peak); /* this one is memory bound */
     double got = kv_sim_elapsed_s(b);
     CHECKF(near(got, want), "matmul: %.6g s, want %.6g s", got, want);
     kv_sim_stats st;
@@ -320,10 +330,13 @@ static void test_sim_roofline(void) {
     const kv_sim_device *h = kv_sim_device_find("h100-sxm"), *l4 = kv_sim_device_find("l4");
     REQUIRE(h && l4);
     /* compute bound: 1 GFLOP on 1 MB */
-    CHECK(near(kv_sim_roofline_s(h, 1e6, 1e9, 1), 1e9 / 989e12 + h->launch_s));
-    CHECK(near(kv_sim_roofline_s(h, 1e6, 1e9, 0), 1e9 / 67e12 + h->launch_s));
+    CHECK(near(kv_sim_roofline_s(h, 1e6, 1e9, 1), 1e9 / (989e12 * h->flops_frac) + h->launch_s));
+    CHECK(near(kv_sim_roofline_s(h, 1e6, 1e9, 0), 1e9 / 67e12 + h->launch_s)); /* vector ops: their peak */
     /* memory bound: 1 GB with few flops */
-    CHECK(near(kv_sim_roofline_s(l4, 1e9, 1e6, 1), 1e9 / 300e9 + l4->launch_s));
+    CHECK(near(kv_sim_roofline_s(l4, 1e9, 1e6, 1), 1e9 / (300e9 * l4->bw_frac) + l4->launch_s));
+    /* peaks per dtype, and no launch cost inside a graph */
+    CHECK(near(kv_sim_roofline_peak_s(h, 1e6, 1e9, KV_SIM_PEAK_FP8, 0), 1e9 / (1979e12 * h->flops_frac)));
+    CHECK(near(kv_sim_roofline_peak_s(h, 1e6, 1e9, KV_SIM_PEAK_BF16, 1), kv_sim_roofline_s(h, 1e6, 1e9, 1)));
     /* the same decode-sized matmul: the L4 is slower by about the bandwidth ratio */
     double th = kv_sim_roofline_s(h, 1e8, 2e8, 1), tl = kv_sim_roofline_s(l4, 1e8, 2e8, 1);
     CHECK(tl / th > 9.5 && tl / th < 11.2);

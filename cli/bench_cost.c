@@ -1,0 +1,105 @@
+/* bench_cost.c - cost and per-device memory of a synthetic run (see
+ * bench_cost.h). Money follows the simulated clock: the devices are rented
+ * for the simulated seconds the run took. */
+#include "bench_cost.h"
+
+#include <math.h>
+#include <string.h>
+
+#define GB 1e9
+
+void kv_bench_cost_of(const kv_bench_result *r, kv_bench_cost *out) {
+    memset(out, 0, sizeof *out);
+    const kv_metrics_summary *m = &r->m;
+    if (!r->gpu.valid || !(m->sim_device_s > 0) || !(r->gpu.usd_per_hour > 0)) return;
+    out->valid = 1;
+    out->usd_per_hour = r->gpu.usd_per_hour;
+    double usd = r->gpu.usd_per_hour * m->sim_device_s / 3600.0; /* the run's bill */
+    if (m->sim_tokens_out > 0) out->usd_per_million_output_tokens = usd / (double)m->sim_tokens_out * 1e6;
+    if (r->completed > 0) out->usd_per_request = usd / (double)r->completed;
+    /* NOTE: goodput tokens are counted as the output tokens times the
+     * fraction of requests within the SLA (the bench keeps no per-request
+     * SLA verdict); exact when requests are of one length. */
+    double good = (double)m->sim_tokens_out * m->sla_attainment;
+    if (good > 0) out->usd_per_million_goodput_tokens = usd / good * 1e6;
+    out->api_price_per_mtok = r->cfg.sim.api_price_per_mtok;
+    if (out->api_price_per_mtok > 0)
+        out->crossover_output_tokens_per_s = r->gpu.usd_per_hour * 1e6 / (3600.0 * out->api_price_per_mtok);
+}
+
+void kv_bench_print_cost(FILE *f, const kv_bench_result *r) {
+    const kv_gpu_memory *g = &r->gpu;
+    if (!g->valid) return;
+    fprintf(f, "devices        %d x %s (tp %d, pp %d, ep %d); per device of %.1f GB (%.1f usable): weights %.1f GB, "
+               "KV %.1f GB (used %.1f, cached %.1f, free %.1f), activations %.2f GB, reserve %.1f GB\n",
+            g->n_devices, g->device, g->tp, g->pp, g->ep, g->total / GB, g->usable / GB, g->weights / GB,
+            (g->kv_used + g->kv_cached + g->kv_free) / GB, g->kv_used / GB, g->kv_cached / GB, g->kv_free / GB,
+            g->activations / GB, g->reserve / GB);
+    fprintf(f, "cold start     %.1f s to load the weights at sim.storage_bandwidth %.1f GB/s\n", g->cold_start_s,
+            r->cfg.sim.storage_bandwidth);
+    kv_bench_cost c;
+    kv_bench_cost_of(r, &c);
+    if (!c.valid) {
+        fprintf(f, "cost           N/A (the device has no rental price: sim.device_usd_per_hour sets one)\n");
+        return;
+    }
+    fprintf(f, "cost           $%.2f/h for the devices: $%.3f per million output tokens, $%.5f per request, $%.3f per "
+               "million tokens within the SLA\n",
+            c.usd_per_hour, c.usd_per_million_output_tokens, c.usd_per_request, c.usd_per_million_goodput_tokens);
+    if (c.api_price_per_mtok > 0) {
+        double load = r->m.sim_output_tokens_per_s;
+        fprintf(f, "vs API         at $%.2f per million tokens self-hosting is cheaper above %.0f output tok/s "
+                   "sustained; this run sustained %.0f (%s)\n",
+                c.api_price_per_mtok, c.crossover_output_tokens_per_s, load,
+                load > c.crossover_output_tokens_per_s ? "cheaper to self-host" : "cheaper to use the API");
+    }
+}
+
+static void num(kv_json_writer *w, const char *k, double v) {
+    kv_json_write_key(w, k);
+    kv_json_write_number(w, v);
+}
+
+static void uint_(kv_json_writer *w, const char *k, uint64_t v) {
+    kv_json_write_key(w, k);
+    kv_json_write_uint(w, v);
+}
+
+void kv_bench_json_cost(kv_json_writer *w, const kv_bench_result *r) {
+    const kv_gpu_memory *g = &r->gpu;
+    if (!g->valid) return;
+    kv_bench_cost c;
+    kv_bench_cost_of(r, &c);
+    num(w, "usd_per_hour", g->usd_per_hour);
+    num(w, "usd_per_million_output_tokens", c.usd_per_million_output_tokens);
+    num(w, "usd_per_request", c.usd_per_request);
+    num(w, "usd_per_million_goodput_tokens", c.usd_per_million_goodput_tokens);
+    num(w, "api_price_per_mtok", c.api_price_per_mtok);
+    num(w, "crossover_output_tokens_per_s", c.crossover_output_tokens_per_s);
+    num(w, "cold_start_s", g->cold_start_s);
+    kv_json_write_key(w, "gpu_memory");
+    kv_json_write_begin_object(w);
+    kv_json_write_key(w, "device");
+    kv_json_write_string(w, g->device);
+    uint_(w, "n_devices", (uint64_t)g->n_devices);
+    uint_(w, "tp", (uint64_t)g->tp);
+    uint_(w, "pp", (uint64_t)g->pp);
+    uint_(w, "ep", (uint64_t)g->ep);
+    kv_json_write_key(w, "per_device");
+    kv_json_write_begin_array(w);
+    for (int i = 0; i < g->n_devices; i++) {
+        kv_json_write_begin_object(w);
+        uint_(w, "index", (uint64_t)i);
+        uint_(w, "total", g->total);
+        uint_(w, "usable", g->usable);
+        uint_(w, "weights", g->weights);
+        uint_(w, "kv_used", g->kv_used);
+        uint_(w, "kv_cached", g->kv_cached);
+        uint_(w, "kv_free", g->kv_free);
+        uint_(w, "activations", g->activations);
+        uint_(w, "reserve", g->reserve);
+        kv_json_write_end_object(w);
+    }
+    kv_json_write_end_array(w);
+    kv_json_write_end_object(w);
+}

@@ -1,0 +1,340 @@
+/* synth_step.c - a synthetic model's memory plan and step time (see
+ * synth_step.h). The op sequence of one layer is forward.c's; the cost of
+ * each op is the sim backend's (kv_sim_cost_*), divided over the devices
+ * that share it. */
+#include "synth_step.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synthetic.h"
+
+#define GB 1e9
+#define LAYER_OPS 20 /* ops charged per layer at most */
+
+struct kv_synth {
+    const kv_model *m;       /* borrowed */
+    kv_backend *b;           /* borrowed: the sim backend */
+    kv_synth_plan plan;
+    kv_synth_dtype dt;
+    kv_sim_peak peak;        /* the matmuls' peak for dt */
+    int microbatches;        /* pipeline micro-batches (>= 1) */
+    int graphs;              /* bool: sim.cuda_graphs */
+    int host_logits;         /* bool: sim.host_logits */
+    double ep_skew;
+    int qh, kvh, ffn_t, vocab_t; /* per device: query heads, KV heads, FFN width, head rows */
+    int ffn_e;               /* MoE: FFN width of an expert as one device holds it */
+    double kv_row_bytes;     /* one (token, kv head) row in kv.dtype */
+    int block_size;
+    int max_tokens, max_logits;
+    int32_t *seq_ctx;        /* (max_tokens) scratch of kv_sim_attention_sums */
+};
+
+/* ceil(a / b) for positive ints */
+static int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+static kv_sim_peak peak_of(kv_synth_dtype d) {
+    return d == KV_SYNTH_FP8 ? KV_SIM_PEAK_FP8 : d == KV_SYNTH_INT8 ? KV_SIM_PEAK_INT8 : KV_SIM_PEAK_BF16;
+}
+
+/* Bytes of the expert FFN weights of all layers (0 for a dense model). */
+static double expert_bytes(const kv_model *m, kv_synth_dtype dt) {
+    const kv_hparams *hp = &m->hp;
+    if (m->n_experts <= 1) return 0.0;
+    return (double)hp->n_layers * m->n_experts *
+           (2.0 * hp->ffn_dim * kv_synth_row_bytes(dt, hp->dim) + hp->dim * kv_synth_row_bytes(dt, hp->ffn_dim));
+}
+
+static int check_parallel(const kv_model *m, const kv_config *cfg, kv_err *err) {
+    const kv_hparams *hp = &m->hp;
+    if (cfg->sim.tp > hp->n_heads)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.tp: %d devices for %d attention heads", cfg->sim.tp, hp->n_heads);
+    if (cfg->sim.pp > hp->n_layers)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.pp: %d stages for %d layers", cfg->sim.pp, hp->n_layers);
+    if (cfg->sim.ep > 1 && m->n_experts <= 1)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %s is dense (no experts to spread)", m->name);
+    if (cfg->sim.ep > 1 && cfg->sim.ep != cfg->sim.tp)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "sim.ep: experts are spread over the tensor-parallel group (as vLLM's expert parallel "
+                          "does): sim.ep must be 1 or equal sim.tp (%d)", cfg->sim.tp);
+    if (cfg->sim.ep > m->n_experts)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d devices for %d experts", cfg->sim.ep, m->n_experts);
+    if (cfg->sim.disaggregated)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "sim.disaggregated: separate prefill/decode pools are not modelled yet (issue 16)");
+    if (cfg->spec.method != KV_SPEC_OFF)
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "spec.method: speculative decoding is not modelled on a synthetic model yet (drafts need a "
+                          "draft model's logits)");
+    return 0;
+}
+
+kv_backend *kv_synth_backend_new(const kv_config *cfg, kv_err *err) {
+    int custom = cfg->sim.device_memory > 0 || cfg->sim.device_bandwidth > 0 || cfg->sim.device_tflops > 0 ||
+                 cfg->sim.device_usd_per_hour > 0;
+    if (strcmp(cfg->backend, "sim") != 0 || !custom)
+        return kv_backend_create_on(cfg->backend, cfg->sim_device, cfg->threads, err);
+    const kv_sim_device *base = kv_sim_device_find(cfg->sim_device);
+    if (!base) /* the sim backend's own message lists the devices */
+        return kv_backend_create_on(cfg->backend, cfg->sim_device, cfg->threads, err);
+    kv_sim_device d = *base;
+    d.label = "a profile's device (sim.device_* over sim_device)";
+    if (cfg->sim.device_memory > 0) d.mem_bytes = cfg->sim.device_memory;
+    if (cfg->sim.device_bandwidth > 0) d.mem_bw = cfg->sim.device_bandwidth * GB;
+    if (cfg->sim.device_tflops > 0) d.tensor_flops = cfg->sim.device_tflops * 1e12;
+    if (cfg->sim.device_usd_per_hour > 0) d.usd_per_hour = cfg->sim.device_usd_per_hour;
+    d.source = "the profile's sim.device_* keys";
+    return kv_backend_create_model(&d, cfg->threads, err);
+}
+
+/* Memory of one device; refuses what does not fit, with the numbers. */
+static int plan_memory(kv_synth *s, const kv_config *cfg, uint64_t block_bytes, kv_err *err) {
+    const kv_model *m = s->m;
+    const kv_hparams *hp = &m->hp;
+    kv_synth_plan *p = &s->plan;
+    const kv_sim_device *d = p->dev;
+    int tp = p->tp, pp = p->pp;
+    p->device_bytes = (double)d->mem_bytes;
+    p->usable_bytes = p->device_bytes * cfg->sim.memory_utilization;
+    double ex = expert_bytes(m, s->dt);
+    p->weights = ((double)m->weight_bytes - ex) / (tp * pp) + ex / ((p->ep > 1 ? p->ep : tp) * pp);
+    double row = 2.0 * hp->dim + (2.0 * s->qh + 2.0 * s->kvh) * hp->head_dim + 2.0 * s->ffn_t;
+    p->activations = (double)s->max_tokens * row * 2.0 + (double)s->max_logits * s->vocab_t * 4.0;
+    p->reserve = (double)cfg->sim.reserve;
+    /* a device holds its KV heads of its stage's layers */
+    p->block_share = (double)block_bytes * ((double)s->kvh / hp->n_kv_heads) *
+                     ((double)cdiv(hp->n_layers, pp) / hp->n_layers);
+    p->kv = p->usable_bytes - p->weights - p->activations - p->reserve;
+    const char *name = m->path + strlen("synthetic:");
+    if (p->weights > p->usable_bytes || p->kv < p->block_share) {
+        int need = (int)ceil(((double)m->weight_bytes) / (p->usable_bytes - p->activations - p->reserve));
+        return kv_err_set(err, KV_ERR_INVAL,
+                          "%s %s needs %.1f GB of weights (%.1f B parameters); %d x %s holds %.1f GB each, %.1f GB "
+                          "usable at sim.memory_utilization %.2f, and a device's share is %.1f GB of weights + %.1f GB "
+                          "of activations + %.1f GB of reserve, leaving no room for the KV cache: use sim.tp x sim.pp "
+                          ">= %d devices, a smaller model.dtype or a larger sim_device",
+                          name, kv_synth_dtype_name(s->dt), (double)m->weight_bytes / GB, (double)m->n_params / 1e9,
+                          p->n_devices, d->name, p->device_bytes / GB, p->usable_bytes / GB,
+                          cfg->sim.memory_utilization, p->weights / GB, p->activations / GB, p->reserve / GB,
+                          need > p->n_devices ? need : p->n_devices + 1);
+    }
+    double nb = floor(p->kv / p->block_share);
+    if (cfg->kv.blocks > 0) {
+        if ((double)cfg->kv.blocks > nb)
+            return kv_err_set(err, KV_ERR_INVAL,
+                              "kv.blocks: %d blocks need %.1f GB per device; %s has %.1f GB left for the KV cache",
+                              cfg->kv.blocks, cfg->kv.blocks * p->block_share / GB, d->name, p->kv / GB);
+        nb = cfg->kv.blocks;
+    }
+    p->n_blocks = nb > 16777216.0 ? 16777216 : (int)nb;
+    p->kv = p->n_blocks * p->block_share;
+    p->usd_per_hour = p->n_devices * d->usd_per_hour;
+    p->cold_start_s = (double)m->weight_bytes / (cfg->sim.storage_bandwidth * GB);
+    return 0;
+}
+
+kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, uint64_t block_bytes, int block_size,
+                       int max_tokens, int max_logits, kv_err *err) {
+    if (!m || !m->synthetic || !cfg || max_tokens <= 0 || max_logits <= 0 || block_size <= 0) {
+        kv_err_set(err, KV_ERR_INVAL, "synthetic: bad arguments");
+        return NULL;
+    }
+    kv_backend_clock clk;
+    const kv_sim_device *dev = kv_backend_clock_get(b, &clk) && b->ops->charge ? clk.model : NULL;
+    if (!dev) {
+        kv_err_set(err, KV_ERR_INVAL, "model.synthetic: needs backend: sim (a synthetic model has no weights to "
+                   "compute with; it is timed on a simulated device)");
+        return NULL;
+    }
+    if (check_parallel(m, cfg, err)) return NULL;
+    kv_synth *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->seq_ctx = calloc((size_t)max_tokens, sizeof *s->seq_ctx);
+    if (!s->seq_ctx) goto oom;
+    const kv_hparams *hp = &m->hp;
+    s->m = m;
+    s->b = b;
+    s->dt = (kv_synth_dtype)m->weight_dtype;
+    s->peak = peak_of(s->dt);
+    s->graphs = cfg->sim.cuda_graphs;
+    s->host_logits = cfg->sim.host_logits;
+    s->ep_skew = cfg->sim.ep_skew;
+    s->max_tokens = max_tokens;
+    s->max_logits = max_logits;
+    s->block_size = block_size;
+    s->kv_row_bytes = (double)kv_cache_row_bytes(cfg->kv.dtype, hp->head_dim);
+    kv_synth_plan *p = &s->plan;
+    p->dev = dev;
+    p->tp = cfg->sim.tp;
+    p->pp = cfg->sim.pp;
+    p->ep = cfg->sim.ep;
+    p->n_devices = p->tp * p->pp;
+    s->microbatches = cfg->sim.microbatches > 0 ? cfg->sim.microbatches : p->pp;
+    s->qh = cdiv(hp->n_heads, p->tp);
+    s->kvh = cdiv(hp->n_kv_heads, p->tp); /* fewer KV heads than devices: replicated */
+    s->ffn_t = cdiv(hp->ffn_dim, p->tp);
+    s->ffn_e = p->ep > 1 ? hp->ffn_dim : s->ffn_t;
+    s->vocab_t = cdiv(hp->n_vocab, p->tp);
+    if (plan_memory(s, cfg, block_bytes, err)) {
+        kv_synth_free(s);
+        return NULL;
+    }
+    return s;
+oom:
+    kv_synth_free(s);
+    kv_err_set(err, KV_ERR_NOMEM, "synthetic: out of memory");
+    return NULL;
+}
+
+void kv_synth_free(kv_synth *s) {
+    if (!s) return;
+    free(s->seq_ctx);
+    free(s);
+}
+
+const kv_synth_plan *kv_synth_plan_of(const kv_synth *s) { return s ? &s->plan : NULL; }
+
+/* ---- the step ------------------------------------------------------------ */
+
+/* A ring all-reduce of bytes over t devices: 2 (t - 1) steps of bytes / t
+ * each over the peer link, plus a latency per step. */
+static double allreduce_s(const kv_sim_device *d, int t, double bytes) {
+    if (t <= 1) return 0.0;
+    double bw = d->peer_bw > 0 ? d->peer_bw : d->link_bw;
+    return 2.0 * (t - 1) / t * bytes / bw + 2.0 * (t - 1) * d->peer_latency_s;
+}
+
+/* An all-to-all where each of t devices sends bytes, (t - 1) / t of them away. */
+static double alltoall_s(const kv_sim_device *d, int t, double bytes) {
+    if (t <= 1) return 0.0;
+    double bw = d->peer_bw > 0 ? d->peer_bw : d->link_bw;
+    return (t - 1.0) / t * bytes / bw + d->peer_latency_s;
+}
+
+/* The MoE feed-forward on the busiest device: n tokens route to top-k of E
+ * experts, E / ep of them on each device; the busiest gets (1 + skew) x
+ * its share of the n * k assignments (at most n per local expert), and
+ * reads each local expert that at least one of them hit (expected count
+ * for uniform routing among its experts). */
+static int moe_ops(const kv_synth *s, int n, kv_sim_cost *ops) {
+    const kv_hparams *hp = &s->m->hp;
+    int ep = s->plan.ep, E = s->m->n_experts, k = s->m->n_experts_used, nops = 0;
+    double el = (double)E / ep, assign = (double)n * k / ep * (ep > 1 ? 1.0 + s->ep_skew : 1.0);
+    if (assign > n * el) assign = n * el;
+    double hit = el * (1.0 - pow(1.0 - 1.0 / el, assign));
+    int rows = (int)ceil(assign);
+    double rb = kv_synth_row_bytes(s->dt, hp->dim), rbf = kv_synth_row_bytes(s->dt, s->ffn_e);
+    ops[nops++] = kv_sim_cost_matmul(rb * E, hp->dim, E, n, s->peak); /* the router */
+    ops[nops++] = kv_sim_cost_matmul(hit * s->ffn_e * rb, hp->dim, s->ffn_e, rows, s->peak);
+    ops[nops++] = kv_sim_cost_matmul(hit * s->ffn_e * rb, hp->dim, s->ffn_e, rows, s->peak);
+    ops[nops++] = kv_sim_cost_silu_mul((int64_t)rows * s->ffn_e);
+    ops[nops++] = kv_sim_cost_matmul(hit * hp->dim * rbf, s->ffn_e, hp->dim, rows, s->peak);
+    return nops;
+}
+
+/* One layer's ops for n tokens on one device, in forward.c's order; comm:
+ * the seconds of its collectives. attn_flops, kv_rows: the batch's sums. */
+static int layer_ops(const kv_synth *s, int n, double attn_flops, double kv_rows, kv_sim_cost *ops,
+                     double *comm /* OUT */) {
+    const kv_hparams *hp = &s->m->hp;
+    const kv_sim_device *d = s->plan.dev;
+    int nops = 0, tp = s->plan.tp, hd = hp->head_dim, qd = s->qh * hd, kvd = s->kvh * hd;
+    double rb = kv_synth_row_bytes(s->dt, hp->dim);
+    ops[nops++] = kv_sim_cost_rmsnorm(n, hp->dim);
+    ops[nops++] = kv_sim_cost_matmul(rb * qd, hp->dim, qd, n, s->peak);
+    ops[nops++] = kv_sim_cost_matmul(rb * kvd, hp->dim, kvd, n, s->peak);
+    ops[nops++] = kv_sim_cost_matmul(rb * kvd, hp->dim, kvd, n, s->peak);
+    ops[nops++] = kv_sim_cost_rope(n, s->qh, hp->rot_dim);
+    ops[nops++] = kv_sim_cost_rope(n, s->kvh, hp->rot_dim);
+    ops[nops++] = kv_sim_cost_kv_store(n, s->kvh, hd, s->kv_row_bytes);
+    ops[nops++] = kv_sim_cost_attention(attn_flops, kv_rows, n, s->qh, hd, s->kvh * s->kv_row_bytes, s->block_size);
+    ops[nops++] = kv_sim_cost_matmul(kv_synth_row_bytes(s->dt, qd) * hp->dim, qd, hp->dim, n, s->peak);
+    ops[nops++] = kv_sim_cost_add((int64_t)n * hp->dim);
+    ops[nops++] = kv_sim_cost_rmsnorm(n, hp->dim);
+    double act = (double)n * hp->dim * 2.0; /* the residual stream in 16 bits */
+    *comm = allreduce_s(d, tp, act);          /* after the attention output projection */
+    if (s->m->n_experts > 1) {
+        nops += moe_ops(s, n, ops + nops);
+        *comm += s->plan.ep > 1 ? 2.0 * alltoall_s(d, s->plan.ep, act * s->m->n_experts_used / s->plan.ep)
+                                : allreduce_s(d, tp, act);
+    } else {
+        ops[nops++] = kv_sim_cost_matmul(rb * s->ffn_t, hp->dim, s->ffn_t, n, s->peak);
+        ops[nops++] = kv_sim_cost_matmul(rb * s->ffn_t, hp->dim, s->ffn_t, n, s->peak);
+        ops[nops++] = kv_sim_cost_silu_mul((int64_t)n * s->ffn_t);
+        ops[nops++] = kv_sim_cost_matmul(kv_synth_row_bytes(s->dt, s->ffn_t) * hp->dim, s->ffn_t, hp->dim, n, s->peak);
+        *comm += allreduce_s(d, tp, act); /* after the down projection */
+    }
+    ops[nops++] = kv_sim_cost_add((int64_t)n * hp->dim);
+    return nops;
+}
+
+/* Charges seconds of kind k (no launch). */
+static void charge_seconds(kv_backend *b, kv_sim_kind k, double seconds) {
+    kv_sim_cost c = {.kind = k, .peak = KV_SIM_PEAK_VECTOR, .seconds = seconds};
+    kv_backend_charge(b, &c, 0);
+}
+
+/* Charges a host <-> device transfer of bytes. */
+static void charge_transfer(kv_backend *b, double bytes) {
+    kv_sim_cost c = {.kind = KV_SIM_TRANSFER, .bytes = bytes, .peak = KV_SIM_PEAK_VECTOR};
+    kv_backend_charge(b, &c, 1);
+}
+
+static void charge_ops(kv_synth *s, const kv_sim_cost *ops, int nops, double comm, int times) {
+    for (int t = 0; t < times; t++) {
+        for (int i = 0; i < nops; i++) kv_backend_charge(s->b, &ops[i], !s->graphs);
+        if (comm > 0) charge_seconds(s->b, KV_SIM_COMM, comm);
+    }
+}
+
+int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
+    if (!s || !bt) return kv_err_set(err, KV_ERR_INVAL, "synthetic step: bad arguments");
+    const kv_hparams *hp = &s->m->hp;
+    const int n = bt->n_tokens;
+    if (n <= 0 || n > s->max_tokens || bt->n_logits < 0 || bt->n_logits > s->max_logits || bt->ab.n_seqs > n ||
+        bt->ab.n_seqs < 0 || !bt->ab.pos || !bt->ab.seq)
+        return kv_err_set(err, KV_ERR_INVAL, "synthetic step: %d tokens, %d logits, %d sequences (limits %d, %d)", n,
+                          bt->n_logits, bt->ab.n_seqs, s->max_tokens, s->max_logits);
+    kv_backend *b = s->b;
+    const kv_sim_device *d = s->plan.dev;
+    int pp = s->plan.pp, mb = pp > 1 ? s->microbatches : 1;
+    if (mb > n) mb = n;
+    kv_sim_cost ops[LAYER_OPS];
+    if (s->graphs) charge_seconds(b, KV_SIM_OTHER, d->launch_s); /* one graph launch */
+    charge_transfer(b, (double)n * sizeof(int32_t));               /* token ids up */
+    ops[0] = kv_sim_cost_get_rows(kv_synth_row_bytes(s->dt, hp->dim), hp->dim, n);
+    charge_ops(s, ops, 1, 0.0, 1);
+    double attn_flops, kv_rows;
+    kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, s->seq_ctx, &attn_flops, &kv_rows);
+    if (pp <= 1) {
+        double comm;
+        int nops = layer_ops(s, n, attn_flops, kv_rows, ops, &comm);
+        charge_ops(s, ops, nops, comm, hp->n_layers);
+    } else {
+        /* GPipe-style: mb micro-batches through pp stages of L / pp layers
+         * take mb + pp - 1 stage slots; each boundary but the last sends a
+         * micro-batch's activations to the next stage. */
+        int nm = cdiv(n, mb), ls = cdiv(hp->n_layers, pp);
+        double comm;
+        int nops = layer_ops(s, nm, attn_flops / mb, kv_rows / mb, ops, &comm);
+        charge_ops(s, ops, nops, comm, ls * (mb + pp - 1));
+        double bw = d->peer_bw > 0 ? d->peer_bw : d->link_bw;
+        charge_seconds(b, KV_SIM_COMM, (mb + pp - 2) * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
+    }
+    if (bt->n_logits > 0) {
+        int nl = bt->n_logits;
+        charge_transfer(b, (double)nl * sizeof(int32_t)); /* logit rows up */
+        ops[0] = kv_sim_cost_get_rows((double)hp->dim * sizeof(float), hp->dim, nl);
+        ops[1] = kv_sim_cost_rmsnorm(nl, hp->dim);
+        ops[2] = kv_sim_cost_matmul(kv_synth_row_bytes(s->dt, hp->dim) * s->vocab_t, hp->dim, s->vocab_t, nl,
+                                    s->peak);
+        charge_ops(s, ops, 3, 0.0, 1);
+        /* the host samples from the logits (the CPU-computed sim), or the
+         * device samples and sends the ids */
+        charge_transfer(b, s->host_logits ? (double)nl * hp->n_vocab * sizeof(float)
+                                                 : (double)nl * sizeof(int32_t));
+    }
+    return 0;
+}

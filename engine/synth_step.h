@@ -1,0 +1,62 @@
+/* synth_step.h - the step-time model and the memory plan of a synthetic
+ * model (synthetic.h) on the sim backend's devices, in place of the
+ * forward pass: each step charges the simulated clock op by op for the
+ * step's actual batch (weights once per step, KV per sequence from its
+ * real context and kv.dtype, matmul and attention FLOPs), per device of a
+ * tensor-parallel group (sim.tp: two all-reduces per layer), a pipeline
+ * (sim.pp: micro-batches and the bubble) and expert parallelism (sim.ep:
+ * the busiest device under skewed routing), with the sim backend's cost
+ * functions, so on one device it charges exactly what the CPU-computed sim
+ * charges for the same batch. */
+#ifndef KV_SYNTH_STEP_H
+#define KV_SYNTH_STEP_H
+
+#include <stdint.h>
+
+#include "../base/common.h"
+#include "../kernels/sim_cost.h"
+#include "config.h"
+#include "forward.h"
+#include "model.h"
+
+/* Where the memory of each device goes (bytes per device; devices of a
+ * plan are alike). */
+typedef struct kv_synth_plan {
+    const kv_sim_device *dev;  /* borrowed: the sim backend's */
+    int tp, pp, ep, n_devices; /* n_devices = tp * pp */
+    double device_bytes;       /* memory of one device */
+    double usable_bytes;       /* device_bytes * sim.memory_utilization */
+    double weights;            /* this device's share of the weights */
+    double activations;        /* peak activations of a step (2-byte activations, f32 logits) */
+    double reserve;            /* sim.reserve */
+    double kv;                 /* KV blocks: usable - weights - activations - reserve */
+    double block_share;        /* bytes of one KV block on this device */
+    int n_blocks;              /* KV blocks the cache gets (over all devices) */
+    double usd_per_hour;       /* all devices */
+    double cold_start_s;       /* all weights over sim.storage_bandwidth */
+} kv_synth_plan;
+
+typedef struct kv_synth kv_synth;
+
+/* The backend cfg names (kv_backend_create_on), except that on the sim
+ * backend the sim.device_* keys override the figures of sim_device (a
+ * profile's own device: kv_sim_backend_create_custom). NULL with err. */
+kv_backend *kv_synth_backend_new(const kv_config *cfg, kv_err *err);
+
+/* Plans memory for m (synthetic) on backend b (a sim backend) with cfg's
+ * parallelism and a KV block of block_bytes (all layers, K and V) holding
+ * block_size tokens; max_tokens / max_logits: a step's limits. Refuses a
+ * model that does not fit with the numbers (GB), e.g. "llama-3-70b fp16
+ * needs 141.1 GB of weights; 1 x a100-80g holds 85.9 GB (77.3 GB usable at
+ * sim.memory_utilization 0.90)". NULL with err on failure. */
+kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, uint64_t block_bytes, int block_size,
+                       int max_tokens, int max_logits, kv_err *err);
+void kv_synth_free(kv_synth *s); /* NULL is a no-op */
+/* The plan (borrowed; valid until kv_synth_free). */
+const kv_synth_plan *kv_synth_plan_of(const kv_synth *s);
+/* Charges one step over batch bt to the clock (the forward pass's place).
+ * Checks the batch's sizes like kv_forward_run: KV_ERR_INVAL with err on a
+ * batch beyond the limits, and then charges nothing. */
+int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err);
+
+#endif
