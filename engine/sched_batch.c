@@ -21,7 +21,7 @@ static int fitted_cap(kv_batch_ctl *c) {
     if (!(vx > 0.25)) return -1; /* the sizes seen hardly differ: no slope to trust */
     double b = cxy / vx, a = my - b * mx;
     c->a_ms = a, c->b_ms = b;
-    if (!(b > 1e-9)) return c->max; /* the step does not get slower with more sequences */
+    if (!(b > 1e-9)) return -1; /* no slope (or an outlier made it negative): probe */
     double n = floor((c->target_ms - a) / b);
     if (!(n < c->max)) return c->max;
     return n < 1 ? 1 : (int)n;
@@ -47,6 +47,7 @@ void kv_batch_ctl_observe(kv_batch_ctl *c, int n_seqs, double step_ms) {
         else
             want = c->cap;
     }
+    if (y > c->target_ms && want > c->cap) want = c->cap; /* never grow on a step over the target */
     /* bounded moves: at most a quarter (and at least one) per step */
     int step = c->cap / 4 > 1 ? c->cap / 4 : 1;
     if (want > c->cap + step) want = c->cap + step;

@@ -6,7 +6,8 @@
  * decode step, so the step time is the TPOT it sees; a bigger batch raises
  * throughput until the step time crosses the target.
  *
- * Until the line can be fitted (all recent steps had the same size) it
+ * Until the line can be fitted (all recent steps had about the same size,
+ * or an outlier leaves no positive slope) it
  * probes: one more sequence while under the target, a quarter fewer while
  * over. Plain data, no allocation: the scheduler embeds one, and the unit
  * test drives it with a synthetic step-time model. */
