@@ -95,6 +95,8 @@ static void mark_done(run_state *s, kv_bench_req *q) {
 static int record_sub(run_state *s, const kv_driver_sub *sub) {
     kv_bench_req *q = &s->r->reqs[sub->index];
     q->prompt_tokens = sub->prompt_tokens;
+    q->submit_ms = kv_engine_now_ms(s->e);
+    q->first_token_ms = -1;
     if (sub->id > 0) {
         if (map_id(s, sub->id, sub->index)) return KV_ERR_NOMEM;
         q->id = sub->id;
@@ -164,6 +166,7 @@ static int handle_events(run_state *s) {
             if (idx < 0) continue;
             if (ev->type == KV_EVENT_TOKEN) {
                 if (ev->token >= 0) { /* token -1 carries only overflow text */
+                    if (s->r->reqs[idx].first_token_ms < 0) s->r->reqs[idx].first_token_ms = ev->t_ms;
                     s->r->reqs[idx].output_tokens++;
                     s->r->output_tokens++;
                 }
@@ -278,10 +281,11 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         goto fail;
     }
     s.n = kv_workload_count(w);
-    kv_workload_free(w);
     out->cfg = *cfg;
     out->n_requests = s.n;
     out->reqs = calloc(s.n > 0 ? (size_t)s.n : 1, sizeof *out->reqs);
+    for (int i = 0; out->reqs && i < s.n; i++) out->reqs[i].cls = kv_workload_get(w, i)->cls;
+    kv_workload_free(w);
     s.ev = malloc(EVENT_BATCH * sizeof *s.ev);
     if (!out->reqs || !s.ev) {
         rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory for %d requests", s.n);
@@ -430,6 +434,7 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
         fprintf(f, "speculative    %s k=%d: acceptance %.1f%% (%llu of %llu drafted), mean accepted length %.2f\n",
                 enum_name("spec.method", c->spec.method), c->spec.k, 100.0 * m->spec_acceptance_rate,
                 (unsigned long long)m->spec_accepted, (unsigned long long)m->spec_drafted, m->spec_mean_accepted_len);
+    kv_bench_print_failure(f, r);
     if (m->sim_device_s > 0)
         fprintf(f, "sim device     %s: %.3f s of simulated device time for %llu tokens = %.1f tok/s "
                 "(the modelled GPU; host scheduling not included)\n",
@@ -446,10 +451,11 @@ typedef enum metric_id {
     M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
     M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_USD_H, M_USD_MTOK,
     M_STEPS, M_WALL,
+    M_RECOMPUTED, M_CHAINS, M_LONGEST_CHAIN, M_TTFT99_SHORT, M_TTFT99_LONG, M_BATCH_CAP,
     M_COUNT
 } metric_id;
 
-enum { ONLY_SPEC = 1, ONLY_SIM = 2 };
+enum { ONLY_SPEC = 1, ONLY_SIM = 2, ONLY_CLASSES = 4, ONLY_TPOT = 8 };
 
 static const struct {
     const char *name;
@@ -491,6 +497,12 @@ static const struct {
     [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM},
     [M_STEPS] = {"engine steps", 0, 0},
     [M_WALL] = {"wall s", 2, 0},
+    [M_RECOMPUTED] = {"tokens recomputed", 0, 0},
+    [M_CHAINS] = {"preemption cascades", 0, 0},
+    [M_LONGEST_CHAIN] = {"longest chain", 0, 0},
+    [M_TTFT99_SHORT] = {"TTFT p99 short ms", 1, ONLY_CLASSES},
+    [M_TTFT99_LONG] = {"TTFT p99 long ms", 1, ONLY_CLASSES},
+    [M_BATCH_CAP] = {"batch cap at end", 0, ONLY_TPOT},
 };
 
 static int stat_value(const kv_stat *st, double v, double *out) {
@@ -543,6 +555,18 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
     }
     case M_STEPS: *v = (double)r->steps; return 1;
     case M_WALL: *v = r->wall_s; return 1;
+    case M_RECOMPUTED: *v = (double)m->tokens_recomputed; return 1;
+    case M_CHAINS: *v = (double)m->preemption_chains; return 1;
+    case M_LONGEST_CHAIN: *v = m->longest_preemption_chain; return 1;
+    case M_TTFT99_SHORT:
+    case M_TTFT99_LONG: {
+        kv_stat st;
+        if (r->cfg.workload.short_fraction <= 0 ||
+            kv_bench_class_ttft(r, k == M_TTFT99_SHORT ? KV_WORKLOAD_SHORT : KV_WORKLOAD_LONG, &st))
+            return 0;
+        return stat_value(&st, st.p99, v);
+    }
+    case M_BATCH_CAP: *v = m->batch_cap; return r->cfg.scheduler.target_tpot_ms > 0;
     case M_COUNT: break;
     }
     return 0;
@@ -556,6 +580,8 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
     for (int j = 0; j < n; j++) {
         if (runs[j].cfg.spec.method != KV_SPEC_OFF) any |= ONLY_SPEC;
         if (runs[j].m.sim_device_s > 0) any |= ONLY_SIM;
+        if (runs[j].cfg.workload.short_fraction > 0) any |= ONLY_CLASSES;
+        if (runs[j].cfg.scheduler.target_tpot_ms > 0) any |= ONLY_TPOT;
     }
     char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);
     int *width = calloc((size_t)n, sizeof *width);
@@ -603,6 +629,8 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
 
 /* ---- JSON ---- */
 
+/* One key's value, typed: numbers as numbers, enums by name, distributions
+ * as objects. */
 static void json_config_value(kv_json_writer *w, const kv_config_key *k, const kv_config *c) {
     const char *p = (const char *)c + k->offset;
     switch (k->type) {
@@ -722,6 +750,7 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_field_str(w, "kv_dtype", kv_cache_dtype_name(r->cfg.kv.dtype));
     kv_json_field_str(w, "spec_method", enum_name("spec.method", r->cfg.spec.method));
     kv_bench_json_cost(w, r);
+    kv_bench_json_failure(w, r);
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
     kv_json_field_uint(w, "weights", r->mem.weights);

@@ -23,6 +23,9 @@ typedef struct kv_bench_req {
     kv_finish finish;    /* how it ended (never KV_FINISH_NONE after a run) */
     char *text;          /* generated text (owned, NUL-terminated); "" when none */
     char reason[128];    /* rejection or error reason; "" otherwise */
+    int cls;             /* workload request class (KV_WORKLOAD_LONG / KV_WORKLOAD_SHORT) */
+    double submit_ms;    /* engine clock at submission */
+    double first_token_ms; /* engine clock of the first token event; < 0 before it */
 } kv_bench_req;
 
 /* Everything one run measured. Plain data; free with kv_bench_result_free. */
@@ -83,6 +86,22 @@ const char *kv_bench_finish_name(kv_finish f);
  * more than cap values). */
 int kv_bench_parse_compare(const char *arg, char *buf, size_t buf_cap, const char **key, const char **values,
                            int cap, kv_err *err);
+
+/* ---- failure modes (bench_classes.c) ---- */
+
+/* TTFT of the completed requests of class cls (KV_WORKLOAD_*), from the
+ * bench's own submission and first-token times. st->valid = 0 when the
+ * class has none. Returns KV_ERR_NOMEM or 0. */
+int kv_bench_class_ttft(const kv_bench_result *r, int cls, kv_stat *st /* OUT: */);
+/* The table's lines for the failure modes: preemption chains and
+ * recomputed tokens, TTFT per request class (when the workload has two),
+ * the dynamic batch size (when scheduler.target_tpot_ms is set). */
+void kv_bench_print_failure(FILE *f, const kv_bench_result *r);
+/* Their JSON keys, written into the run's object: preemption_chains,
+ * chained_preemptions, longest_preemption_chain, tokens_discarded,
+ * tokens_recomputed, batch_cap, and ttft_ms_by_class {"short": stat,
+ * "long": stat} (stats as ttft_ms). */
+void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r);
 
 /* The table of one run (stdout of `kvtop bench`). */
 void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r);

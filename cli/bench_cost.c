@@ -79,8 +79,7 @@ void kv_bench_json_cost(kv_json_writer *w, const kv_bench_result *r) {
     num(w, "cold_start_s", g->cold_start_s);
     kv_json_write_key(w, "gpu_memory");
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "device");
-    kv_json_write_string(w, g->device);
+    kv_json_field_str(w, "device", g->device);
     uint_(w, "n_devices", (uint64_t)g->n_devices);
     uint_(w, "tp", (uint64_t)g->tp);
     uint_(w, "pp", (uint64_t)g->pp);

@@ -21,6 +21,9 @@ _Static_assert(sizeof(kv_spec_method) == sizeof(int), "enum size");
 _Static_assert(sizeof(kv_arrival) == sizeof(int), "enum size");
 _Static_assert(sizeof(kv_cache_dtype) == sizeof(int), "enum size");
 _Static_assert(sizeof(kv_dist_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_admission) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_victim) == sizeof(int), "enum size");
+_Static_assert(sizeof(kv_order) == sizeof(int), "enum size");
 
 #define KIB 1024.0
 #define MIB (1024.0 * 1024.0)
@@ -43,6 +46,9 @@ static const char *const dist_names[] = {"fixed", "uniform", "lognormal", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", "sim", NULL};
 static const char *const theme_names[] = {"auto", "mono", NULL};
 static const char *const metrics_prefix_names[] = {"kvtop", "vllm", NULL};
+static const char *const admission_names[] = {"greedy", "max_tokens", "quantile", NULL};
+static const char *const victim_names[] = {"newest", "least_work", NULL};
+static const char *const order_names[] = {"fcfs", "short_first", NULL};
 static const char *const dist_fields[] = {"dist", "value", "min", "max", "mean", "sigma", NULL};
 
 #define OFF(f) offsetof(kv_config, f)
@@ -134,6 +140,19 @@ static const kv_config_key keys[] = {
           "starvation guard: a request waiting longer goes first"),
     K_INT("scheduler.max_seq_len", scheduler.max_seq_len, 0, 1048576,
           "prompt + output tokens per request; 0 = the model's context length"),
+    K_DBL("scheduler.watermark", scheduler.watermark, 0, 0.9, 0,
+          "fraction of KV blocks admission leaves free for running requests to grow (vLLM's watermark)"),
+    K_ENUM("scheduler.admission", scheduler.admission, admission_names,
+           "greedy: prompt blocks only; max_tokens: reserve prompt + max_tokens; quantile: prompt + a quantile "
+           "of finished output lengths"),
+    K_DBL("scheduler.admission_quantile", scheduler.admission_quantile, 0, 1, KV_KEY_MIN_OPEN,
+          "admission quantile: the output-length quantile reserved (0.9 = P90)"),
+    K_ENUM("scheduler.preempt_victim", scheduler.preempt_victim, victim_names,
+           "newest: the latest arrival; least_work: the fewest computed tokens (least recompute)"),
+    K_ENUM("scheduler.order", scheduler.order, order_names,
+           "fcfs: arrival order; short_first: shortest prompt + max_tokens first (within a priority)"),
+    K_DBL("scheduler.target_tpot_ms", scheduler.target_tpot_ms, 0, 1e6, 0,
+          "> 0: size the running batch from measured step times to hold this TPOT (max_seqs caps it); 0 = off"),
 
     K_FLT("sampling.temperature", sampling.temperature, 0, 100, 0, "0 = greedy"),
     K_INT("sampling.top_k", sampling.top_k, 0, 1048576, "0 = off"),
@@ -171,6 +190,12 @@ static const kv_config_key keys[] = {
     K_U64("workload.seed", workload.seed, "workload seed: same seed, same requests"),
     K_BOOL("workload.ignore_eos", workload.ignore_eos, "generate exactly output_len tokens"),
     K_INT("workload.sessions", workload.sessions, 0, 256, "TUI: background sessions the load key injects"),
+    K_DBL("workload.short_fraction", workload.short_fraction, 0, 1, 0,
+          "fraction of requests in the short class (own lengths and priority); 0 = one class"),
+    K_DIST("workload.short_prompt_len", workload.short_prompt_len, "short class: prompt tokens per request"),
+    K_DIST("workload.short_output_len", workload.short_output_len, "short class: output tokens per request"),
+    K_INT("workload.short_priority", workload.short_priority, -1000, 1000,
+          "short class: request priority (the other class has 0; higher runs first)"),
 
     K_INT("ui.fps", ui.fps, 1, 120, "frames per second"),
     K_STR("ui.theme", ui.theme, 0, theme_names, "colours"),
@@ -220,6 +245,12 @@ void kv_config_default(kv_config *c) {
     c->scheduler.preemption = KV_PREEMPT_RECOMPUTE;
     c->scheduler.max_wait_ms = 5000;
     c->scheduler.max_seq_len = 0;
+    c->scheduler.watermark = 0.01;
+    c->scheduler.admission = KV_ADMIT_GREEDY;
+    c->scheduler.admission_quantile = 0.9;
+    c->scheduler.preempt_victim = KV_VICTIM_NEWEST;
+    c->scheduler.order = KV_ORDER_FCFS;
+    c->scheduler.target_tpot_ms = 0;
 
     c->sampling.temperature = 0.7f;
     c->sampling.top_k = 40;
@@ -259,6 +290,10 @@ void kv_config_default(kv_config *c) {
     c->workload.seed = 1;
     c->workload.ignore_eos = 0;
     c->workload.sessions = 4;
+    c->workload.short_fraction = 0;
+    c->workload.short_prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 16, .min = 16, .max = 16, .mean = 16};
+    c->workload.short_output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 16, .min = 16, .max = 16, .mean = 16};
+    c->workload.short_priority = 0;
 
     c->ui.fps = 10;
     snprintf(c->ui.theme, sizeof c->ui.theme, "%s", "auto");
@@ -849,6 +884,10 @@ int kv_config_validate(const kv_config *c, kv_err *err) {
          * would have to cut requests behind the user's back. */
         double plen = c->workload.prompts_file[0] ? 0 : dist_upper(&c->workload.prompt_len);
         double longest = c->workload.system_prompt_len + plen + dist_upper(&c->workload.output_len);
+        if (c->workload.short_fraction > 0) {
+            double splen = c->workload.prompts_file[0] ? 0 : dist_upper(&c->workload.short_prompt_len);
+            longest = KV_MAX(longest, c->workload.system_prompt_len + splen + dist_upper(&c->workload.short_output_len));
+        }
         if (longest > c->scheduler.max_seq_len)
             return kv_err_set(err, KV_ERR_INVAL,
                               "workload.output_len: the longest request (system_prompt_len %d + prompt_len up to %.0f"

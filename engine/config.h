@@ -26,6 +26,21 @@ typedef enum kv_dist_kind {
     KV_DIST_UNIFORM = 1,  /* integer uniform in [min, max] */
     KV_DIST_LOGNORMAL = 2 /* exp(N(log(mean) - sigma^2/2, sigma)), clamped to [min, max] */
 } kv_dist_kind;
+/* Failure-mode guards (issue 17): how admission sizes a request, which
+ * running request preemption takes, and the waiting queue's order. */
+typedef enum kv_admission {
+    KV_ADMIT_GREEDY = 0,     /* the prompt's blocks only (vLLM's default): output grows into what is free */
+    KV_ADMIT_MAX_TOKENS = 1, /* prompt + max_tokens reserved up front: never preempted for growth */
+    KV_ADMIT_QUANTILE = 2    /* prompt + a quantile of the finished requests' output lengths */
+} kv_admission;
+typedef enum kv_victim {
+    KV_VICTIM_NEWEST = 0,    /* lowest priority, then the latest arrival */
+    KV_VICTIM_LEAST_WORK = 1 /* lowest priority, then the fewest computed tokens (least to redo) */
+} kv_victim;
+typedef enum kv_order {
+    KV_ORDER_FCFS = 0,       /* priority, then arrival */
+    KV_ORDER_SHORT_FIRST = 1 /* priority, then the shortest job (prompt + max_tokens), then arrival */
+} kv_order;
 typedef enum kv_arrival {
     KV_ARRIVAL_POISSON = 0, /* rate requests/s */
     KV_ARRIVAL_BURST = 1,   /* all at t = 0 */
@@ -80,6 +95,13 @@ typedef struct kv_config {
         kv_preempt preemption;
         double max_wait_ms;      /* starvation guard */
         int max_seq_len;         /* 0 = model context length */
+        /* failure-mode guards (engine/sched_guard.c, sched_batch.c) */
+        double watermark;        /* fraction of blocks admission leaves free for running requests' growth */
+        kv_admission admission;  /* how many blocks a request must find free to be admitted */
+        double admission_quantile; /* admission quantile: the output-length quantile reserved */
+        kv_victim preempt_victim;/* which running request preemption takes */
+        kv_order order;          /* waiting queue order */
+        double target_tpot_ms;   /* > 0: the running batch is sized to hold this step time (max_seqs caps it) */
     } scheduler;
     kv_sampling sampling;
     struct {
@@ -108,6 +130,11 @@ typedef struct kv_config {
         uint64_t seed;
         int ignore_eos;          /* bool: generate exactly output_len tokens */
         int sessions;            /* TUI: background sessions injected by the load key */
+        /* a second request class mixed in (issue 17's starvation demo) */
+        double short_fraction;   /* fraction of requests of the short class; 0 = one class */
+        kv_dist short_prompt_len;/* the short class's prompt tokens */
+        kv_dist short_output_len;/* the short class's output tokens */
+        int short_priority;      /* the short class's request priority (the long class has 0) */
     } workload;
     struct {
         int fps;                 /* frames per second */

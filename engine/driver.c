@@ -198,7 +198,7 @@ static int submit_item(kv_driver *d, int i, kv_driver_sub *sub, kv_err *err) {
     p.sampling = d->sampling;
     if (d->o.seed_per_item) p.sampling.seed += (uint64_t)i; /* reproducible per request, whatever the batch */
     p.ignore_eos = d->ignore_eos;
-    p.priority = 0;
+    p.priority = it->priority; /* the request class's (workload.short_priority) */
     p.session = d->o.n_sessions > 0 ? d->o.session_base + d->submitted % d->o.n_sessions : d->o.session_base + i;
     d->submitted++;
     kv_err e2;

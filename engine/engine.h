@@ -273,6 +273,14 @@ typedef struct kv_metrics_summary {
     double sim_device_s;
     uint64_t sim_tokens_out;
     double sim_output_tokens_per_s;
+    /* preemption chains and the dynamic batch size, from the scheduler's
+     * counters since the engine started (not reset with the window) */
+    uint64_t preemption_chains;     /* cascades: chains of >= 2 preemptions */
+    uint64_t chained_preemptions;   /* preemptions in a cascade */
+    int longest_preemption_chain;   /* links */
+    uint64_t tokens_discarded;      /* computed tokens thrown away by recompute preemptions */
+    uint64_t tokens_recomputed;     /* computed again after readmission */
+    int batch_cap;                  /* sequences the scheduler allows now (target_tpot_ms; 0 = off) */
 } kv_metrics_summary;
 
 typedef struct kv_mem_breakdown {

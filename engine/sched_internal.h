@@ -5,13 +5,17 @@
  *   scheduler.c     requests, lifecycle, the step's decisions and batch
  *   sched_reason.c  why a request waits: reason texts, a long queue's tail
  *   sched_check.c   the consistency check (tests)
- *   sched_queue.c   the ordered queues (sched_queue.h) */
+ *   sched_queue.c   the ordered queues (sched_queue.h)
+ *   sched_guard.c   failure-mode guards: preemption chains, victim choice,
+ *                   admission by projected length, short-first order
+ *   sched_batch.c   the dynamic batch size controller (sched_batch.h) */
 #ifndef KV_SCHED_INTERNAL_H
 #define KV_SCHED_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sched_batch.h"
 #include "sched_queue.h"
 #include "scheduler.h"
 
@@ -95,7 +99,18 @@ struct kv_sched {
     kv_decision *dec;    /* (cap_dec) this step's decisions */
     int n_dec, cap_dec;
     kv_sched_counters cnt;
+
+    /* failure-mode guards (sched_guard.c) */
+    int n_chain_ids;     /* chains started so far */
+    int *chain_len;      /* (cap_chain) links per chain id (index 0 unused) */
+    int cap_chain;
+    int *out_hist;       /* (OUT_HIST) output lengths of the last finished requests, a ring */
+    int n_out_hist, out_hist_pos;
+    kv_batch_ctl bctl;   /* target_tpot_ms: the batch size controller */
 };
+
+/* Finished output lengths the quantile admission remembers. */
+#define OUT_HIST 256
 
 /* A reason as data. */
 typedef struct why {
@@ -120,6 +135,32 @@ kv_sreq *sched_victim_below(const kv_sched *s, int prio);
 int sched_blocks_below(const kv_sched *s, int prio);
 /* Blocks r would take on admission, before looking at its prefix hit. */
 int sched_admission_estimate(const kv_sched *s, const kv_sreq *r);
+
+/* ---- sched_guard.c ---- */
+
+/* Allocates the guards' state. Returns 0 or KV_ERR_NOMEM. */
+int sched_guard_init(kv_sched *s);
+void sched_guard_free(kv_sched *s);
+/* The running request preemption takes (NULL when none runs): the victim
+ * queue's lowest priority, then by scheduler.preempt_victim. */
+kv_sreq *sched_pick_victim(const kv_sched *s);
+/* Records the preemption of v (still running) made for for_req in the
+ * chains: writes " [cascade N, link K]" (or "") to note. */
+void sched_chain_preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req, char *note /* OUT: (cap) */, size_t cap);
+/* A recompute preemption throws away v's lost computed tokens. */
+void sched_chain_lost(kv_sched *s, kv_sreq *v, int lost);
+/* n tokens of r scheduled from position r->n_computed: counts those below
+ * r->redo_until as recomputed. */
+void sched_chain_scheduled(kv_sched *s, kv_sreq *r, int n);
+/* Tokens r must find blocks for at admission under scheduler.admission. */
+int sched_admission_tokens(const kv_sched *s, const kv_sreq *r);
+/* Folds scheduler.order into r->priority at kv_sched_add (keeps the owner's
+ * in r->owner_priority). */
+void sched_fold_order(const kv_sched *s, kv_sreq *r);
+/* A finished request's output length, for the quantile admission. */
+void sched_note_output(kv_sched *s, const kv_sreq *r, kv_finish why);
+/* Requests running at most now: max_seqs, or the controller's cap. */
+int sched_max_seqs(const kv_sched *s);
 
 /* ---- sched_reason.c ---- */
 

@@ -13,12 +13,12 @@ void sched_reason_text(const kv_sched *s, why w, char *buf, size_t cap) {
     switch (w.kind) {
     case W_SWAPPED_OUT: snprintf(buf, cap, "swapped out"); break;
     case W_PREEMPTED: snprintf(buf, cap, "preempted (recompute)"); break;
-    case W_SW_MAXSEQS: snprintf(buf, cap, "swapped out; max_seqs (%d) running", s->p.max_seqs); break;
+    case W_SW_MAXSEQS: snprintf(buf, cap, "swapped out; max_seqs (%d) running", sched_max_seqs(s)); break;
     case W_SW_BUDGET: snprintf(buf, cap, "swapped out; token budget spent"); break;
     case W_SW_BLOCKS: snprintf(buf, cap, "swapped out; %d free blocks, needs %d", (int)w.a, w.b); break;
     case W_SWAPPED_FIRST: snprintf(buf, cap, "swapped requests first"); break;
     case W_STATIC: snprintf(buf, cap, "static batch running"); break;
-    case W_MAX_SEQS: snprintf(buf, cap, "max_seqs (%d) running", s->p.max_seqs); break;
+    case W_MAX_SEQS: snprintf(buf, cap, "max_seqs (%d) running", sched_max_seqs(s)); break;
     case W_BUDGET: snprintf(buf, cap, "token budget (%d per step) spent", s->p.max_batched_tokens); break;
     case W_STARVE: snprintf(buf, cap, "starvation guard: #%lld goes first", (long long)w.a); break;
     case W_PRIO: snprintf(buf, cap, "priority: #%lld (priority %d) first", (long long)w.a, w.b); break;
@@ -65,7 +65,7 @@ wait_tail sched_tail_now(const kv_sched *s, int swapped_prio, int static_mode, i
                           const kv_sreq *blocked) {
     wait_tail t = {.seq = s->n_calls, .any_swapped = s->n_swapped > 0, .swapped_prio = swapped_prio,
                    .static_mode = static_mode, .starting_batch = starting_batch, .cur_batch = s->cur_batch,
-                   .full = s->n_running >= s->p.max_seqs, .budget_spent = !static_mode && s->budget <= 0,
+                   .full = s->n_running >= sched_max_seqs(s), .budget_spent = !static_mode && s->budget <= 0,
                    .free_blocks = kv_cache_n_available(s->c) - s->p.watermark_blocks, .has_blocked = blocked != NULL};
     if (blocked) {
         t.blocked_starving = sched_starving(s, blocked);

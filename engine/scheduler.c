@@ -122,7 +122,12 @@ void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int c
     p->max_wait_ms = cfg->scheduler.max_wait_ms;
     p->max_seq_len = cfg->scheduler.max_seq_len > 0 ? KV_MIN(cfg->scheduler.max_seq_len, ctx_len) : ctx_len;
     p->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
-    p->watermark_blocks = n_blocks / 100;
+    p->watermark_blocks = (int)(cfg->scheduler.watermark * n_blocks);
+    p->admission = cfg->scheduler.admission;
+    p->admission_quantile = cfg->scheduler.admission_quantile;
+    p->preempt_victim = cfg->scheduler.preempt_victim;
+    p->order = cfg->scheduler.order;
+    p->target_tpot_ms = cfg->scheduler.target_tpot_ms;
 }
 
 kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
@@ -131,7 +136,8 @@ kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
         return NULL;
     }
     if (p->max_seqs < 1 || p->max_batched_tokens < 1 || p->prefill_chunk < 1 || p->max_seq_len < 1 ||
-        p->watermark_blocks < 0 || p->max_wait_ms < 0) {
+        p->watermark_blocks < 0 || p->max_wait_ms < 0 || p->target_tpot_ms < 0 ||
+        (p->admission == KV_ADMIT_QUANTILE && !(p->admission_quantile > 0 && p->admission_quantile <= 1))) {
         kv_err_set(err, KV_ERR_INVAL,
                    "scheduler: max_seqs %d, max_batched_tokens %d, prefill_chunk %d, max_seq_len %d must be >= 1",
                    p->max_seqs, p->max_batched_tokens, p->prefill_chunk, p->max_seq_len);
@@ -160,6 +166,7 @@ kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
     if (kv_grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
     kv_wq_init(&s->waiting, s->p.max_wait_ms);
     if (kv_vq_reserve(&s->victims, S + 1)) goto nomem;
+    if (sched_guard_init(s)) goto nomem;
     return s;
 nomem:
     kv_sched_free(s);
@@ -184,6 +191,7 @@ void kv_sched_free(kv_sched *s) {
     free(s->sched);
     free(s->order);
     free(s->dec);
+    sched_guard_free(s);
     free(s);
 }
 
@@ -215,6 +223,7 @@ int kv_sched_add(kv_sched *s, kv_sreq *r) {
         kv_grow((void **)&s->swapped, &s->cap_swapped, live, sizeof *s->swapped) ||
         kv_grow((void **)&s->order, &s->cap_order, live, sizeof *s->order))
         return KV_ERR_NOMEM;
+    sched_fold_order(s, r);
     kv_wq_push(&s->waiting, r);
     r->seq.id = (int)r->id;
     r->seq.tag = r->session;
@@ -249,8 +258,9 @@ static void sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
     }
 }
 
-/* The victim when blocks run out: lowest priority, then most recent arrival. */
-static kv_sreq *pick_victim(const kv_sched *s) { return kv_vq_first(&s->victims); }
+/* The victim when blocks run out: lowest priority, then most recent arrival
+ * (or the least computed work: scheduler.preempt_victim, sched_guard.c). */
+static kv_sreq *pick_victim(const kv_sched *s) { return sched_pick_victim(s); }
 
 /* The victim for a waiting request of priority prio: the lowest-priority,
  * newest running request strictly below prio, or NULL. */
@@ -282,6 +292,8 @@ static void unschedule(kv_sched *s, kv_sreq *r) {
 }
 
 static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
+    char chain[40];
+    sched_chain_preempt(s, v, for_req, chain, sizeof chain);
     unschedule(s, v);
     running_remove(s, v);
     v->preemptions++;
@@ -299,8 +311,8 @@ static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
             push(&s->swapped, &s->n_swapped, &s->cap_swapped, v); /* capacity ensured by kv_sched_add */
             s->cnt.swaps_out++;
             s->rec.n_swapped_out++;
-            sched_decide(s, KV_DEC_SWAP_OUT, v->id, "swap out #%lld %s: %d blocks to host, %d tokens kept",
-                         (long long)v->id, cause, held, v->n_computed);
+            sched_decide(s, KV_DEC_SWAP_OUT, v->id, "swap out #%lld %s: %d blocks to host, %d tokens kept%s",
+                         (long long)v->id, cause, held, v->n_computed, chain);
             sched_put_reason(s, v, (why){W_SWAPPED_OUT, 0, 0});
             return;
         }
@@ -318,6 +330,7 @@ static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
                          cs.n_swap_blocks, (long long)v->id, held);
         }
     }
+    sched_chain_lost(s, v, v->n_computed);
     kv_cache_seq_release(s->c, &v->seq);
     kv_seq_init(&v->seq, (int)v->id, v->session);
     int lost = v->n_computed;
@@ -327,8 +340,8 @@ static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
     s->rec.n_preempted++;
     kv_wq_push(&s->waiting, v); /* capacity ensured by kv_sched_add */
     if (s->p.policy == KV_POLICY_STATIC && s->cur_batch && v->batch == s->cur_batch) s->batch_waiting++;
-    sched_decide(s, KV_DEC_PREEMPT, v->id, "preempt #%lld %s (recompute): %d blocks freed, %d tokens to redo",
-                 (long long)v->id, cause, held, lost);
+    sched_decide(s, KV_DEC_PREEMPT, v->id, "preempt #%lld %s (recompute): %d blocks freed, %d tokens to redo%s",
+                 (long long)v->id, cause, held, lost, chain);
     sched_put_reason(s, v, (why){W_PREEMPTED, 0, 0});
     /* preempted before the waiting loop, it is ordered into this step's
      * queue and looked at (or left in its tail) like the others */
@@ -339,6 +352,7 @@ static void put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
     r->n_sched = n_new;
     r->n_sched_draft = n_draft;
     r->is_prefill = !(r->n_tokens - r->n_computed == 1 && kv_sreq_n_generated(r) > 0);
+    sched_chain_scheduled(s, r, n_new - n_draft);
     s->sched[s->n_sched++] = r;
     s->budget -= n_new;
 }
@@ -394,7 +408,7 @@ static void schedule_swapped(kv_sched *s) {
     sort_queue(s, s->swapped, s->n_swapped, 1);
     for (int i = 0; i < s->n_swapped;) {
         kv_sreq *r = s->swapped[i];
-        if (s->n_running >= s->p.max_seqs) {
+        if (s->n_running >= sched_max_seqs(s)) {
             sched_wait_reason(s, r, why_of(r), W_SW_MAXSEQS, 0, 0);
             i++;
             continue;
@@ -426,10 +440,9 @@ static void schedule_swapped(kv_sched *s) {
 }
 
 /* Blocks r still needs on admission: the prompt (minus a prefix hit) in the
- * paged layout, max_seq_len slots in the contiguous one. */
-static int admission_tokens(const kv_sched *s, const kv_sreq *r) {
-    return s->p.layout == KV_LAYOUT_CONTIGUOUS ? s->p.max_seq_len : r->n_tokens;
-}
+ * paged layout, or more by scheduler.admission (sched_guard.c); max_seq_len
+ * slots in the contiguous one. */
+static int admission_tokens(const kv_sched *s, const kv_sreq *r) { return sched_admission_tokens(s, r); }
 
 /* Tries to admit waiting request r. Returns 1 when admitted; otherwise 0
  * with *free_blocks / *need set when it failed on blocks. */
@@ -525,7 +538,7 @@ static void schedule_waiting(kv_sched *s) {
             i++;
             continue;
         }
-        if (s->n_running >= s->p.max_seqs) {
+        if (s->n_running >= sched_max_seqs(s)) {
             /* A higher-priority request takes the place of a lower one,
              * when the blocks they would free let it in. */
             kv_sreq *v = static_mode ? NULL : sched_victim_below(s, r->priority);
@@ -775,6 +788,7 @@ void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why) {
         s->batch_live--;
     r->state = KV_REQ_FINISHED;
     r->n_draft = 0;
+    sched_note_output(s, r, why);
     static const char *names[] = {"none", "eos", "length", "stop string", "cancelled", "rejected", "error"};
     const char *name = (unsigned)why < KV_ARRAY_LEN(names) ? names[why] : "?";
     if (why == KV_FINISH_CANCELLED) {

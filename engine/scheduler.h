@@ -78,6 +78,14 @@ typedef struct kv_sreq {
     int n_logits;          /* logit rows: 0 (mid-prefill), 1, or 1 + n_sched_draft */
     int logit_row;         /* first row in the logits matrix */
     int is_prefill;        /* bool: the scheduled tokens are prompt (or recompute) tokens */
+
+    /* private: preemption chains (sched_guard.c) */
+    int chain;             /* the chain its last preemption belongs to; 0 = never preempted */
+    int chain_link;        /* that preemption's place in the chain (1 = the one that started it) */
+    int redo_until;        /* tokens it had computed when last preempted: computing below this is redone */
+    int chain_until;       /* while back and below this many tokens (its length when preempted + one
+                              block), a preemption is blamed on its return and continues its chain */
+    int owner_priority;    /* the owner's priority before kv_sched_add folded the order into it */
 } kv_sreq;
 
 /* Allocates the token arrays for a prompt of n tokens that may generate up
@@ -103,10 +111,16 @@ typedef struct kv_sched_params {
     int eager_waiting;      /* waiting requests a schedule looks at one by one before it may give
                                the rest one shared reason; 0: KV_SCHED_EAGER_WAITING (tests set
                                INT_MAX to check the shared reasons against a walk of every one) */
+    /* failure-mode guards (sched_guard.c, sched_batch.c) */
+    kv_admission admission;    /* blocks a request must find free to be admitted */
+    double admission_quantile; /* KV_ADMIT_QUANTILE: the output-length quantile reserved */
+    kv_victim preempt_victim;  /* which running request preemption takes */
+    kv_order order;            /* waiting queue order (short_first folds job length into priority) */
+    double target_tpot_ms;     /* > 0: the running batch is capped to hold this step time */
 } kv_sched_params;
 
 /* Fills p from a config; max_seq_len is resolved against the model context
- * (ctx_len), the watermark is 1% of n_blocks. */
+ * (ctx_len), the watermark is scheduler.watermark (1% by default) of n_blocks. */
 void kv_sched_params_from_config(kv_sched_params *p /* OUT: */, const kv_config *cfg, int ctx_len, int n_blocks);
 
 typedef struct kv_sched kv_sched;
@@ -204,8 +218,22 @@ typedef struct kv_sched_counters {
     uint64_t decode_tokens, spec_tokens;
     uint64_t prefix_lookups, prefix_hit_tokens, prefix_hit_blocks;
     int max_running;            /* most requests running at once */
+    /* preemption chains (sched_guard.c): a preemption made while a request
+     * that was preempted is back and has not grown a block past its old
+     * length (the blocks it took back are what ran out) continues that
+     * request's chain; a chain of two or more links is a cascade */
+    uint64_t chains;            /* cascades: chains of >= 2 preemptions */
+    uint64_t chained_preemptions; /* preemptions that belong to a cascade */
+    int longest_chain;          /* links in the longest chain */
+    uint64_t tokens_discarded;  /* computed tokens thrown away by recompute preemptions */
+    uint64_t tokens_recomputed; /* of those, tokens computed again after readmission (prefix hits excluded) */
+    int batch_cap;              /* target_tpot_ms: the batch size the controller allows now; 0 when off */
 } kv_sched_counters;
 void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out /* OUT: */);
+
+/* After a step: its batch size and duration (engine clock, ms) feed the
+ * dynamic batch size (scheduler.target_tpot_ms > 0; otherwise a no-op). */
+void kv_sched_observe_step(kv_sched *s, int n_seqs, double dur_ms);
 
 /* Consistency check for tests: the cache's checker over every live
  * sequence, plus the scheduler's own invariants (queues partition the

@@ -26,6 +26,18 @@ void kv_snapshot_free(kv_snapshot *s) {
 }
 
 /* The three queue arrays share cap_queue. */
+/* The scheduler's chain counters and batch cap, into a metrics summary. */
+static void engine_sched_summary(kv_engine *e, kv_metrics_summary *m) {
+    kv_sched_counters c;
+    kv_sched_get_counters(e->sched, &c);
+    m->preemption_chains = c.chains;
+    m->chained_preemptions = c.chained_preemptions;
+    m->longest_preemption_chain = c.longest_chain;
+    m->tokens_discarded = c.tokens_discarded;
+    m->tokens_recomputed = c.tokens_recomputed;
+    m->batch_cap = c.batch_cap;
+}
+
 static int snap_queues(kv_snapshot *s, int n) {
     int64_t **arrs[3] = {&s->running, &s->waiting, &s->swapped};
     int cap = s->cap_queue;
@@ -146,6 +158,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
     int nwait = kv_sched_waiting(e->sched, &wait);
     int nsw = kv_sched_swapped(e->sched, &sw);
     kv_metrics_summarize(e->metrics, t, nrun + nwait + nsw > 0, &s->metrics);
+    engine_sched_summary(e, &s->metrics);
 
     kv_mem_breakdown *m = &s->mem;
     memset(m, 0, sizeof *m);
@@ -321,6 +334,7 @@ void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out) {
     kv_sreq *const *q;
     int n = kv_sched_running(e->sched, &q) + kv_sched_waiting(e->sched, &q) + kv_sched_swapped(e->sched, &q);
     kv_metrics_summarize(e->metrics, engine_now_ms(e), n > 0, out);
+    engine_sched_summary(e, out);
     pthread_mutex_unlock(&e->state_mu);
 }
 

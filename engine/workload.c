@@ -65,6 +65,8 @@ static uint64_t text_seed_of(uint64_t seed, int i) {
 
 /* Streams of one workload; fixed numbers so they never move. */
 enum { STREAM_ARRIVAL = 1, STREAM_PROMPT = 2, STREAM_OUTPUT = 3, STREAM_SYSTEM = 4 };
+/* the request classes' streams (new streams: the ones above draw as before) */
+enum { STREAM_CLASS = 5, STREAM_SHORT_PROMPT = 6, STREAM_SHORT_OUTPUT = 7 };
 /* The system prompt text does not depend on workload.seed: the same
  * system prompt in every run makes prefix-sharing numbers comparable. */
 #define SYSTEM_TEXT_SEED 0x5359535445ull
@@ -357,7 +359,10 @@ kv_workload *kv_workload_build(const kv_config *c, kv_err *err) {
         read_prompts_file(c->workload.prompts_file, &w->prompts, &w->n_prompts, err))
         goto fail;
 
-    rng arr, pl, ol, sys;
+    rng arr, pl, ol, sys, cl, spl, sol;
+    rng_seed(&cl, c->workload.seed, STREAM_CLASS);
+    rng_seed(&spl, c->workload.seed, STREAM_SHORT_PROMPT);
+    rng_seed(&sol, c->workload.seed, STREAM_SHORT_OUTPUT);
     rng_seed(&arr, c->workload.seed, STREAM_ARRIVAL);
     rng_seed(&pl, c->workload.seed, STREAM_PROMPT);
     rng_seed(&ol, c->workload.seed, STREAM_OUTPUT);
@@ -371,6 +376,15 @@ kv_workload *kv_workload_build(const kv_config *c, kv_err *err) {
         int plen = draw_len(&c->workload.prompt_len, &pl);
         int olen = draw_len(&c->workload.output_len, &ol);
         double u = rng_uniform(&sys);
+        double uc = rng_uniform(&cl);
+        int splen = draw_len(&c->workload.short_prompt_len, &spl);
+        int solen = draw_len(&c->workload.short_output_len, &sol);
+        if (uc < c->workload.short_fraction) {
+            it->cls = KV_WORKLOAD_SHORT;
+            it->priority = c->workload.short_priority;
+            plen = splen;
+            olen = solen;
+        }
         switch (c->workload.arrival) {
         case KV_ARRIVAL_POISSON:
             if (i > 0) t += gap / c->workload.rate;
@@ -400,6 +414,8 @@ fail:
     kv_workload_free(w);
     return NULL;
 }
+
+const char *kv_workload_class_name(int cls) { return cls == KV_WORKLOAD_SHORT ? "short" : "long"; }
 
 void kv_workload_free(kv_workload *w) {
     if (!w) return;

@@ -35,7 +35,16 @@ typedef struct kv_workload_item {
     int system_tokens; /* tokens of that system prompt: workload.system_prompt_len or 0 */
     const char *text;  /* prompts_file item: its prompt (borrowed; lives as long as the
                           workload); NULL for synthetic prompts */
+    int cls;           /* request class: KV_WORKLOAD_LONG, or KV_WORKLOAD_SHORT (workload.short_fraction
+                          of them, drawn from their own stream, with the short_* lengths) */
+    int priority;      /* the class's request priority (short: workload.short_priority; long: 0) */
 } kv_workload_item;
+
+/* Request classes (the starvation demo's short interactive requests among
+ * long ones). */
+enum { KV_WORKLOAD_LONG = 0, KV_WORKLOAD_SHORT = 1, KV_WORKLOAD_CLASSES = 2 };
+/* "long", "short". */
+const char *kv_workload_class_name(int cls);
 
 /* Tokenizes text into out[0..cap); returns the number of ids written (at
  * most cap; ids past cap are dropped) or a negative error. It must not add

@@ -186,6 +186,19 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s",
               s->sim_device[0] ? s->sim_device : "gpu", sd, rate);
     }
+    /* Preemption chains (the KV cascade demo) and the dynamic batch size. */
+    if (y <= ih && (m->preemptions > 0 || m->batch_cap > 0)) {
+        char line[160];
+        int n = 0;
+        if (m->preemptions > 0)
+            n = snprintf(line, sizeof line, "preempt %llu: %llu cascades (longest %d), %llu tokens recomputed",
+                         (unsigned long long)m->preemptions, (unsigned long long)m->preemption_chains,
+                         m->longest_preemption_chain, (unsigned long long)m->tokens_recomputed);
+        if (m->batch_cap > 0 && n < (int)sizeof line)
+            snprintf(line + n, sizeof line - (size_t)n, "%sbatch cap %d", n ? "  " : "", m->batch_cap);
+        panel_text(w, y++, 1, iw, panel_pair(v, m->preemption_chains ? KV_PAIR_PREFILL : KV_PAIR_TITLE, A_NORMAL),
+                   line, -1);
+    }
     /* Queues: running requests in one line, then each waiting one with its reason. */
     if (y <= ih) {
         char line[1024];

@@ -519,7 +519,12 @@ static void test_random_run(void) {
         }
         loaded++;
         int cn = kv_trace_n_frames(ct);
-        CHECK(cn < n && cn >= prev_cn && kv_trace_truncated(ct) && strstr(kv_trace_end_note(ct), "cut off"));
+        /* a cut that lands exactly on a frame boundary (the layout moves
+         * with the snapshot's size) is a complete shorter recording */
+        int boundary = !kv_trace_truncated(ct) && !kv_trace_end_note(ct)[0];
+        CHECKF(cn < n && cn >= prev_cn && (boundary || strstr(kv_trace_end_note(ct), "cut off")),
+               "cut at %zu: %d of %d frames, truncated %d, note '%s'", cut, cn, n, kv_trace_truncated(ct),
+               kv_trace_end_note(ct));
         prev_cn = cn;
         for (int i = 0; i < cn; i++) CHECK(snap_equal(kv_trace_frame(ct, i), want[i], i));
         kv_trace_free(ct);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# End-to-end checks of issue 17's demo profiles through `kvtop bench` on
+# stories260K (about 15 s in all): the KV cascade demo's JSON counts
+# preemption chains and recomputed tokens and its max_tokens guard removes
+# them with identical greedy outputs; the starvation demo reports TTFT per
+# class and short_first cuts the short class's; the latency demo's target
+# TPOT caps the batch; bad guard values are refused naming the key.
+# Prints "N passed, N failed".
+set -u
+K=${KVTOP_BIN:-./kvtop}
+S=${KVTOP_SHARED:-../shared}
+M=$S/models/stories260K.gguf
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "  ok $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 400)"; }
+py() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; }
+if [[ ! -f $M ]]; then echo "  (skipped: $M not present)"; echo "0 passed, 0 failed"; exit 0; fi
+m=(--set model.path="$M" --set threads=1)
+
+P=profiles/demo-kv-cascade.yaml
+out=$($K bench $P "${m[@]}" --set scheduler.max_wait_ms=0 --json "$T/c.json" --outputs "$T/c.jsonl" 2>&1); rc=$?
+[[ $rc == 0 ]] && ok "cascade demo runs" || bad "cascade demo (exit $rc)" "$out"
+py "$T/c.json" 'd["preemption_chains"] >= 2 and d["longest_preemption_chain"] >= 3 and 0 < d["tokens_recomputed"] <= d["tokens_discarded"]' \
+  && ok "cascade JSON: preemption_chains, longest chain, tokens recomputed" || bad "cascade JSON" "$(head -c 600 "$T/c.json")"
+[[ $out == *"cascades"*"computed again"* ]] && ok "cascade table line" || bad "cascade table line" "$out"
+out=$($K bench $P "${m[@]}" --set scheduler.max_wait_ms=0 --set scheduler.admission=max_tokens --json "$T/g.json" \
+      --outputs "$T/g.jsonl" 2>&1); rc=$?
+[[ $rc == 0 ]] && py "$T/g.json" 'd["preemptions"] == 0 and d["tokens_recomputed"] == 0 and d["preemption_chains"] == 0' \
+  && ok "max_tokens admission: no preemption" || bad "max_tokens admission" "$out"
+cmp -s "$T/c.jsonl" "$T/g.jsonl" && ok "guard leaves greedy outputs identical" || bad "outputs differ under the guard"
+out=$($K bench $P "${m[@]}" --compare scheduler.preempt_victim=newest,least_work 2>&1); rc=$?
+[[ $rc == 0 && $out == *"tokens recomputed"* && $out == *"preemption cascades"* && $out == *"longest chain"* ]] \
+  && ok "--compare rows for the cascade" || bad "--compare rows" "$out"
+
+P=profiles/demo-starvation.yaml
+out=$($K bench $P "${m[@]}" --set workload.requests=24 --set workload.rate=1000 --compare scheduler.order=fcfs,short_first \
+      --json "$T/s.json" 2>&1); rc=$?
+[[ $rc == 0 && $out == *"TTFT p99 short ms"* && $out == *"TTFT p99 long ms"* ]] && ok "starvation compare rows" \
+  || bad "starvation compare (exit $rc)" "$out"
+py "$T/s.json" '[a["short"]["n"] > 0 and a["long"]["n"] > 0 and b["short"]["p99"] < a["short"]["p99"] / 2 for a, b in [(d["runs"][0]["ttft_ms_by_class"], d["runs"][1]["ttft_ms_by_class"])]][0]' \
+  && ok "short_first: short TTFT p99 under half of FCFS's" || bad "short_first TTFT" "$(head -c 600 "$T/s.json")"
+
+P=profiles/demo-latency-tradeoff.yaml
+out=$($K bench $P "${m[@]}" --set workload.requests=64 --set scheduler.target_tpot_ms=0.01 --json "$T/l.json" 2>&1); rc=$?
+[[ $rc == 0 ]] && py "$T/l.json" 'd["batch_cap"] == 1 and d["max_concurrent"] <= 2' \
+  && ok "an unreachable TPOT target caps the batch at 1" || bad "target_tpot_ms" "$out $(head -c 300 "$T/l.json")"
+[[ $out == *"batch size"*"target TPOT"* ]] && ok "batch size table line" || bad "batch size line" "$out"
+
+for s in scheduler.watermark=0.95 scheduler.admission=maybe scheduler.admission_quantile=0 scheduler.preempt_victim=oldest \
+         scheduler.order=lifo scheduler.target_tpot_ms=-1 workload.short_fraction=2; do
+  out=$($K bench profiles/demo-kv-cascade.yaml "${m[@]}" --set "$s" 2>&1); rc=$?
+  [[ $rc == 2 && $out == *"${s%%=*}"* ]] && ok "bad $s refused (exit 2, names the key)" || bad "bad $s (exit $rc)" "$out"
+done
+echo "$pass passed, $fail failed"
+(( fail == 0 ))
