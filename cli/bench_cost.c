@@ -3,6 +3,8 @@
  * for the simulated seconds the run took. */
 #include "bench_cost.h"
 
+#include "../engine/metrics_json.h"
+
 #include <math.h>
 #include <string.h>
 
