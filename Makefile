@@ -19,7 +19,7 @@ CFLAGS ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ENGINE = -lm -lpthread
 LDLIBS_YAML = -lyaml
-LDLIBS_TUI = -lncursesw -lreadline
+LDLIBS_TUI = -lncursesw -lreadline -lcurl
 LDLIBS_HTTP = -lmicrohttpd
 PYTHON ?= python3
 
@@ -200,7 +200,7 @@ fuzz: fuzz-build
 setup:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev curl tmux python3 python3-pip unzip >/dev/null
+	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev curl tmux python3 python3-pip unzip >/dev/null
 
 # gguf-py (llama.cpp's Python GGUF library) for tests/e2e/gguf_interop.sh,
 # and the official openai client and prometheus_client's parser for the

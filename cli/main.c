@@ -26,6 +26,7 @@ static const command commands[] = {
     {"eval", cmd_eval, "perplexity and accuracy vs an f32 reference, per weight type and KV dtype"},
     {"tui", cmd_tui, "open the ncurses application (default)"},
     {"replay", cmd_replay, "step through a recorded TUI trace; --export writes Chrome trace JSON"},
+    {"attach", cmd_attach, "the TUI on a running server: kvtop serve, vLLM, SGLang, llama-server, TGI (a fleet)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with Prometheus /metrics on the profile's engine"},
     {"keys", cmd_keys, "every profile key (type, range, meaning); with a PROFILE, it as it resolves, as YAML"},
     {NULL, NULL, NULL},
@@ -50,7 +51,7 @@ int main(int argc, char **argv) {
             /* Headless commands remove their temporary files when a signal
              * ends them; the TUI and the replay viewer restore the terminal
              * in handlers of their own. */
-            if (strcmp(c->name, "tui") && strcmp(c->name, "replay")) kv_cleanup_install();
+            if (strcmp(c->name, "tui") && strcmp(c->name, "replay") && strcmp(c->name, "attach")) kv_cleanup_install();
             return c->fn(argc - 1, argv + 1);
         }
     }

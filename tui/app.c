@@ -218,6 +218,8 @@ static void after_snapshot(app *a, const kv_snapshot *s) {
     }
 }
 
+void app_after_snapshot(app *a, const kv_snapshot *s) { after_snapshot(a, s); }
+
 /* ---- the view ---- */
 
 void app_zoom_next(app *a) {

@@ -102,6 +102,7 @@ typedef struct app {
     double cpu_t0, wall_t0;
     uint64_t fps_frames0;
     double status_until;         /* wall clock when the status message expires */
+    struct attach_state *att;    /* kvtop attach: the remote sources and replies (attach.c); NULL: local engine */
 } app;
 
 /* ---- app.c: shared helpers, the screen and the loop ---- */
@@ -142,6 +143,10 @@ void app_free_windows(app *a);
  * on_key as they come, on_frame runs at the profile's frame rate, until
  * a->quit, a terminal signal or a->max_frames. */
 void app_loop(app *a, void (*on_key)(app *, kv_key), void (*on_frame)(app *));
+
+/* The step log, prefix and step-time series and the tabs' TTFT/TPOT from a
+ * new snapshot s (the local frame and attach.c's call it). */
+void app_after_snapshot(app *a, const kv_snapshot *s);
 
 /* ---- chat.c: sessions (tabs), prompts and engine events ---- */
 
@@ -227,6 +232,18 @@ void loader_check(app *a);
  * engine and marks the replies in flight cancelled; a recording goes on
  * with the next engine. */
 void loader_close(app *a);
+
+/* ---- attach.c: kvtop attach (a->att set; no local engine) ---- */
+
+/* Sends the session's conversation to the remote server's chat endpoint. */
+void attach_submit(app *a, kv_session *s);
+/* Ends the tab's reply in flight on the remote (closing its stream). */
+void attach_cancel(app *a, kv_session *s);
+/* Takes what the remote replies sent since the last frame into the tabs. */
+void attach_poll(app *a);
+/* F2/F3/F4 on the remote engine: action "pause", "resume", "step" or
+ * "slow" (delay_ms); the status line says what happened or why not. */
+void attach_control(app *a, const char *action, int delay_ms);
 
 /* ---- serve.c: --serve PORT ---- */
 

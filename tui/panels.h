@@ -84,6 +84,7 @@ typedef struct kv_view_state {
     int64_t chain_req;          /* request whose block table the KV panel shows (0 none) */
     int config_max_batched;     /* scheduler.max_batched_tokens, for batch bar scale */
     int show_token_source;      /* bool: color reply text by how each token was produced */
+    char remote[160];           /* kvtop attach: the source's state for the tab bar ("" local engine) */
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */
