@@ -179,6 +179,8 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-om
 # The library sources are compiled once (instrumented for coverage) and
 # shared by every target; only each target's own file links the fuzzer main.
 FUZZ_OBJ := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/server/request.o
+# kvtop attach's snapshot reader is checked against the server's writer.
+FUZZ_OBJ += build-fuzz/obj/server/snapshot_json.o
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../profiles/profile.h"
+#include "panels_remote.h"
 #include "tui.h"
 
 /* readline and the sanitizers: readline keeps its kill ring and a few
@@ -403,7 +404,8 @@ void app_draw(app *a) {
     }
     for (int i = 0; i < KV_PANEL_COUNT; i++) {
         if (!a->win[i]) continue;
-        kv_panel_fn fn = kv_panel_draw_fn((kv_panel_id)i);
+        kv_panel_fn fn = a->att ? kv_panel_remote_fn(v, (kv_panel_id)i) : NULL; /* attach on a metrics source */
+        if (!fn) fn = kv_panel_draw_fn((kv_panel_id)i);
         if (fn) fn(a->win[i], v, snap);
         wnoutrefresh(a->win[i]);
     }

@@ -211,6 +211,7 @@ static void attach_frame(app *a) {
     const kv_source_status *st = &t->st[t->sel];
     a->v.phase = a->have_snap ? KV_PHASE_READY : KV_PHASE_LOADING;
     describe(st, t->sel, t->n_src, a->v.remote, sizeof a->v.remote);
+    a->v.remote_status = st;
     if (!a->v.status[0] && st->error[0] && !st->up) app_status(a, 1, "%s", st->error);
     if (!a->v.status[0] && st->control_msg[0] && strstr(st->control_msg, "fail")) app_status(a, 1, "%s", st->control_msg);
     chat_poll_events(a);
@@ -245,7 +246,7 @@ static void usage(FILE *f) {
             "  Tabs chat through its /v1/chat/completions. Several URLs: [ and ] (panels focus) switch.\n"
             "  --api-key KEY  sent as a bearer token to these URLs only (also $KVTOP_API_KEY)\n"
             "  --kind K       skip detection\n"
-            "  --interval MS  snapshot / scrape interval (default 100)\n"
+            "  --interval MS  snapshot / scrape interval (default: 100 for a kvtop stream, 1000 for /metrics)\n"
             "  --frames N     exit after N frames (tests)\n");
 }
 
@@ -310,7 +311,7 @@ int cmd_attach(int argc, char **argv) {
     const char *urls[ATTACH_MAX_SOURCES], *key = getenv("KVTOP_API_KEY");
     int n_urls = 0;
     kv_source_kind kind = KV_SOURCE_AUTO;
-    long interval = 100, frames = 0;
+    long interval = 0, frames = 0;
     int prc = parse_args(argc, argv, urls, &n_urls, &key, &kind, &interval, &frames);
     if (prc) return prc == 1 ? 0 : 2;
     static app A;

@@ -85,6 +85,7 @@ typedef struct kv_view_state {
     int config_max_batched;     /* scheduler.max_batched_tokens, for batch bar scale */
     int show_token_source;      /* bool: color reply text by how each token was produced */
     char remote[160];           /* kvtop attach: the source's state for the tab bar ("" local engine) */
+    const struct kv_source_status *remote_status; /* kvtop attach: the shown source (borrowed), NULL local */
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */

@@ -44,17 +44,15 @@ const char *kv_source_na_reason(kv_source_kind kind, kv_source_field f) {
         if (f == KV_SF_STEPS) return "SGLang exports no per-step records";
         if (f == KV_SF_MEMORY) return "SGLang exports token usage only, no memory breakdown";
         if (f == KV_SF_CONTROL) return "SGLang has no pause/step endpoint";
-        if (f == KV_SF_SPEC) return NULL;
         return NULL;
     case KV_SOURCE_LLAMACPP:
         if (f == KV_SF_BLOCKS) return "llama.cpp has no paged block map (one contiguous cache per slot)";
         if (f == KV_SF_KV_USAGE) return "llama.cpp removed its KV usage metric";
         if (f == KV_SF_LATENCY) return "llama.cpp exports no latency histograms (the tabs' own TTFT/TPOT shown)";
-        if (f == KV_SF_PREFIX) return "llama.cpp exports no prefix-cache counter (the tabs' cache_n shown)";
         if (f == KV_SF_STEPS) return "llama.cpp exports no per-step records";
         if (f == KV_SF_MEMORY) return "llama.cpp exports no memory breakdown";
         if (f == KV_SF_CONTROL) return "llama.cpp has no pause/step endpoint";
-        if (f == KV_SF_SPEC) return "llama.cpp exports no speculative counters in /metrics";
+        if (f == KV_SF_REQUESTS) return NULL; /* one row per slot from /slots */
         return NULL;
     case KV_SOURCE_TGI:
         if (f == KV_SF_QUEUES || f == KV_SF_LATENCY || f == KV_SF_THROUGHPUT) return NULL;
@@ -71,6 +69,7 @@ kv_http_opts source_opts(kv_source *s) {
     o.api_key = s->key[0] ? s->key : NULL;
     o.stop = &s->stop;
     o.idle_timeout_ms = KV_MAX(3000, 4 * s->interval_ms);
+    o.timeout_ms = KV_MAX(5000, 2 * s->interval_ms);
     return o;
 }
 
@@ -178,7 +177,7 @@ static int on_frame(void *user, const char *data, size_t len) {
 
 static void follow_stream(kv_source *s) {
     char path[96], url[700];
-    snprintf(path, sizeof path, "/kvtop/v1/stream?interval_ms=%d", s->interval_ms);
+    snprintf(path, sizeof path, "/kvtop/v1/stream?interval_ms=%d", s->interval_ms > 0 ? s->interval_ms : 100);
     if (kv_http_join(url, sizeof url, s->url, path)) {
         source_set_error(s, "URL too long");
         return;
@@ -217,7 +216,7 @@ static void *source_main(void *arg) {
             follow_stream(s);
         } else {
             source_metrics_poll(s);
-            if (source_sleep(s, s->interval_ms)) break;
+            if (source_sleep(s, s->interval_ms > 0 ? s->interval_ms : 1000)) break;
             continue;
         }
         /* A stream that ran a while resets the backoff; a refused one grows it. */
@@ -303,7 +302,7 @@ kv_source *kv_source_new(const char *url, const char *key, kv_source_kind kind, 
     kv_http_join(s->url, sizeof s->url, url, "");
     kv_copy_str(s->key, sizeof s->key, key ? key : "");
     s->want = kind;
-    s->interval_ms = KV_MAX(interval_ms, 20);
+    s->interval_ms = interval_ms <= 0 ? 0 : KV_MAX(interval_ms, 20);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->st.kind = kind;

@@ -61,6 +61,48 @@ typedef struct kv_source_slot {
 } kv_source_slot;
 #define KV_SOURCE_MAX_SLOTS 64
 
+/* What a metrics adapter read, each value with its bit in `have` (clear:
+ * the server does not export it; drawn as N/A). Rates and percentiles are
+ * over the last window (default 60 s) of scrapes, from counter and bucket
+ * deltas. */
+typedef enum kv_remote_bit {
+    KV_RM_QUEUE = 1 << 0,     /* running, waiting */
+    KV_RM_KV_USAGE = 1 << 1,  /* kv_usage */
+    KV_RM_KV_TOKENS = 1 << 2, /* kv_used_tokens, kv_total_tokens */
+    KV_RM_PREFIX = 1 << 3,    /* prefix_hit_rate */
+    KV_RM_PREEMPT = 1 << 4,   /* preempt_per_s, preempt_total */
+    KV_RM_TOKS = 1 << 5,      /* gen_tok_s, prompt_tok_s */
+    KV_RM_TTFT = 1 << 6,      /* ttft_ms[] */
+    KV_RM_ITL = 1 << 7,       /* itl_ms[] */
+    KV_RM_E2E = 1 << 8,       /* e2e_ms[] */
+    KV_RM_QUEUE_TIME = 1 << 9,/* queue_ms[] */
+    KV_RM_SPEC = 1 << 10,     /* spec_accept (rate) */
+    KV_RM_SPEC_LEN = 1 << 11, /* spec_accept_len */
+    KV_RM_SPEC_POS = 1 << 12, /* spec_pos[] */
+    KV_RM_CACHE_CFG = 1 << 13,/* block_size, num_blocks, cache_dtype */
+    KV_RM_SLOTS = 1 << 14,    /* the slots rows of kv_source_status */
+    KV_RM_BATCH = 1 << 15     /* batch_size */
+} kv_remote_bit;
+
+typedef struct kv_remote_metrics {
+    unsigned have;              /* kv_remote_bit */
+    double running, waiting;    /* requests now */
+    double kv_usage;            /* fraction of the KV cache in use, 0..1 */
+    double kv_used_tokens, kv_total_tokens;
+    double prefix_hit_rate;     /* fraction of prompt tokens served from the prefix cache */
+    double preempt_per_s, preempt_total;
+    double gen_tok_s, prompt_tok_s;
+    double ttft_ms[3], itl_ms[3], e2e_ms[3], queue_ms[3]; /* P50, P90, P99 */
+    double spec_accept;         /* accepted / drafted tokens */
+    double spec_accept_len;     /* tokens per verify step */
+    int n_spec_pos;
+    double spec_pos[8];         /* acceptance per draft position */
+    int block_size, num_blocks;
+    char cache_dtype[24];
+    double batch_size;
+    double window_s;            /* span the rates and percentiles cover so far */
+} kv_remote_metrics;
+
 typedef struct kv_source_status {
     kv_source_kind kind;    /* detected (or given); AUTO until known */
     char url[512];          /* the base URL */
@@ -74,6 +116,7 @@ typedef struct kv_source_status {
     char error[256];        /* the last failure ("" none) */
     char rejected_msg[256]; /* why the last rejected frame or line was rejected */
     char control_msg[160];  /* result of the last control request */
+    kv_remote_metrics m;    /* metrics adapters (not kind kvtop) */
     int n_slots;            /* llama-server: rows of slots[] */
     kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
 } kv_source_status;
@@ -81,8 +124,9 @@ typedef struct kv_source_status {
 typedef struct kv_source kv_source;
 
 /* A source on base URL url (http:// or https://, no path needed) with API
- * key key (NULL: none; sent only to url), polling or streaming every
- * interval_ms (>= 20). NULL with err (a bad URL, out of memory). */
+ * key key (NULL: none; sent only to url), streaming (kvtop) or scraping
+ * (metrics) every interval_ms (>= 20; <= 0: 100 ms for a kvtop stream,
+ * 1000 ms for scrapes). NULL with err (a bad URL, out of memory). */
 kv_source *kv_source_new(const char *url, const char *key, kv_source_kind kind, int interval_ms, kv_err *err);
 /* Starts its thread. 0 or KV_ERR_NOMEM/KV_ERR_IO. */
 int kv_source_start(kv_source *s);

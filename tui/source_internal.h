@@ -21,7 +21,7 @@ struct kv_source {
     char url[512];
     char key[512];
     kv_source_kind want;        /* as given (AUTO: detect) */
-    int interval_ms;
+    int interval_ms;            /* as given; <= 0: the kind's default */
     pthread_t thread, ctl_thread;
     int started;                /* bool: both threads run */
     atomic_int stop;
