@@ -19,7 +19,7 @@ CFLAGS ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ENGINE = -lm -lpthread
 LDLIBS_YAML = -lyaml
-LDLIBS_TUI = -lncursesw -lreadline
+LDLIBS_TUI = -lncursesw -lreadline -lcurl
 LDLIBS_HTTP = -lmicrohttpd
 PYTHON ?= python3
 
@@ -179,6 +179,8 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-om
 # The library sources are compiled once (instrumented for coverage) and
 # shared by every target; only each target's own file links the fuzzer main.
 FUZZ_OBJ := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(PROFILE_SRC:%.c=build-fuzz/obj/%.o) build-fuzz/obj/server/request.o
+# kvtop attach's snapshot reader is checked against the server's writer.
+FUZZ_OBJ += build-fuzz/obj/server/snapshot_json.o
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
@@ -200,7 +202,7 @@ fuzz: fuzz-build
 setup:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev curl tmux python3 python3-pip unzip >/dev/null
+	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev curl tmux python3 python3-pip unzip >/dev/null
 
 # gguf-py (llama.cpp's Python GGUF library) for tests/e2e/gguf_interop.sh,
 # and the official openai client and prometheus_client's parser for the

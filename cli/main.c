@@ -27,6 +27,7 @@ static const command commands[] = {
     {"tui", cmd_tui, "open the ncurses application (default)"},
     {"replay", cmd_replay, "step through a recorded TUI trace; --export writes Chrome trace JSON"},
     {"tour", cmd_tour, "guided demo: each station a comparison side by side with a caption (F12 next)"},
+    {"attach", cmd_attach, "the TUI on a running server: kvtop serve, vLLM, SGLang, llama-server, TGI (a fleet)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with Prometheus /metrics on the profile's engine"},
     {"keys", cmd_keys, "every profile key (type, range, meaning); with a PROFILE, it as it resolves, as YAML"},
     {NULL, NULL, NULL},
@@ -51,7 +52,9 @@ int main(int argc, char **argv) {
             /* Headless commands remove their temporary files when a signal
              * ends them; the TUI and the replay viewer restore the terminal
              * in handlers of their own. */
-            if (strcmp(c->name, "tui") && strcmp(c->name, "replay") && strcmp(c->name, "tour")) kv_cleanup_install();
+            if (strcmp(c->name, "tui") && strcmp(c->name, "replay") && strcmp(c->name, "tour") &&
+                strcmp(c->name, "attach"))
+                kv_cleanup_install();
             return c->fn(argc - 1, argv + 1);
         }
     }

@@ -54,6 +54,7 @@ SYSTEM = [
     (re.compile(r"^readline/"), "readline", {"cli", "tui"}),
     (re.compile(r"^yaml\.h"), "libyaml", {"profiles"}),
     (re.compile(r"^microhttpd\.h"), "libmicrohttpd", {"server"}),
+    (re.compile(r"^curl/"), "libcurl", {"tui"}),
     (re.compile(r"^(cuda|cublas|curand|nvrtc)"), "the CUDA runtime", {"kernels/cuda"}),
 ]
 # System libraries each layer's whole library may need at link time.

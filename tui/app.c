@@ -26,6 +26,7 @@
 
 #include "../profiles/profile.h"
 #include "compare.h"
+#include "panels_remote.h"
 #include "tui.h"
 
 /* readline and the sanitizers: readline keeps its kill ring and a few
@@ -220,6 +221,7 @@ void app_after_snapshot(app *a, const kv_snapshot *s) {
     }
 }
 
+
 /* ---- the view ---- */
 
 void app_zoom_next(app *a) {
@@ -409,7 +411,8 @@ void app_draw(app *a) {
     }
     for (int i = 0; i < KV_PANEL_COUNT; i++) {
         if (!a->win[i]) continue;
-        kv_panel_fn fn = kv_panel_draw_fn((kv_panel_id)i);
+        kv_panel_fn fn = a->att ? kv_panel_remote_fn(v, (kv_panel_id)i) : NULL; /* attach on a metrics source */
+        if (!fn) fn = kv_panel_draw_fn((kv_panel_id)i);
         if (fn) fn(a->win[i], v, snap);
         wnoutrefresh(a->win[i]);
     }

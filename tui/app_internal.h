@@ -104,6 +104,7 @@ typedef struct app {
     double status_until;         /* wall clock when the status message expires */
     void (*redraw)(struct app *); /* a screen of its own (compare.c): draws it where the loop and a resume
                                      would call app_draw; NULL: app_draw */
+    struct attach_state *att;    /* kvtop attach: the remote sources and replies (attach.c); NULL: local engine */
 } app;
 
 /* ---- app.c: shared helpers, the screen and the loop ---- */
@@ -240,6 +241,18 @@ void loader_check(app *a);
  * engine and marks the replies in flight cancelled; a recording goes on
  * with the next engine. */
 void loader_close(app *a);
+
+/* ---- attach.c: kvtop attach (a->att set; no local engine) ---- */
+
+/* Sends the session's conversation to the remote server's chat endpoint. */
+void attach_submit(app *a, kv_session *s);
+/* Ends the tab's reply in flight on the remote (closing its stream). */
+void attach_cancel(app *a, kv_session *s);
+/* Takes what the remote replies sent since the last frame into the tabs. */
+void attach_poll(app *a);
+/* F2/F3/F4 on the remote engine: action "pause", "resume", "step" or
+ * "slow" (delay_ms); the status line says what happened or why not. */
+void attach_control(app *a, const char *action, int delay_ms);
 
 /* ---- serve.c: --serve PORT ---- */
 

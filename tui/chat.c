@@ -52,6 +52,7 @@ void chat_session_close(app *a, int i) {
     if (i < 0 || i >= a->n_sessions) return;
     kv_session *s = a->sessions[i];
     if (s->req && a->eng) kv_engine_cancel(a->eng, s->req);
+    if (s->req && a->att) attach_cancel(a, s);
     if (a->n_sessions == 1) {
         /* The last tab is cleared rather than closed: there is always one. */
         kv_session_clear(s);
@@ -180,6 +181,10 @@ void chat_send_prompt(app *a, kv_session *s, const char *text) {
     kv_session_add(s, KV_ROLE_USER, text);
     kv_session_autosave_turn(s, KV_ROLE_USER, text);
     s->scroll = 0;
+    if (a->att) {
+        attach_submit(a, s);
+        return;
+    }
     if (!a->eng) {
         s->waiting_engine = 1;
         if (a->v.phase == KV_PHASE_FAILED) app_note(s, "no engine: %s (/load PROFILE to try another)", a->v.load_msg);
@@ -267,6 +272,7 @@ void chat_cancel(app *a, kv_session *s) {
      * finished); the tab is free now either way, and that DONE is then
      * only forgotten. */
     if (a->eng) kv_engine_cancel(a->eng, s->req);
+    if (a->att) attach_cancel(a, s);
     kv_session_reply_end(s, KV_FINISH_CANCELLED);
     s->last_token_ms = -1;
     app_note(s, "[cancelled]");
@@ -274,6 +280,7 @@ void chat_cancel(app *a, kv_session *s) {
 }
 
 void chat_poll_events(app *a) {
+    if (a->att) attach_poll(a);
     if (!a->eng) return;
     kv_event ev[64];
     for (int round = 0; round < 64; round++) {

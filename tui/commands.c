@@ -14,6 +14,10 @@ static const int slow_steps[] = {0, 50, 200, 500, 1000};
 int commands_slow_ms(const app *a) { return slow_steps[a->slow_idx]; }
 
 static void toggle_pause(app *a) {
+    if (a->att) {
+        attach_control(a, a->paused ? "resume" : "pause", 0);
+        return;
+    }
     a->paused = !a->paused;
     if (a->eng) {
         if (a->paused) kv_engine_pause(a->eng);
@@ -23,6 +27,10 @@ static void toggle_pause(app *a) {
 }
 
 static void step_once(app *a) {
+    if (a->att) {
+        attach_control(a, "step", 0);
+        return;
+    }
     if (!a->paused) {
         a->paused = 1;
         if (a->eng) kv_engine_pause(a->eng);
@@ -32,6 +40,10 @@ static void step_once(app *a) {
 }
 
 static void set_slow(app *a, int ms) {
+    if (a->att) {
+        attach_control(a, "slow", ms);
+        return;
+    }
     if (a->eng) kv_engine_set_step_delay(a->eng, ms);
     a->v.step_delay_ms = ms;
     if (ms) app_status(a, 0, "slow motion: %d ms per step", ms);
@@ -82,6 +94,7 @@ static void run_command(app *a, const kv_command *c) {
     case KV_CMD_SETTINGS: show_settings(a, s); break;
     case KV_CMD_CLEAR:
         if (s->req && a->eng) kv_engine_cancel(a->eng, s->req);
+        if (s->req && a->att) attach_cancel(a, s);
         kv_session_clear(s);
         app_status(a, 0, "conversation cleared (the autosave keeps it)");
         break;
@@ -94,6 +107,10 @@ static void run_command(app *a, const kv_command *c) {
     case KV_CMD_LOAD: {
         kv_config nc;
         kv_err err;
+        if (a->att) {
+            app_status(a, 1, "/load runs a local engine: not while attached to a server");
+            break;
+        }
         if (kv_profile_load_with_sets(c->arg, NULL, 0, &nc, &err)) {
             app_status(a, 1, "%s", err.msg);
             break;
@@ -183,6 +200,10 @@ static void do_action(app *a, kv_action act, kv_key k) {
         set_slow(a, slow_steps[a->slow_idx]);
         break;
     case KV_ACT_LOAD:
+        if (a->att) {
+            app_status(a, 1, "load injection drives a local engine: not while attached");
+            break;
+        }
         if (a->load.drv) {
             load_stop(a);
             app_status(a, 0, "load stopped");

@@ -128,6 +128,7 @@ void kv_panel_tabs(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         rn = snprintf(right, sizeof right, "%s%s%s%s", v->reloading ? "LOADING NEXT  " : "",
                       v->recording ? "REC  " : "", v->paused ? "PAUSED  " : "", v->load_sessions ? "LOAD  " : "");
     }
+    if (v->remote[0]) rn += snprintf(right + rn, sizeof right - (size_t)rn, "%.100s  ", v->remote);
     if (s)
         snprintf(right + rn, sizeof right - (size_t)rn, "%.40s  step %llu ", s->model_name,
                  (unsigned long long)s->step);

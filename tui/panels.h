@@ -86,6 +86,8 @@ typedef struct kv_view_state {
     int show_token_source;      /* bool: color reply text by how each token was produced */
     int fill_marks;             /* bool: the block map marks each block in use by its fill (blockfill.h)
                                    instead of its owner's glyph (F9 toggles) */
+    char remote[160];           /* kvtop attach: the source's state for the tab bar ("" local engine) */
+    const struct kv_source_status *remote_status; /* kvtop attach: the shown source (borrowed), NULL local */
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */

@@ -6,6 +6,8 @@
 
 /* The ncurses application: kvtop [PROFILE] [--set k=v ...] [--frames N]. */
 int cmd_tui(int argc, char **argv);
+/* The TUI on remote servers: kvtop attach URL [URL ...] [--api-key KEY] ... */
+int cmd_attach(int argc, char **argv);
 /* Steps through a recorded trace (kvtop replay TRACE [--export OUT]). */
 int cmd_replay(int argc, char **argv);
 /* The guided demo: comparisons side by side, one station at a time

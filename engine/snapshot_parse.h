@@ -1,0 +1,37 @@
+/* snapshot_parse.h - the reverse of server/snapshot_json.c: one JSON
+ * snapshot (GET /kvtop/v1/snapshot, or a frame of /kvtop/v1/stream) back
+ * into a kv_snapshot, for `kvtop attach` on a kvtop server. The text comes
+ * from the network, so everything is checked: types, enum names, ranges,
+ * and that every block id a request names lies inside the block map. */
+#ifndef KV_SNAPSHOT_PARSE_H
+#define KV_SNAPSHOT_PARSE_H
+
+#include <stddef.h>
+
+#include "../base/common.h"
+#include "engine.h"
+
+/* Step records kept across delta frames (a stream sends only new ones). */
+#define KV_SNAPSHOT_PARSE_KEEP_STEPS 256
+/* Largest block map, request list and queue accepted from a peer. */
+#define KV_SNAPSHOT_PARSE_MAX_BLOCKS (1 << 22)
+#define KV_SNAPSHOT_PARSE_MAX_REQUESTS (1 << 16)
+
+/* Parses text[0..len) into s. A full frame replaces everything in s; a
+ * delta frame ("delta": true) replaces everything but appends its step
+ * records to those s holds (the newest KV_SNAPSHOT_PARSE_KEEP_STEPS kept,
+ * older or repeated steps dropped) and carries only the decisions of its
+ * new steps. model (may be NULL, else cap bytes) receives config.model, the
+ * served model name. Missing members keep their neutral value (0, "", -1
+ * for ttft/e2e); a member of the wrong type, an unknown enum name, a count
+ * out of range or a block id outside the map rejects the whole frame.
+ * Returns 0, or KV_ERR_FORMAT (err names the member: "requests[3].state:
+ * unknown state 'x'") or KV_ERR_NOMEM; on error s is left as it was. */
+int kv_snapshot_parse(const char *text, size_t len, kv_snapshot *s /* IN/OUT */, char *model /* OUT: may be NULL */,
+                      size_t cap, kv_err *err);
+
+/* Copies src into dst (arrays grown as needed). 0, or KV_ERR_NOMEM with dst
+ * left empty (no requests, blocks, steps or decisions). */
+int kv_snapshot_copy(kv_snapshot *dst /* OUT: arrays reused */, const kv_snapshot *src);
+
+#endif

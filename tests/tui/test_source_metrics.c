@@ -1,0 +1,255 @@
+/* test_source_metrics.c - attach's pure parts without a server: the metrics
+ * adapters on the real llama-server scrape and /slots (16 of 16 busy) and on
+ * the vLLM and SGLang fixtures (two scrapes ten seconds apart: rates and
+ * percentiles from the deltas, worked out by hand), kind detection, the SSE
+ * parser fed in every split, the chat-chunk reader, and the N/A reasons. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "../../tui/http_client.h"
+#include "../../tui/remote_chat.h"
+#include "../../tui/source_metrics.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-6 * (1 + fabs(b)); }
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 20);
+    *len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (buf) buf[*len] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void test_llama_server(void) {
+    size_t len, slen;
+    char *t = slurp(harness_shared_path("fixtures/llama-server/metrics.txt"), &len);
+    char *sl = slurp(harness_shared_path("fixtures/llama-server/slots.json"), &slen);
+    REQUIRE(t && sl);
+    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_LLAMACPP);
+    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_LLAMACPP, 60);
+    REQUIRE(a);
+    kv_remote_metrics m;
+    CHECK(kv_metrics_adapter_feed(a, t, len, 100, &m, NULL, 0) == 0);
+    CHECK((m.have & KV_RM_QUEUE) && m.running == 16 && m.waiting == 0);
+    CHECK(!(m.have & KV_RM_KV_USAGE)); /* not exported: N/A */
+    CHECK(!(m.have & (KV_RM_TTFT | KV_RM_ITL | KV_RM_E2E)));
+    CHECK(!(m.have & KV_RM_TOKS)); /* one scrape: no rate yet */
+    kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
+    kv_err err;
+    int n = kv_metrics_parse_slots(sl, slen, slots, KV_SOURCE_MAX_SLOTS, &err);
+    CHECKF(n == 16, "%d slots (%s)", n, err.msg);
+    int busy = 0;
+    for (int i = 0; i < n; i++) busy += slots[i].busy;
+    CHECK(busy == 16 && slots[0].id == 0 && slots[0].task == 88 && slots[0].n_ctx == 1024);
+    CHECK(slots[0].n_remaining == 64 && !slots[0].speculative);
+    CHECK(kv_metrics_parse_slots("{}", 2, slots, 4, &err) == KV_ERR_FORMAT);
+    CHECK(kv_metrics_parse_slots("[{\"id\":\"x\"}]", 12, slots, 4, &err) == KV_ERR_FORMAT);
+    CHECK(kv_metrics_parse_slots("[1", 2, slots, 4, &err) == KV_ERR_FORMAT);
+    kv_metrics_adapter_free(a);
+    free(t);
+    free(sl);
+}
+
+/* text with every number after `name` (first occurrence of each line that
+ * starts with it) multiplied by f: a later scrape of the same server. */
+static char *scaled(const char *text, const char *prefix, double f) {
+    size_t n = strlen(text);
+    char *o = malloc(n * 2 + 64);
+    if (!o) return NULL;
+    size_t k = 0;
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+        const char *sp = memchr(p, ' ', ll);
+        const char *brace = memchr(p, '}', ll);
+        if (sp && brace && brace < p + ll) sp = brace + 1;
+        if (p[0] != '#' && !strncmp(p, prefix, strlen(prefix)) && sp) {
+            double v = strtod(sp, NULL);
+            k += (size_t)sprintf(o + k, "%.*s %.17g\n", (int)(sp - p), p, v * f);
+        } else {
+            memcpy(o + k, p, ll);
+            k += ll;
+            o[k++] = '\n';
+        }
+        p += ll + (nl ? 1 : 0);
+    }
+    o[k] = 0;
+    return o;
+}
+
+static void test_vllm(void) {
+    size_t len;
+    char *t = slurp("tests/fixtures/attach/vllm_metrics.txt", &len);
+    REQUIRE(t);
+    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_VLLM);
+    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_VLLM, 60);
+    REQUIRE(a);
+    kv_remote_metrics m;
+    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
+    CHECK(m.running == 12 && m.waiting == 5 && near(m.kv_usage, 0.625));
+    CHECK((m.have & KV_RM_CACHE_CFG) && m.block_size == 16 && m.num_blocks == 27000 && !strcmp(m.cache_dtype, "auto"));
+    CHECK(!(m.have & KV_RM_TTFT)); /* percentiles need a window: nothing yet */
+    /* ten seconds later every counter and bucket has doubled */
+    char *t2 = scaled(t, "vllm:", 2.0);
+    REQUIRE(t2);
+    /* gauges doubled too: running 24, usage 1.25 (the adapter reports what the server says) */
+    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
+    CHECK(m.running == 24);
+    CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 18000 / 10.0) && near(m.prompt_tok_s, 52000 / 10.0));
+    CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 10000.0 / 40000.0));
+    CHECK((m.have & KV_RM_PREEMPT) && near(m.preempt_per_s, 0.3));
+    CHECK((m.have & KV_RM_SPEC) && near(m.spec_accept, 1800.0 / 3000.0));
+    CHECK((m.have & KV_RM_SPEC_LEN) && near(m.spec_accept_len, 1 + 1800.0 / 1000.0));
+    CHECK((m.have & KV_RM_SPEC_POS) && m.n_spec_pos == 3 && near(m.spec_pos[0], 0.8) && near(m.spec_pos[2], 0.4));
+    /* TTFT delta = the first scrape's counts: 100 observations, cumulative
+     * 0,0,0,2,7,17,32,52,77,87,92,96,99,100 over le 0.001..5.0. P50: rank
+     * 50 lies in (0.08, 0.1] (32..52): 0.08 + 0.02 * 18 / 20 = 0.098 s. P90:
+     * rank 90 in (0.5, 0.75] (87..92): 0.5 + 0.25 * 3 / 5 = 0.65 s. P99: rank
+     * 99 in (1.0, 2.5] (96..99): 1.0 + 1.5 * 3 / 3 = 2.5 s. */
+    CHECK(m.have & KV_RM_TTFT);
+    CHECKF(near(m.ttft_ms[0], 98) && near(m.ttft_ms[1], 650) && near(m.ttft_ms[2], 2500), "ttft %g %g %g",
+           m.ttft_ms[0], m.ttft_ms[1], m.ttft_ms[2]);
+    CHECK((m.have & KV_RM_ITL) && (m.have & KV_RM_E2E) && m.itl_ms[0] > 0 && m.e2e_ms[2] >= m.e2e_ms[0]);
+    kv_snapshot *s = kv_snapshot_new();
+    REQUIRE(s);
+    kv_metrics_to_snapshot(&m, s);
+    CHECK(s->metrics.ttft_ms.valid && near(s->metrics.ttft_ms.p90, 650) && s->n_blocks == 0 && s->block_size == 16);
+    CHECK(near(s->metrics.output_tokens_per_s, 1800) && near(s->metrics.prefix_hit_rate, 0.25));
+    kv_snapshot_free(s);
+    free(t2);
+    kv_metrics_adapter_free(a);
+    free(t);
+}
+
+static void test_sglang(void) {
+    size_t len;
+    char *t = slurp("tests/fixtures/attach/sglang_metrics.txt", &len);
+    REQUIRE(t);
+    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_SGLANG);
+    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_SGLANG, 60);
+    REQUIRE(a);
+    kv_remote_metrics m;
+    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
+    CHECK(m.running == 7 && m.waiting == 2 && near(m.kv_usage, 0.28));
+    CHECK((m.have & KV_RM_KV_TOKENS) && m.kv_used_tokens == 40000 && m.kv_total_tokens == 161721);
+    CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.4));
+    CHECK((m.have & KV_RM_SPEC) && near(m.spec_accept, 0.5) && near(m.spec_accept_len, 2.5));
+    CHECK(!(m.have & KV_RM_CACHE_CFG));
+    kv_metrics_adapter_free(a);
+    free(t);
+    CHECK(kv_metrics_detect_kind("tgi_queue_size 3\n", 17) == KV_SOURCE_TGI);
+    CHECK(kv_metrics_detect_kind("garbage\n", 8) == KV_SOURCE_AUTO);
+    CHECK(kv_metrics_adapter_new(KV_SOURCE_KVTOP, 60) == NULL);
+}
+
+static void test_garbage_lines(void) {
+    const char *t = "vllm:num_requests_running{engine=\"0\"} 3\nnonsense here\nvllm:num_requests_waiting 1\n{{{\n";
+    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_VLLM, 60);
+    REQUIRE(a);
+    kv_remote_metrics m;
+    char bad[200];
+    CHECK(kv_metrics_adapter_feed(a, t, strlen(t), 0, &m, bad, sizeof bad) == 2);
+    CHECK(strstr(bad, "line 2") != NULL);
+    CHECK(m.running == 3 && m.waiting == 1);
+    kv_metrics_adapter_free(a);
+}
+
+typedef struct events {
+    int n;
+    char last[256];
+    int stop_after;
+} events;
+
+static int on_ev(void *user, const char *data, size_t len) {
+    events *e = user;
+    e->n++;
+    snprintf(e->last, sizeof e->last, "%.*s", (int)len, data);
+    return e->stop_after && e->n >= e->stop_after;
+}
+
+static void test_sse(void) {
+    const char *s = ": comment\r\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: line1\ndata:line2\n\n\ndata: [DONE]\n\n";
+    size_t n = strlen(s);
+    /* every split into two feeds gives the same three events */
+    for (size_t cut = 0; cut <= n; cut++) {
+        kv_sse_parser p;
+        kv_sse_init(&p, 1024);
+        events e = {0};
+        CHECK(kv_sse_feed(&p, s, cut, on_ev, &e) == 0);
+        CHECK(kv_sse_feed(&p, s + cut, n - cut, on_ev, &e) == 0);
+        CHECKF(e.n == 3 && !strcmp(e.last, "[DONE]"), "cut %zu: %d events", cut, e.n);
+        kv_sse_free(&p);
+    }
+    kv_sse_parser p;
+    kv_sse_init(&p, 1024);
+    events e = {0};
+    kv_sse_feed(&p, "data: line1\ndata:line2\n\n", 24, on_ev, &e);
+    CHECK(!strcmp(e.last, "line1\nline2"));
+    e.stop_after = 2;
+    CHECK(kv_sse_feed(&p, "data: b\n\ndata: c\n\n", 18, on_ev, &e) == 1); /* the callback stops it */
+    kv_sse_free(&p);
+    /* an event over the cap is an error, sticky */
+    kv_sse_init(&p, 16);
+    CHECK(kv_sse_feed(&p, "data: 0123456789abcdef\n\n", 24, on_ev, &e) == KV_ERR_FORMAT);
+    CHECK(kv_sse_feed(&p, "data: x\n\n", 9, on_ev, &e) == KV_ERR_FORMAT);
+    kv_sse_free(&p);
+}
+
+static void append(void *user, const char *t, size_t n) {
+    char *buf = user;
+    strncat(buf, t, n);
+}
+
+static void test_chat_chunks(void) {
+    kv_remote_chat_news n;
+    memset(&n, 0, sizeof n);
+    n.cache_n = n.prompt_n = -1;
+    char text[256] = "";
+    const char *c1 = "{\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}";
+    const char *c2 = "{\"choices\":[{\"delta\":{\"content\":\"is\"},\"finish_reason\":\"stop\"}],"
+                     "\"timings\":{\"cache_n\":12,\"prompt_n\":30}}";
+    CHECK(kv_remote_chat_event(c1, strlen(c1), &n, append, text) == 0);
+    CHECK(kv_remote_chat_event(c2, strlen(c2), &n, append, text) == 0);
+    CHECK(!strcmp(text, "Paris") && !strcmp(n.finish, "stop") && n.cache_n == 12 && n.prompt_n == 30);
+    CHECK(kv_remote_chat_event("[DONE]", 6, &n, append, text) == 1);
+    CHECK(kv_remote_chat_event("{oops", 5, &n, append, text) == KV_ERR_FORMAT && strstr(n.error, "bad chunk"));
+    const char *e = "{\"error\":{\"message\":\"model not found\"}}";
+    CHECK(kv_remote_chat_event(e, strlen(e), &n, append, text) == KV_ERR_FORMAT && strstr(n.error, "model not found"));
+    CHECK(kv_remote_chat_event("{\"x\":1}", 7, &n, append, text) == KV_ERR_FORMAT);
+    const char *roles[] = {"system", "user"}, *texts[] = {"be \"brief\"", "hi\n"};
+    kv_remote_chat_params p = {roles, texts, 2, 32, 0};
+    size_t len;
+    char *body = kv_remote_chat_body(&p, "m", &len);
+    REQUIRE(body);
+    CHECK(strstr(body, "\"stream\":true") && strstr(body, "\"max_tokens\":32") && strstr(body, "\"temperature\":0"));
+    CHECK(strstr(body, "be \\\"brief\\\"") && strstr(body, "hi\\n"));
+    free(body);
+}
+
+static void test_reasons_and_urls(void) {
+    CHECK(kv_source_na_reason(KV_SOURCE_KVTOP, KV_SF_BLOCKS) == NULL);
+    CHECK(strstr(kv_source_na_reason(KV_SOURCE_VLLM, KV_SF_BLOCKS), "no per-block state"));
+    CHECK(strstr(kv_source_na_reason(KV_SOURCE_LLAMACPP, KV_SF_KV_USAGE), "removed its KV usage metric"));
+    CHECK(kv_source_na_reason(KV_SOURCE_SGLANG, KV_SF_QUEUES) == NULL);
+    kv_source_kind k;
+    CHECK(kv_source_kind_parse("sglang", &k) == 0 && k == KV_SOURCE_SGLANG);
+    CHECK(kv_source_kind_parse("nope", &k) == KV_ERR_INVAL && k == KV_SOURCE_SGLANG);
+    char u[64];
+    CHECK(kv_http_join(u, sizeof u, "http://h:1///", "/metrics") == 0 && !strcmp(u, "http://h:1/metrics"));
+    CHECK(kv_http_join(u, 8, "http://h:1", "/metrics") == KV_ERR_RANGE);
+    kv_err err;
+    CHECK(kv_source_new("ftp://x", NULL, KV_SOURCE_AUTO, 100, &err) == NULL && err.code == KV_ERR_INVAL);
+    CHECK(kv_source_new("http://x", "a\r\nX-Evil: 1", KV_SOURCE_AUTO, 100, &err) == NULL);
+    kv_source *s = kv_source_new("http://127.0.0.1:1/", "k", KV_SOURCE_KVTOP, 100, &err);
+    REQUIRE(s);
+    CHECK(!strcmp(kv_source_url(s), "http://127.0.0.1:1"));
+    kv_source_free(s); /* never started: frees without a thread */
+}
+
+TEST_MAIN(T(test_llama_server), T(test_vllm), T(test_sglang), T(test_garbage_lines), T(test_sse), T(test_chat_chunks),
+          T(test_reasons_and_urls))

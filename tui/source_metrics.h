@@ -1,0 +1,45 @@
+/* source_metrics.h - the metrics adapters of `kvtop attach`: one scrape of
+ * a vLLM, SGLang, llama-server or TGI /metrics (and llama-server's /slots)
+ * into kv_remote_metrics, with rates from counter deltas and P50/P90/P99
+ * from histogram bucket deltas over a sliding window. Pure functions of the
+ * text and the time, so the fixtures test them without a server; the
+ * source thread (source.c) fetches and calls them. No curses here. */
+#ifndef KV_TUI_SOURCE_METRICS_H
+#define KV_TUI_SOURCE_METRICS_H
+
+#include <stddef.h>
+
+#include "../engine/prom_text.h"
+#include "source.h"
+
+typedef struct kv_metrics_adapter kv_metrics_adapter;
+
+/* An adapter for kind (vllm, sglang, llamacpp, tgi) keeping window_s
+ * seconds of scrapes. NULL for another kind or out of memory. */
+kv_metrics_adapter *kv_metrics_adapter_new(kv_source_kind kind, double window_s);
+void kv_metrics_adapter_free(kv_metrics_adapter *a); /* NULL is a no-op */
+
+/* Reads the scrape text[0..len) taken at t_s (seconds, increasing) into m:
+ * gauges as they are, rates and percentiles over the window (valid once
+ * two scrapes are in it). Bits of m->have say what the text held. Returns
+ * the number of malformed lines (skipped), or KV_ERR_NOMEM; *first_bad
+ * (cap bytes, may be NULL) gets the first one's line and reason. */
+int kv_metrics_adapter_feed(kv_metrics_adapter *a, const char *text, size_t len, double t_s,
+                            kv_remote_metrics *m /* OUT: */, char *first_bad /* OUT: may be NULL */, size_t cap);
+
+/* The kind a /metrics text belongs to by its prefixes, or AUTO. */
+kv_source_kind kv_metrics_detect_kind(const char *text, size_t len);
+
+/* llama-server's /slots (a JSON array) into out (at most cap rows).
+ * Returns the rows, or KV_ERR_FORMAT with err (not an array, a row that is
+ * not an object or has an id of the wrong type). */
+int kv_metrics_parse_slots(const char *text, size_t len, kv_source_slot *out /* OUT: (cap) */, int cap,
+                           kv_err *err);
+
+/* Copies what maps onto the engine snapshot: the latency stats (ms) of
+ * metrics, the token rates, the prefix hit rate, preemptions and speculative
+ * acceptance. Nothing it does not know is touched (the block map stays
+ * empty: no adapter knows physical blocks). */
+void kv_metrics_to_snapshot(const kv_remote_metrics *m, kv_snapshot *s /* IN/OUT */);
+
+#endif
