@@ -315,9 +315,7 @@ static void sim_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_b
  * rows are read once for all of its query tokens in the batch (their
  * longest context), while every query token does its own 4 * ctx * head_dim
  * flops per head (q.k and p.v). */
-static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
-                          float *out, int n_heads, float scale) {
-    in_of(b)->ops->attention(in_of(b), kv, layer, ab, q, out, n_heads, scale);
+static void charge_attention(kv_backend *b, const kv_pages *kv, const kv_attn_batch *ab, int n_heads, int window) {
     if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || !ab->pos || !ab->seq) return;
     sim_ctx *c = ctx_of(b);
     if (ab->n_seqs > c->seq_cap) {
@@ -334,9 +332,9 @@ static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv
     }
     for (int i = 0; i < ab->n_tokens; i++) {
         int s = ab->seq[i];
-        double ctx = (double)ab->pos[i] + 1.0;
-        flops += ctx * n_heads * (4.0 * kv->head_dim + 5.0); /* + the softmax's few flops per score */
-        if (s >= 0 && s < ab->n_seqs && ab->pos[i] + 1 > c->seq_ctx[s]) c->seq_ctx[s] = ab->pos[i] + 1;
+        const int32_t seen = window > 0 ? KV_MIN(ab->pos[i] + 1, window) : ab->pos[i] + 1;
+        flops += (double)seen * n_heads * (4.0 * kv->head_dim + 5.0); /* + the softmax's few flops per score */
+        if (s >= 0 && s < ab->n_seqs && seen > c->seq_ctx[s]) c->seq_ctx[s] = seen;
     }
     for (int i = 0; i < ab->n_tokens; i++) { /* each sequence once */
         int s = ab->seq[i];
@@ -348,6 +346,46 @@ static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv
     double bytes = 2.0 * kv_rows * (double)kv->slot_bytes + 2.0 * ab->n_tokens * n_heads * kv->head_dim * 4.0 +
                    kv_rows / kv->block_size * 4.0;
     charge(b, KV_SIM_ATTENTION, bytes, flops, 1);
+}
+
+static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
+                          float *out, int n_heads, float scale) {
+    in_of(b)->ops->attention(in_of(b), kv, layer, ab, q, out, n_heads, scale);
+    charge_attention(b, kv, ab, n_heads, 0);
+}
+
+/* ---- the ops of the architectures past llama: delegate (the inner backend
+ * is the cpu one, which has them all), then charge ------------------------ */
+
+/* NOTE: a windowed sequence is charged its longest window's rows (a
+ * sliding-window kernel reads only those). */
+static void sim_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                                 const float *q, float *out, int n_heads, float scale, int window) {
+    in_of(b)->ops->attention_window(in_of(b), kv, layer, ab, q, out, n_heads, scale, window);
+    charge_attention(b, kv, ab, n_heads, window);
+}
+
+static void sim_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
+    in_of(b)->ops->gelu_mul(in_of(b), gate, up, count);
+    if (count > 0) charge(b, KV_SIM_OTHER, 12.0 * (double)count, 10.0 * (double)count, 0);
+}
+
+static void sim_scale(kv_backend *b, float *x, float s, int64_t count) {
+    in_of(b)->ops->scale(in_of(b), x, s, count);
+    if (count > 0) charge(b, KV_SIM_OTHER, 8.0 * (double)count, (double)count, 0);
+}
+
+static void sim_add_rows(kv_backend *b, float *x, const float *bias, int n, int dim) {
+    in_of(b)->ops->add_rows(in_of(b), x, bias, n, dim);
+    if (n > 0 && dim > 0) charge(b, KV_SIM_OTHER, 8.0 * n * (double)dim + 4.0 * dim, (double)n * dim, 0);
+}
+
+static void sim_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
+                         float base, int neox, float freq_scale, const float *freq_factors) {
+    in_of(b)->ops->rope_ext(in_of(b), x, pos, n, n_heads, head_dim, rot_dim, base, neox, freq_scale, freq_factors);
+    if (n <= 0 || n_heads <= 0 || rot_dim <= 0) return;
+    double e = (double)n * n_heads * rot_dim;
+    charge(b, KV_SIM_OTHER, 8.0 * e + 4.0 * n, 3.0 * e, 0);
 }
 
 static void sim_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
@@ -429,6 +467,11 @@ static const kv_backend_ops sim_ops = {
     .status = sim_status,
     .reserve = sim_reserve,
     .clock = sim_clock,
+    .gelu_mul = sim_gelu_mul,
+    .scale = sim_scale,
+    .add_rows = sim_add_rows,
+    .rope_ext = sim_rope_ext,
+    .attention_window = sim_attention_window,
 };
 
 kv_backend *kv_sim_backend_create_device(const char *device, int n_threads, kv_err *err) {
