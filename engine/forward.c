@@ -64,6 +64,21 @@ static kv_backend_limits forward_limits(const kv_model *m, int max_tokens) {
     return lim;
 }
 
+/* The ops past llama's that m's architecture needs must be in b's table. */
+static int check_ops(const kv_model *m, const kv_backend *b, kv_err *err) {
+    const kv_hparams *hp = &m->hp;
+    const kv_backend_ops *o = b->ops;
+    const char *missing = NULL;
+    if (hp->act == KV_ACT_GELU_TANH && !o->gelu_mul) missing = "gelu_mul";
+    if (hp->embd_scale != 1.0f && !o->scale) missing = "scale";
+    if (hp->qkv_bias && !o->add_rows) missing = "add_rows";
+    if ((m->rope_freqs || hp->rope_freq_scale != 1.0f) && !o->rope_ext) missing = "rope_ext";
+    if (hp->n_swa > 0 && !o->attention_window) missing = "attention_window";
+    if (!missing) return 0;
+    return kv_err_set(err, KV_ERR_UNSUPPORTED, "forward: the %s backend has no %s op, which %s models need", o->name,
+                      missing, hp->arch);
+}
+
 kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int max_logits, kv_err *err) {
     if (!m || !b || max_tokens <= 0 || max_logits <= 0 || max_logits > max_tokens) {
         kv_err_set(err, KV_ERR_INVAL, "forward: bad sizes (max_tokens %d, max_logits %d)", max_tokens, max_logits);
@@ -97,6 +112,10 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
         !f->ids) {
         kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate %.1f MiB of activations for %d tokens",
                    (double)f->bytes / (1 << 20), max_tokens);
+        kv_forward_free(f);
+        return NULL;
+    }
+    if (check_ops(m, b, err) != 0) {
         kv_forward_free(f);
         return NULL;
     }
@@ -147,6 +166,73 @@ static int backend_status(const kv_forward *f, kv_err *err) {
     return kv_err_set(err, KV_ERR_BACKEND, "forward: %s backend: %s", f->b->ops->name, be.msg);
 }
 
+/* RoPE of x (n, heads, head_dim) for layer L: the table's plain op unless
+ * the model scales its frequencies (Llama 3's rope_freqs, linear). */
+static void rope_layer(const kv_forward *f, const kv_layer *L, float *x, const int32_t *pos, int n, int heads) {
+    const kv_model *m = f->m;
+    const kv_hparams *hp = &m->hp;
+    kv_backend *b = f->b;
+    if (m->rope_freqs || hp->rope_freq_scale != 1.0f)
+        b->ops->rope_ext(b, x, pos, n, heads, hp->head_dim, hp->rot_dim, L->rope_base, hp->rope_neox,
+                         hp->rope_freq_scale, m->rope_freqs);
+    else
+        b->ops->rope(b, x, pos, n, heads, hp->head_dim, hp->rot_dim, L->rope_base, hp->rope_neox);
+}
+
+/* Layer l's attention: norm, Q/K/V (+ biases), per-head Q/K norms, RoPE,
+ * K/V into the cache, attention (windowed on local layers), output
+ * projection (+ post norm), residual. */
+static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *bt) {
+    const kv_model *m = f->m;
+    const kv_hparams *hp = &m->hp;
+    const kv_layer *L = &m->layers[l];
+    kv_backend *b = f->b;
+    const kv_backend_ops *o = b->ops;
+    const int n = bt->n_tokens, dim = hp->dim;
+    o->rmsnorm(b, f->x, L->attn_norm, f->xb, n, dim, hp->rms_eps);
+    o->matmul(b, &L->wq, f->xb, f->q, n);
+    o->matmul(b, &L->wk, f->xb, f->k, n);
+    o->matmul(b, &L->wv, f->xb, f->v, n);
+    if (L->bq) {
+        o->add_rows(b, f->q, L->bq, n, hp->n_heads * hp->head_dim);
+        o->add_rows(b, f->k, L->bk, n, hp->n_kv_heads * hp->head_dim);
+        o->add_rows(b, f->v, L->bv, n, hp->n_kv_heads * hp->head_dim);
+    }
+    if (L->q_norm) { /* one row per head */
+        o->rmsnorm(b, f->q, L->q_norm, f->q, n * hp->n_heads, hp->head_dim, hp->rms_eps);
+        o->rmsnorm(b, f->k, L->k_norm, f->k, n * hp->n_kv_heads, hp->head_dim, hp->rms_eps);
+    }
+    rope_layer(f, L, f->q, bt->ab.pos, n, hp->n_heads);
+    rope_layer(f, L, f->k, bt->ab.pos, n, hp->n_kv_heads);
+    o->kv_store(b, kv, l, &bt->ab, f->k, f->v);
+    if (L->swa)
+        o->attention_window(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, hp->attn_scale, hp->n_swa);
+    else
+        o->attention(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, hp->attn_scale);
+    o->matmul(b, &L->wo, f->att, f->xb, n);
+    if (L->post_attn_norm) o->rmsnorm(b, f->xb, L->post_attn_norm, f->xb, n, dim, hp->rms_eps);
+    o->add(b, f->x, f->xb, (int64_t)n * dim);
+}
+
+/* Layer l's gated feed-forward (SwiGLU or GeGLU, + post norm), residual. */
+static void ffn_block(kv_forward *f, int l, int n) {
+    const kv_hparams *hp = &f->m->hp;
+    const kv_layer *L = &f->m->layers[l];
+    kv_backend *b = f->b;
+    const kv_backend_ops *o = b->ops;
+    const int dim = hp->dim;
+    o->rmsnorm(b, f->x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
+    o->matmul(b, &L->w_gate, f->xb, f->gate, n);
+    o->matmul(b, &L->w_up, f->xb, f->up, n);
+    if (hp->act == KV_ACT_GELU_TANH)
+        o->gelu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
+    else
+        o->silu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
+    o->matmul(b, &L->w_down, f->gate, f->xb, n);
+    if (L->post_ffn_norm) o->rmsnorm(b, f->xb, L->post_ffn_norm, f->xb, n, dim, hp->rms_eps);
+    o->add(b, f->x, f->xb, (int64_t)n * dim);
+}
+
 int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logits, kv_err *err) {
     int rc = check_batch(f, kv, bt, err);
     if (rc) return rc;
@@ -156,30 +242,13 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
     const kv_backend_ops *o = b->ops;
     const int n = bt->n_tokens, dim = hp->dim;
     const int n_layers = bt->n_layers ? bt->n_layers : hp->n_layers;
-    const float scale = 1.0f / sqrtf((float)hp->head_dim);
 
     o->upload(b, f->ids, bt->tokens, (size_t)n * sizeof(int32_t));
     o->get_rows(b, &m->tok_embd, f->ids, f->x, n);
+    if (hp->embd_scale != 1.0f) o->scale(b, f->x, hp->embd_scale, (int64_t)n * dim);
     for (int l = 0; l < n_layers; l++) {
-        const kv_layer *L = &m->layers[l];
-        /* attention block */
-        o->rmsnorm(b, f->x, L->attn_norm, f->xb, n, dim, hp->rms_eps);
-        o->matmul(b, &L->wq, f->xb, f->q, n);
-        o->matmul(b, &L->wk, f->xb, f->k, n);
-        o->matmul(b, &L->wv, f->xb, f->v, n);
-        o->rope(b, f->q, bt->ab.pos, n, hp->n_heads, hp->head_dim, hp->rot_dim, hp->rope_base, hp->rope_neox);
-        o->rope(b, f->k, bt->ab.pos, n, hp->n_kv_heads, hp->head_dim, hp->rot_dim, hp->rope_base, hp->rope_neox);
-        o->kv_store(b, kv, l, &bt->ab, f->k, f->v);
-        o->attention(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, scale);
-        o->matmul(b, &L->wo, f->att, f->xb, n);
-        o->add(b, f->x, f->xb, (int64_t)n * dim);
-        /* feed-forward block (SwiGLU) */
-        o->rmsnorm(b, f->x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
-        o->matmul(b, &L->w_gate, f->xb, f->gate, n);
-        o->matmul(b, &L->w_up, f->xb, f->up, n);
-        o->silu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
-        o->matmul(b, &L->w_down, f->gate, f->xb, n);
-        o->add(b, f->x, f->xb, (int64_t)n * dim);
+        attention_block(f, kv, l, bt);
+        ffn_block(f, l, n);
     }
     if (bt->n_logits == 0) return backend_status(f, err);
     /* Only the rows that sample go through the (large) output head: gather

@@ -2,6 +2,7 @@
  * read-only mapping) or from llama2.c checkpoints (legacy fp32 format with a
  * separate tokenizer file), validating every shape and type first. */
 #include "model.h"
+#include "model_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,18 +13,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Architectures we can run, with their RoPE layout. */
-typedef struct arch_info {
-    const char *name;
-    int rope_neox;
-} arch_info;
-
-static const arch_info archs[] = {
-    {"llama", 0},
-};
-
-static const char *supported_archs(void) { return "llama"; }
 
 static int own_floats(kv_model *m, float *p) {
     float **n = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *n);
@@ -43,8 +32,8 @@ static void count_tensor(kv_model *m, kv_type t, uint64_t bytes, uint64_t elems)
 
 /* Reads an unsigned hyper-parameter "<arch>.<suffix>"; required ones must be
  * present and positive. Returns 0, or an error with err filled. */
-static int hp_u32(const kv_gguf *g, const char *arch, const char *suffix, int required, uint32_t def,
-                  int *out, const char *path, kv_err *err) {
+int kv_model_hp_u32(const kv_gguf *g, const char *arch, const char *suffix, int required, uint32_t def, int *out,
+                    const char *path, kv_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     uint32_t v = def;
@@ -58,10 +47,15 @@ static int hp_u32(const kv_gguf *g, const char *arch, const char *suffix, int re
     return 0;
 }
 
-/* Binds a 2-D weight: checks it exists, its shape is exactly (ne0, ne1) and
- * its type is one the kernels support. */
-static int bind_matrix(kv_model *m, const char *name, int64_t ne0, int64_t ne1, int optional,
-                       kv_tensor *out, kv_err *err) {
+int kv_model_hp_f32(const kv_gguf *g, const char *arch, const char *suffix, float *out, kv_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int rc = kv_gguf_get_f32(g, key, out, err);
+    return rc < 0 ? rc : 0;
+}
+
+int kv_model_bind_matrix(kv_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, kv_tensor *out,
+                         kv_err *err) {
     const kv_gguf_tensor *t = kv_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (optional) return 1;
@@ -88,10 +82,9 @@ static int bind_matrix(kv_model *m, const char *name, int64_t ne0, int64_t ne1, 
     return 0;
 }
 
-/* Binds a norm vector of length n as f32 (converting other float types into
- * an owned copy). */
-static int bind_vector(kv_model *m, const char *name, int64_t n, const float **out, kv_err *err) {
+int kv_model_bind_vector(kv_model *m, const char *name, int64_t n, int optional, const float **out, kv_err *err) {
     const kv_gguf_tensor *t = kv_gguf_find_tensor(m->gguf, name);
+    if (!t && optional) return 1;
     if (!t) return kv_err_set(err, KV_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
     if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld]",
@@ -119,23 +112,22 @@ static int load_gguf(kv_model *m, kv_err *err) {
     int rc = kv_gguf_get_str(g, "general.architecture", &s, err);
     if (rc < 0) return rc;
     if (rc == 1) return kv_err_set(err, KV_ERR_FORMAT, "%s: missing 'general.architecture'", m->path);
-    const arch_info *ai = NULL;
-    for (size_t i = 0; i < KV_ARRAY_LEN(archs); i++)
-        if (kv_gguf_str_eq(s, archs[i].name)) ai = &archs[i];
-    if (!ai)
+    const int arch = kv_arch_find(s);
+    if (arch < 0)
         return kv_err_set(err, KV_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (supported: %s)",
-                          m->path, (int)KV_MIN(s.len, 64), s.data, supported_archs());
+                          m->path, (int)KV_MIN(s.len, 64), s.data, kv_arch_list());
     kv_hparams *hp = &m->hp;
-    snprintf(hp->arch, sizeof hp->arch, "%s", ai->name);
-    hp->rope_neox = ai->rope_neox;
-    const char *a = ai->name;
-    if ((rc = hp_u32(g, a, "embedding_length", 1, 0, &hp->dim, m->path, err)) ||
-        (rc = hp_u32(g, a, "block_count", 1, 0, &hp->n_layers, m->path, err)) ||
-        (rc = hp_u32(g, a, "feed_forward_length", 1, 0, &hp->ffn_dim, m->path, err)) ||
-        (rc = hp_u32(g, a, "attention.head_count", 1, 0, &hp->n_heads, m->path, err)) ||
-        (rc = hp_u32(g, a, "context_length", 0, 2048, &hp->ctx_len, m->path, err)))
+    hp->arch_id = (kv_arch)arch;
+    snprintf(hp->arch, sizeof hp->arch, "%s", kv_arch_name(hp->arch_id));
+    kv_arch_defaults(hp);
+    const char *a = hp->arch;
+    if ((rc = kv_model_hp_u32(g, a, "embedding_length", 1, 0, &hp->dim, m->path, err)) ||
+        (rc = kv_model_hp_u32(g, a, "block_count", 1, 0, &hp->n_layers, m->path, err)) ||
+        (rc = kv_model_hp_u32(g, a, "feed_forward_length", 1, 0, &hp->ffn_dim, m->path, err)) ||
+        (rc = kv_model_hp_u32(g, a, "attention.head_count", 1, 0, &hp->n_heads, m->path, err)) ||
+        (rc = kv_model_hp_u32(g, a, "context_length", 0, 2048, &hp->ctx_len, m->path, err)))
         return rc;
-    if ((rc = hp_u32(g, a, "attention.head_count_kv", 0, (uint32_t)hp->n_heads, &hp->n_kv_heads, m->path, err)))
+    if ((rc = kv_model_hp_u32(g, a, "attention.head_count_kv", 0, (uint32_t)hp->n_heads, &hp->n_kv_heads, m->path, err)))
         return rc;
     if (hp->dim <= 0 || hp->n_layers <= 0 || hp->ffn_dim <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
         hp->ctx_len <= 0)
@@ -146,12 +138,12 @@ static int load_gguf(kv_model *m, kv_err *err) {
     if (hp->n_heads % hp->n_kv_heads)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path,
                           hp->n_heads, hp->n_kv_heads);
-    if ((rc = hp_u32(g, a, "attention.key_length", 0, (uint32_t)(hp->dim / hp->n_heads), &hp->head_dim, m->path,
+    if ((rc = kv_model_hp_u32(g, a, "attention.key_length", 0, (uint32_t)(hp->dim / hp->n_heads), &hp->head_dim, m->path,
                      err)))
         return rc;
     if (hp->head_dim <= 0 || hp->head_dim % 2)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: head size %d must be even and positive", m->path, hp->head_dim);
-    if ((rc = hp_u32(g, a, "rope.dimension_count", 0, (uint32_t)hp->head_dim, &hp->rot_dim, m->path, err)))
+    if ((rc = kv_model_hp_u32(g, a, "rope.dimension_count", 0, (uint32_t)hp->head_dim, &hp->rot_dim, m->path, err)))
         return rc;
     if (hp->rot_dim <= 0 || hp->rot_dim > hp->head_dim || hp->rot_dim % 2)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: rope.dimension_count %d must be even and <= head size %d",
@@ -173,31 +165,9 @@ static int load_gguf(kv_model *m, kv_err *err) {
         return kv_err_set(err, KV_ERR_FORMAT, "%s: bad vocabulary size in token_embd.weight", m->path);
     hp->n_vocab = (int)te->ne[1];
 
-    int64_t dim = hp->dim, qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
-    if ((rc = bind_matrix(m, "token_embd.weight", dim, hp->n_vocab, 0, &m->tok_embd, err))) return rc;
-    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
-    if (!m->layers) return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
-    for (int l = 0; l < hp->n_layers; l++) {
-        kv_layer *L = &m->layers[l];
-        char n[96];
-#define NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
-        if ((rc = bind_vector(m, NAME("attn_norm.weight"), dim, &L->attn_norm, err)) ||
-            (rc = bind_matrix(m, NAME("attn_q.weight"), dim, qd, 0, &L->wq, err)) ||
-            (rc = bind_matrix(m, NAME("attn_k.weight"), dim, kvd, 0, &L->wk, err)) ||
-            (rc = bind_matrix(m, NAME("attn_v.weight"), dim, kvd, 0, &L->wv, err)) ||
-            (rc = bind_matrix(m, NAME("attn_output.weight"), qd, dim, 0, &L->wo, err)) ||
-            (rc = bind_vector(m, NAME("ffn_norm.weight"), dim, &L->ffn_norm, err)) ||
-            (rc = bind_matrix(m, NAME("ffn_gate.weight"), dim, hp->ffn_dim, 0, &L->w_gate, err)) ||
-            (rc = bind_matrix(m, NAME("ffn_up.weight"), dim, hp->ffn_dim, 0, &L->w_up, err)) ||
-            (rc = bind_matrix(m, NAME("ffn_down.weight"), hp->ffn_dim, dim, 0, &L->w_down, err)))
-            return rc;
-#undef NAME
-    }
-    if ((rc = bind_vector(m, "output_norm.weight", dim, &m->output_norm, err))) return rc;
-    rc = bind_matrix(m, "output.weight", dim, hp->n_vocab, 1, &m->output, err);
-    if (rc < 0) return rc;
-    hp->tied_output = (rc == 1);
-    if (hp->tied_output) m->output = m->tok_embd;
+    if ((rc = kv_model_bind_matrix(m, "token_embd.weight", hp->dim, hp->n_vocab, 0, &m->tok_embd, err))) return rc;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if ((rc = kv_arch_load_hparams(m, err)) || (rc = kv_arch_bind_tensors(m, err))) return rc;
 
     m->tok = kv_tokenizer_from_gguf(g, err);
     if (!m->tok) return err && err->code ? err->code : KV_ERR_FORMAT;
@@ -269,6 +239,9 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
     hp->rope_base = 10000.0f;
     hp->rope_neox = 0;
     hp->rms_eps = 1e-5f;
+    hp->arch_id = KV_ARCH_LLAMA;
+    kv_arch_defaults(hp);
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
 
     uint64_t dim = (uint64_t)hp->dim, L = (uint64_t)hp->n_layers, V = (uint64_t)hp->n_vocab;
     uint64_t kvd = (uint64_t)hp->n_kv_heads * (uint64_t)hp->head_dim, ffn = (uint64_t)hp->ffn_dim;
@@ -306,6 +279,7 @@ static int load_llama2c(kv_model *m, const char *tok_path, kv_err *err) {
         kv_layer *y = &m->layers[l];
         y->attn_norm = rms_att + l * dim;
         y->ffn_norm = rms_ffn + l * dim;
+        y->rope_base = hp->rope_base;
         count_tensor(m, KV_TYPE_F32, dim * 8, dim * 2);
         MAT(y->wq, wq + l * dim * dim, dim, dim);
         MAT(y->wk, wk + l * dim * kvd, kvd, dim);

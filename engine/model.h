@@ -11,8 +11,25 @@
 #include "tokenizer.h"
 #include "../kernels/backend.h"
 
+/* The architectures the loader and the forward pass know (arch.c's table
+ * holds their names and what is particular to each). */
+typedef enum kv_arch {
+    KV_ARCH_LLAMA = 0, /* also Llama 3 (rope_freqs) and Mistral (sliding window) */
+    KV_ARCH_QWEN2,     /* Q/K/V biases */
+    KV_ARCH_QWEN3,     /* per-head Q/K RMSNorm */
+    KV_ARCH_GEMMA3,    /* scaled embeddings, post norms, Q/K norms, GeGLU, local/global layers */
+    KV_ARCH_PHI3,      /* fused QKV and gate/up */
+    KV_ARCH_COUNT
+} kv_arch;
+
+/* The gated feed-forward's activation. */
+typedef enum kv_ffn_act {
+    KV_ACT_SILU = 0,      /* SwiGLU */
+    KV_ACT_GELU_TANH = 1  /* GeGLU with GELU's tanh form */
+} kv_ffn_act;
+
 typedef struct kv_hparams {
-    char arch[32];     /* "llama" */
+    char arch[32];     /* "llama", "gemma3", ... */
     int n_vocab;
     int dim;           /* embedding length */
     int n_layers;
@@ -26,6 +43,20 @@ typedef struct kv_hparams {
     int rope_neox;     /* 0: adjacent pairs (llama), 1: halves (neox) */
     float rms_eps;
     int tied_output;   /* 1: the output head is the token embedding */
+    /* architecture specifics (arch.c); llama's values are the neutral ones */
+    kv_arch arch_id;
+    kv_ffn_act act;
+    float embd_scale;      /* token embeddings are multiplied by it: 1, gemma3 sqrt(dim) */
+    float attn_scale;      /* q.k multiplier: 1/sqrt(head_dim), gemma3 1/sqrt(query_pre_attn_scalar) */
+    int n_swa;             /* sliding window of the local layers (a token sees itself and the
+                              n_swa - 1 positions before it); 0: every layer is global */
+    int n_swa_layers;      /* how many layers are local */
+    float rope_base_swa;   /* RoPE base of the local layers (gemma3 rope.freq_base_swa, 10000) */
+    float rope_freq_scale; /* linear RoPE scaling of positions (1 / rope.scaling.factor), 1: none */
+    int qk_norm;           /* 1: per-head RMSNorm of Q and K before RoPE (qwen3, gemma3) */
+    int qkv_bias;          /* 1: Q/K/V projections have biases (qwen2) */
+    int post_norms;        /* 1: RMSNorm after attention and after the feed-forward (gemma3) */
+    int fused_qkv;         /* 1: the file holds attn_qkv / fused ffn_up (phi3); views bound */
 } kv_hparams;
 
 typedef struct kv_layer {
@@ -38,6 +69,16 @@ typedef struct kv_layer {
     kv_tensor w_gate;       /* (ffn_dim rows, dim) */
     kv_tensor w_up;         /* (ffn_dim rows, dim) */
     kv_tensor w_down;       /* (dim rows, ffn_dim) */
+    /* architecture specifics; NULL / 0 where the architecture has none */
+    const float *q_norm;        /* (head_dim) per-head RMSNorm weight of Q */
+    const float *k_norm;        /* (head_dim) */
+    const float *post_attn_norm; /* (dim) applied to the attention output before the residual */
+    const float *post_ffn_norm;  /* (dim) */
+    const float *bq;            /* (n_heads*head_dim) bias of wq */
+    const float *bk;            /* (n_kv_heads*head_dim) */
+    const float *bv;            /* (n_kv_heads*head_dim) */
+    int swa;                    /* 1: a local (sliding-window) layer */
+    float rope_base;            /* this layer's RoPE base */
 } kv_layer;
 
 typedef struct kv_model {
@@ -71,6 +112,8 @@ typedef struct kv_model {
     int n_experts;            /* MoE experts per layer; 1 = dense (synthetic only) */
     int n_experts_used;       /* experts per token (synthetic only) */
     int weight_dtype;         /* kv_synth_dtype of every matmul weight (synthetic only) */
+    /* architecture specifics, at the end to keep the struct's prefix */
+    const float *rope_freqs;    /* (rot_dim / 2) Llama 3 RoPE frequency divisors, or NULL */
 } kv_model;
 
 /* Looks at the file at path before anything reads it: refuses a missing
@@ -89,6 +132,15 @@ kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *er
  * will not be finite; generation stops with an error". Borrowed. */
 const char *kv_model_warning(const kv_model *m);
 void kv_model_free(kv_model *m); /* NULL is a no-op */
+
+/* Name of an architecture ("gemma3"); "?" out of range. */
+const char *kv_arch_name(kv_arch a);
+/* The architectures kvtop runs, ", "-separated ("llama, qwen2, ..."). */
+const char *kv_arch_list(void);
+/* One line of what is particular to m's architecture for `kvtop info`
+ * ("sliding window 512 on 15 of 18 layers (local RoPE base 10000), ..."),
+ * "" for plain llama. Writes at most cap bytes into buf (OUT). */
+void kv_arch_describe(const kv_model *m, char *buf /* OUT: (cap) */, size_t cap);
 
 /* KV cache bytes one token takes over all layers (K and V) in dtype. */
 uint64_t kv_model_kv_bytes_per_token(const kv_model *m, kv_cache_dtype dtype);

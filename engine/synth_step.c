@@ -307,7 +307,7 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     ops[0] = kv_sim_cost_get_rows(kv_synth_row_bytes(s->dt, hp->dim), hp->dim, n);
     charge_ops(s, ops, 1, 0.0, 1);
     double attn_flops, kv_rows;
-    kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, s->seq_ctx, &attn_flops, &kv_rows);
+    kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, 0, s->seq_ctx, &attn_flops, &kv_rows);
     if (pp <= 1) {
         double comm;
         int nops = layer_ops(s, n, attn_flops, kv_rows, ops, &comm);

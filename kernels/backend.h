@@ -205,6 +205,25 @@ typedef struct kv_backend_ops {
      * (sim_cost.h), with its launch cost unless launch is 0. NULL for
      * backends without a clock. */
     void (*charge)(kv_backend *b, const struct kv_sim_cost *c, int launch);
+
+    /* Ops the architectures past llama need (gemma3, qwen2/3, phi3, Llama 3
+     * RoPE scaling, sliding windows). NULL: the backend lacks the op, and
+     * kv_forward_new refuses a model that needs it, naming the op. */
+    /* gate = gelu_tanh(gate) * up, elementwise over count floats (GeGLU). */
+    void (*gelu_mul)(kv_backend *b, float *gate, const float *up, int64_t count);
+    /* x *= s, elementwise over count floats. */
+    void (*scale)(kv_backend *b, float *x, float s, int64_t count);
+    /* x(n, dim) += bias(dim) on every row (projection biases). */
+    void (*add_rows)(kv_backend *b, float *x, const float *bias, int n, int dim);
+    /* rope with the angle of pair i at position p being p * freq_scale *
+     * base^(-2i/rot_dim) / freq_factors[i] (freq_factors (rot_dim/2) or
+     * NULL for all ones: Llama 3's rope_freqs, linear scaling). */
+    void (*rope_ext)(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
+                     float base, int neox, float freq_scale, const float *freq_factors);
+    /* attention, where a token at position p sees only positions > p -
+     * window (sliding-window layers); window <= 0 is plain causal. */
+    void (*attention_window)(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                             const float *q, float *out, int n_heads, float scale, int window);
 } kv_backend_ops;
 
 struct kv_backend {

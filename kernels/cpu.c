@@ -312,13 +312,19 @@ typedef struct rope_arg {
     const int32_t *pos;
     int n_heads, head_dim, rot_dim, neox;
     float base;
+    float freq_scale;          /* 1: none (linear position scaling) */
+    const float *freq_factors; /* (rot_dim / 2) angle divisors, or NULL */
 } rope_arg;
 
 static void rope_range(void *arg, int64_t i0, int64_t i1) {
     rope_arg *a = arg;
     int half = a->rot_dim / 2;
     float inv_freq[KV_ROPE_MAX_PAIRS], cs[KV_ROPE_MAX_PAIRS], sn[KV_ROPE_MAX_PAIRS];
-    for (int i = 0; i < half; i++) inv_freq[i] = powf(a->base, -(float)(2 * i) / (float)a->rot_dim);
+    for (int i = 0; i < half; i++) {
+        inv_freq[i] = powf(a->base, -(float)(2 * i) / (float)a->rot_dim);
+        if (a->freq_factors) inv_freq[i] /= a->freq_factors[i];
+        if (a->freq_scale != 1.0f) inv_freq[i] *= a->freq_scale;
+    }
     for (int64_t t = i0; t < i1; t++) {
         float p = (float)a->pos[t];
         for (int i = 0; i < half; i++) {
@@ -345,8 +351,8 @@ static void rope_range(void *arg, int64_t i0, int64_t i1) {
     }
 }
 
-static void cpu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
-                     float base, int neox) {
+static void cpu_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim,
+                         int rot_dim, float base, int neox, float freq_scale, const float *freq_factors) {
     /* Bad shapes are caller bugs; leave x unchanged and say so. */
     if (!x || !pos || n <= 0) return;
     if (n_heads <= 0 || head_dim <= 0 || rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 ||
@@ -355,8 +361,17 @@ static void cpu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_h
                  rot_dim, (double)base);
         return;
     }
-    rope_arg a = {x, pos, n_heads, head_dim, rot_dim, neox != 0, base};
+    if (!(freq_scale > 0.0f)) {
+        cpu_fail(ctx_of(b), "rope", "frequency scale %g is not positive", (double)freq_scale);
+        return;
+    }
+    rope_arg a = {x, pos, n_heads, head_dim, rot_dim, neox != 0, base, freq_scale, freq_factors};
     par_for(b, rope_range, &a, n, 1, (int64_t)n * n_heads * rot_dim * 8);
+}
+
+static void cpu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
+                     float base, int neox) {
+    cpu_rope_ext(b, x, pos, n, n_heads, head_dim, rot_dim, base, neox, 1.0f, NULL);
 }
 
 /* ---- silu_mul, add ------------------------------------------------------- */
@@ -396,6 +411,63 @@ static void cpu_add(kv_backend *b, float *x, const float *y, int64_t count) {
     par_for(b, add_range, &a, count, 64, count);
 }
 
+/* ---- gelu_mul, scale, add_rows: the ops of the architectures past llama - */
+
+void kv_gelu_mul_ref(float *g, const float *u, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
+static void gelu_range(void *arg, int64_t i0, int64_t i1) {
+    ew_arg *a = arg;
+    kv_gelu_mul_ref(a->x + i0, a->y + i0, i1 - i0);
+}
+
+static void cpu_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
+    if (!gate || !up || count <= 0) return;
+    ew_arg a = {gate, up, ctx_of(b)->isa};
+    par_for(b, gelu_range, &a, count, 64, count * 8);
+}
+
+typedef struct scale_arg {
+    float *x;
+    float s;
+} scale_arg;
+
+static void scale_range(void *arg, int64_t i0, int64_t i1) {
+    scale_arg *a = arg;
+    for (int64_t i = i0; i < i1; i++) a->x[i] *= a->s;
+}
+
+static void cpu_scale(kv_backend *b, float *x, float s, int64_t count) {
+    if (!x || count <= 0) return;
+    scale_arg a = {x, s};
+    par_for(b, scale_range, &a, count, 64, count);
+}
+
+typedef struct bias_arg {
+    float *x;
+    const float *bias;
+    int dim;
+} bias_arg;
+
+static void bias_range(void *arg, int64_t i0, int64_t i1) {
+    bias_arg *a = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        float *r = a->x + i * a->dim;
+        for (int k = 0; k < a->dim; k++) r[k] += a->bias[k];
+    }
+}
+
+static void cpu_add_rows(kv_backend *b, float *x, const float *bias, int n, int dim) {
+    if (!x || !bias || n <= 0 || dim <= 0) return;
+    bias_arg a = {x, bias, dim};
+    par_for(b, bias_range, &a, n, 1, (int64_t)n * dim);
+}
+
 /* ---- matmul and the KV-cache ops: the kernels with this backend's state - */
 
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
@@ -410,8 +482,8 @@ void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, 
     kv_cpu_matmul_isa(b, kv_cpu_get_isa(b), w, x, y, n);
 }
 
-void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
-                      float *out, int n_heads, float scale) {
+static void cpu_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                                 const float *q, float *out, int n_heads, float scale, int window) {
     if (!kv || !ab || ab->n_tokens <= 0) return;
     if (n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads || kv->head_dim <= 0 ||
         kv->head_dim > KV_ATTN_MAX_HEAD_DIM || layer < 0 || layer >= kv->n_layers) {
@@ -419,7 +491,12 @@ void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_att
                  n_heads, kv->n_kv_heads, kv->head_dim, layer, kv->n_layers);
         return;
     }
-    kv_attn_run(kv_cpu_pool(b), kv_cpu_get_isa(b), kv, layer, ab, q, out, n_heads, scale);
+    kv_attn_run_window(kv_cpu_pool(b), kv_cpu_get_isa(b), kv, layer, ab, q, out, n_heads, scale, window);
+}
+
+void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
+                      float *out, int n_heads, float scale) {
+    cpu_attention_window(b, kv, layer, ab, q, out, n_heads, scale, 0);
 }
 
 void kv_cpu_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch *ab, const float *k,
@@ -468,6 +545,11 @@ static const kv_backend_ops cpu_ops = {
     .copy_block = kv_cpu_copy_block,
     .mem_info = cpu_mem_info,
     .destroy = cpu_destroy,
+    .gelu_mul = cpu_gelu_mul,
+    .scale = cpu_scale,
+    .add_rows = cpu_add_rows,
+    .rope_ext = cpu_rope_ext,
+    .attention_window = cpu_attention_window,
     .status = cpu_status,
     .reserve = cpu_reserve,
     .clock = NULL, /* host time */

@@ -51,6 +51,9 @@ void kv_cpu_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch
                      const float *v);
 void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
                       float *out, int n_heads, float scale);
+/* g[i] = gelu(g[i]) * u[i] with GELU's tanh form, 0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))): the scalar reference of the cpu gelu_mul op. */
+void kv_gelu_mul_ref(float *g, const float *u, int64_t n);
 void kv_cpu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src);
 
 #endif

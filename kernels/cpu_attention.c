@@ -113,6 +113,7 @@ typedef struct attn_job {
     float *out;       /* (n_tokens, n_heads, head_dim) */
     int n_heads;
     float scale;
+    int window;       /* > 0: a token at position p sees positions > p - window only */
     int tile;         /* context tokens per softmax step: min(ATTN_TILE, ATTN_QBUF / head_dim) */
     const attn_item *items; /* (n_items) */
     int n_items;
@@ -166,6 +167,20 @@ static void accum_rows(const attn_job *j, float *const *acc, const int *nt, int 
     }
 }
 
+/* Sliding window: the first `below` scores of a tile row lie before the
+ * row's window. They become -inf (weight 0 after expsum); when the whole
+ * row is below, it becomes zeros and 1 is returned: the caller then skips
+ * the row's max and sum (an all -inf row would make them NaN), and the
+ * zeros add nothing to its output. */
+static int window_mask(float *sr, int nt, int below) {
+    if (below >= nt) {
+        for (int k = 0; k < nt; k++) sr[k] = 0.0f;
+        return 1;
+    }
+    for (int k = 0; k < below; k++) sr[k] = -INFINITY;
+    return 0;
+}
+
 /* One item: one pass over the context with a running max m and sum l per
  * row; the output rows are the accumulators (rescaled when the max grows,
  * divided by l at the end). Rows are grouped by kv head, then token, then
@@ -180,7 +195,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
     const float *qr[ATTN_ROWS];
     float *ar[ATTN_ROWS];
     float m[ATTN_ROWS], l[ATTN_ROWS], s[ATTN_ROWS * ATTN_TILE];
-    int ctx[ATTN_ROWS], ntr[ATTN_ROWS], rb[ATTN_ROWS + 1], ra[ATTN_ROWS];
+    int ctx[ATTN_ROWS], lo[ATTN_ROWS], ntr[ATTN_ROWS], rb[ATTN_ROWS + 1], ra[ATTN_ROWS];
     int nr = 0;
     for (int g = g0; g < g1; g++) {
         const int ha = KV_MAX(it->h0, g * G), hb = KV_MIN(it->h1, (g + 1) * G);
@@ -191,6 +206,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
                 qr[nr] = j->q + o;
                 ar[nr] = j->out + o;
                 ctx[nr] = j->ab->pos[t] + 1;
+                lo[nr] = j->window > 0 ? KV_MAX(0, ctx[nr] - j->window) : 0;
                 m[nr] = -INFINITY;
                 l[nr] = 0.0f;
                 memset(ar[nr], 0, (size_t)hd * sizeof(float));
@@ -199,7 +215,10 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
     }
     rb[g1 - g0] = nr;
     const int ctx_max = j->ab->pos[it->tok + it->ntok - 1] + 1;
-    for (int blk = 0; blk * bs < ctx_max; blk++) {
+    /* the item's first token has the lowest window start: blocks wholly
+     * before it are never read */
+    const int lo_min = j->window > 0 ? KV_MAX(0, j->ab->pos[it->tok] + 1 - j->window) : 0;
+    for (int blk = lo_min / bs; blk * bs < ctx_max; blk++) {
         const int phys = table[blk];
         const int nblk = KV_MIN(bs, ctx_max - blk * bs);
         for (int t0 = 0; t0 < nblk; t0 += tile) {
@@ -229,6 +248,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf) {
                 }
                 for (int r = a; r < e; r++) {
                     float *sr = s + (size_t)r * ATTN_TILE;
+                    if (lo[r] > P && window_mask(sr, ntr[r], lo[r] - P)) continue;
                     const float mx = j->kern->maxf(sr, ntr[r]);
                     if (mx > m[r]) {
                         if (l[r] > 0.0f) {
@@ -308,6 +328,11 @@ static int plan_items(const kv_attn_batch *ab, int n_heads, const attn_plan *pl,
 
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                  const float *q, float *out, int n_heads, float scale) {
+    kv_attn_run_window(pool, isa, kv, layer, ab, q, out, n_heads, scale, 0);
+}
+
+void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                        const float *q, float *out, int n_heads, float scale, int window) {
     if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
         kv->head_dim <= 0 || kv->head_dim > KV_ATTN_MAX_HEAD_DIM || layer < 0 || layer >= kv->n_layers)
         return;
@@ -320,10 +345,12 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
         .out = out,
         .n_heads = n_heads,
         .scale = scale,
+        .window = window,
         .tile = KV_MAX(1, KV_MIN(ATTN_TILE, ATTN_QBUF / kv->head_dim)),
     };
     int64_t total = 0; /* context length x heads */
-    for (int i = 0; i < ab->n_tokens; i++) total += ((int64_t)ab->pos[i] + 1) * n_heads;
+    for (int i = 0; i < ab->n_tokens; i++)
+        total += (window > 0 ? KV_MIN((int64_t)ab->pos[i] + 1, window) : (int64_t)ab->pos[i] + 1) * n_heads;
     /* A small job is not worth waking the pool for: little arithmetic and
      * little K/V to stream (a single decode token of a 100M model streams
      * hundreds of KiB per layer, which two threads read faster). */

@@ -18,6 +18,11 @@
  * kernels of `isa` (an ISA this CPU lacks falls back to scalar). */
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                  const float *q, float *out, int n_heads, float scale);
+/* kv_attn_run where a token at position p sees positions > p - window only
+ * (sliding-window layers; window <= 0: all of 0..p). Blocks wholly before
+ * a token group's window are not read. */
+void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                        const float *q, float *out, int n_heads, float scale, int window);
 /* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
 void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
                    const float *k, const float *v);

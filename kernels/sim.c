@@ -258,9 +258,11 @@ static void sim_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_b
     charge_cost(b, kv_sim_cost_kv_store(ab->n_tokens, kv->n_kv_heads, kv->head_dim, (double)kv->row_bytes));
 }
 
-static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
-                          float *out, int n_heads, float scale) {
-    in_of(b)->ops->attention(in_of(b), kv, layer, ab, q, out, n_heads, scale);
+/* NOTE: the model is a paged flash-attention kernel: each sequence's K/V
+ * rows are read once for all of its query tokens in the batch (their
+ * longest context, or window), while every query token does its own
+ * 4 * ctx * head_dim flops per head (q.k and p.v). */
+static void charge_attention(kv_backend *b, const kv_pages *kv, const kv_attn_batch *ab, int n_heads, int window) {
     if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || !ab->pos || !ab->seq) return;
     sim_ctx *c = ctx_of(b);
     if (ab->n_seqs > c->seq_cap) {
@@ -271,9 +273,45 @@ static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv
         return;
     }
     double flops, kv_rows;
-    kv_sim_attention_sums(ab, n_heads, kv->head_dim, c->seq_ctx, &flops, &kv_rows);
+    kv_sim_attention_sums(ab, n_heads, kv->head_dim, window, c->seq_ctx, &flops, &kv_rows);
     charge_cost(b, kv_sim_cost_attention(flops, kv_rows, ab->n_tokens, n_heads, kv->head_dim, (double)kv->slot_bytes,
                                          kv->block_size));
+}
+
+static void sim_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
+                          float *out, int n_heads, float scale) {
+    in_of(b)->ops->attention(in_of(b), kv, layer, ab, q, out, n_heads, scale);
+    charge_attention(b, kv, ab, n_heads, 0);
+}
+
+/* ---- the ops of the architectures past llama: delegate (the inner backend
+ * is the cpu one, which has them all), then charge ------------------------ */
+
+static void sim_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                                 const float *q, float *out, int n_heads, float scale, int window) {
+    in_of(b)->ops->attention_window(in_of(b), kv, layer, ab, q, out, n_heads, scale, window);
+    charge_attention(b, kv, ab, n_heads, window);
+}
+
+static void sim_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
+    in_of(b)->ops->gelu_mul(in_of(b), gate, up, count);
+    if (count > 0) charge_cost(b, kv_sim_cost_gelu_mul(count));
+}
+
+static void sim_scale(kv_backend *b, float *x, float s, int64_t count) {
+    in_of(b)->ops->scale(in_of(b), x, s, count);
+    if (count > 0) charge_cost(b, kv_sim_cost_scale(count));
+}
+
+static void sim_add_rows(kv_backend *b, float *x, const float *bias, int n, int dim) {
+    in_of(b)->ops->add_rows(in_of(b), x, bias, n, dim);
+    if (n > 0 && dim > 0) charge_cost(b, kv_sim_cost_add_rows(n, dim));
+}
+
+static void sim_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
+                         float base, int neox, float freq_scale, const float *freq_factors) {
+    in_of(b)->ops->rope_ext(in_of(b), x, pos, n, n_heads, head_dim, rot_dim, base, neox, freq_scale, freq_factors);
+    if (n > 0 && n_heads > 0 && rot_dim > 0) charge_cost(b, kv_sim_cost_rope(n, n_heads, rot_dim));
 }
 
 /* NOTE: pages without storage (k == NULL: a synthetic model's cache, whose
@@ -360,6 +398,11 @@ static const kv_backend_ops sim_ops = {
     .reserve = sim_reserve,
     .clock = sim_clock,
     .charge = sim_charge,
+    .gelu_mul = sim_gelu_mul,
+    .scale = sim_scale,
+    .add_rows = sim_add_rows,
+    .rope_ext = sim_rope_ext,
+    .attention_window = sim_attention_window,
 };
 
 /* A sim backend on device d (a table entry when own is NULL, else a copy

@@ -154,6 +154,18 @@ kv_sim_cost kv_sim_cost_add(int64_t count) {
     return cost(KV_SIM_OTHER, 12.0 * (double)count, (double)count, KV_SIM_PEAK_VECTOR);
 }
 
+kv_sim_cost kv_sim_cost_gelu_mul(int64_t count) {
+    return cost(KV_SIM_OTHER, 12.0 * (double)count, 10.0 * (double)count, KV_SIM_PEAK_VECTOR);
+}
+
+kv_sim_cost kv_sim_cost_scale(int64_t count) {
+    return cost(KV_SIM_OTHER, 8.0 * (double)count, (double)count, KV_SIM_PEAK_VECTOR);
+}
+
+kv_sim_cost kv_sim_cost_add_rows(int n, int dim) {
+    return cost(KV_SIM_OTHER, 8.0 * n * (double)dim + 4.0 * dim, (double)n * dim, KV_SIM_PEAK_VECTOR);
+}
+
 kv_sim_cost kv_sim_cost_kv_store(int n_tokens, int n_kv_heads, int head_dim, double row_bytes) {
     double rows = (double)n_tokens * n_kv_heads; /* per K and V */
     return cost(KV_SIM_ATTENTION, 2.0 * rows * (4.0 * head_dim + row_bytes), 2.0 * rows * head_dim * 2.0,
@@ -170,7 +182,7 @@ kv_sim_cost kv_sim_cost_attention(double sum_ctx_flops, double kv_rows, int n_to
     return cost(KV_SIM_ATTENTION, bytes, sum_ctx_flops, KV_SIM_PEAK_BF16);
 }
 
-void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int32_t *scratch, double *sum_ctx_flops,
+void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int window, int32_t *scratch, double *sum_ctx_flops,
                            double *kv_rows) {
     double flops = 0.0, rows = 0.0;
     for (int i = 0; i < ab->n_tokens; i++) {
@@ -179,9 +191,9 @@ void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, i
     }
     for (int i = 0; i < ab->n_tokens; i++) {
         int s = ab->seq[i];
-        double ctx = (double)ab->pos[i] + 1.0;
-        flops += ctx * n_heads * (4.0 * head_dim + 5.0); /* + the softmax's few flops per score */
-        if (s >= 0 && s < ab->n_seqs && ab->pos[i] + 1 > scratch[s]) scratch[s] = ab->pos[i] + 1;
+        const int32_t seen = window > 0 ? KV_MIN(ab->pos[i] + 1, window) : ab->pos[i] + 1;
+        flops += (double)seen * n_heads * (4.0 * head_dim + 5.0); /* + the softmax's few flops per score */
+        if (s >= 0 && s < ab->n_seqs && seen > scratch[s]) scratch[s] = seen;
     }
     for (int i = 0; i < ab->n_tokens; i++) { /* each sequence once */
         int s = ab->seq[i];

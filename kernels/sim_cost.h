@@ -95,6 +95,11 @@ kv_sim_cost kv_sim_cost_rmsnorm(int n, int dim);
 kv_sim_cost kv_sim_cost_rope(int n, int n_heads, int rot_dim);
 kv_sim_cost kv_sim_cost_silu_mul(int64_t count);
 kv_sim_cost kv_sim_cost_add(int64_t count);
+/* The ops of the architectures past llama: GeGLU over count elements, a
+ * scale over count, a bias added to n rows of dim. */
+kv_sim_cost kv_sim_cost_gelu_mul(int64_t count);
+kv_sim_cost kv_sim_cost_scale(int64_t count);
+kv_sim_cost kv_sim_cost_add_rows(int n, int dim);
 /* kv_store of n_tokens tokens, n_kv_heads rows each of head_dim elements,
  * row_bytes as cached. */
 kv_sim_cost kv_sim_cost_kv_store(int n_tokens, int n_kv_heads, int head_dim, double row_bytes);
@@ -103,9 +108,11 @@ kv_sim_cost kv_sim_cost_kv_store(int n_tokens, int n_kv_heads, int head_dim, dou
  * kv_rows = sum over sequences of their longest context in the batch. */
 kv_sim_cost kv_sim_cost_attention(double sum_ctx_flops, double kv_rows, int n_tokens, int n_heads, int head_dim,
                                   double slot_bytes, int block_size);
-/* The two sums above for batch ab (n_heads query heads of head_dim);
- * scratch: (ab->n_seqs) ints, left zeroed. */
-void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int32_t *scratch,
+/* The two sums above for batch ab (n_heads query heads of head_dim), a
+ * token seeing at most window positions when window > 0 (sliding-window
+ * layers: a windowed kernel reads only those rows); scratch: (ab->n_seqs)
+ * ints, left zeroed. */
+void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int window, int32_t *scratch,
                            double *sum_ctx_flops /* OUT */, double *kv_rows /* OUT */);
 /* copy_block of one block (K and V, every layer, read and written). */
 kv_sim_cost kv_sim_cost_copy_block(int n_layers, int block_size, double slot_bytes);
