@@ -68,6 +68,7 @@ static const field metrics_fields[] = {
     FD(kv_metrics_summary, spec_acceptance_rate),
     FD(kv_metrics_summary, spec_mean_accepted_len),
     FD(kv_metrics_summary, sim_device_s),
+    FU(kv_metrics_summary, sim_tokens_out),
     FD(kv_metrics_summary, sim_output_tokens_per_s),
 };
 static const field stat_fields[] = {
@@ -215,6 +216,8 @@ static int read_stat(const kv_json *m, const char *key, kv_stat *st, kv_err *err
     const kv_json *v = kv_json_get(m, key);
     memset(st, 0, sizeof *st);
     if (!v || kv_json_type_of(v) == KV_JSON_NULL) return 0;
+    /* a statistic without samples: its figures are null and n is 0 */
+    if (kv_json_type_of(v) == KV_JSON_OBJECT && kv_json_type_of(kv_json_get(v, "p50")) == KV_JSON_NULL) return 0;
     char where[48];
     snprintf(where, sizeof where, "metrics.%s", key);
     if (read_fields(v, stat_fields, NF(stat_fields), st, where, err)) return err->code;
