@@ -42,6 +42,16 @@ const kv_config *kv_engine_config(const kv_engine *e);
  * bandwidth probe runs on). Ops on it must not run while a step does. */
 kv_backend *kv_engine_backend(kv_engine *e);
 
+/* What loading had to guess or work around ("unknown pre-tokenizer,
+ * falling back ...", tensors that load but are suspect), for every front
+ * end to show: the model's, its tokenizer's and the draft model's, each
+ * prefixed with where it comes from ("tokenizer: ..."). Writes up to cap
+ * (<= KV_MAX_WARNINGS) NUL-terminated strings, cut to KV_WARNING_LEN - 1
+ * bytes, to out and returns how many; 0 for a NULL engine. Any thread. */
+#define KV_MAX_WARNINGS 4
+#define KV_WARNING_LEN 320
+int kv_engine_warnings(const kv_engine *e, char out[][KV_WARNING_LEN] /* OUT: (cap) */, int cap);
+
 /* ---- requests ---- */
 
 typedef struct kv_request_params {

@@ -255,7 +255,8 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
     kv_json_write_end_array(w);
 }
 
-int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check) {
+int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
+                       const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
@@ -272,6 +273,10 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
         kstr(&w, "message", check);
         kv_json_write_end_object(&w);
     }
+    kv_json_write_key(&w, "warnings");
+    kv_json_write_begin_array(&w);
+    for (int i = 0; warnings && i < n_warnings; i++) kv_json_write_string(&w, warnings[i]);
+    kv_json_write_end_array(&w);
     kv_json_write_key(&w, "config");
     kv_json_write_begin_object(&w);
     kstr(&w, "model", model);

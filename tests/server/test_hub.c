@@ -263,7 +263,7 @@ static void test_metrics_and_snapshot_text(void) {
     free(buf);
     buf = NULL;
     f = open_memstream(&buf, &len);
-    REQUIRE(f && srv_snapshot_write(f, s, "m", -1, "") == 0);
+    REQUIRE(f && srv_snapshot_write(f, s, "m", -1, "", NULL, 0) == 0);
     fclose(f);
     kv_json *doc = kv_json_parse(buf, len, &err);
     REQUIRE(doc);
@@ -284,7 +284,7 @@ static void test_metrics_and_snapshot_text(void) {
     /* a delta frame carries only the steps after since_step */
     buf = NULL;
     f = open_memstream(&buf, &len);
-    REQUIRE(f && srv_snapshot_write(f, s, "m", (int64_t)s->step, NULL) == 0);
+    REQUIRE(f && srv_snapshot_write(f, s, "m", (int64_t)s->step, NULL, NULL, 0) == 0);
     fclose(f);
     doc = kv_json_parse(buf, len, &err);
     REQUIRE(doc);
