@@ -89,12 +89,13 @@ void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p /* OUT:
  * ids, bad sampling values). A rejected request is counted and emits a
  * KV_EVENT_DONE with KV_FINISH_REJECTED, so no request is ever lost. */
 int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err);
-/* Requests submitted and not running: those not yet taken in by a step,
- * plus the scheduler's waiting queue (preempted ones included) and its
- * swapped-out ones as of the last step. Cheap (one short lock, no
- * snapshot); any thread. 0 for a NULL engine. The bound behind kvtop
- * serve's 429 (server.max_queue). */
-int kv_engine_n_waiting(kv_engine *e);
+/* The engine's queues now, cheaply (one short lock, no snapshot; any
+ * thread): *waiting = requests submitted and not running (those not yet
+ * taken in by a step, plus the scheduler's waiting queue, preempted ones
+ * included, and its swapped-out ones as of the last step); *running =
+ * requests running at the end of the last step. Both 0 for a NULL engine.
+ * What kvtop serve's 429 (server.max_queue) is measured on. */
+void kv_engine_queue_lengths(kv_engine *e, int *waiting /* OUT: */, int *running /* OUT: */);
 /* Cancels a waiting or running request (its blocks are released at the next
  * step boundary). Returns 0, or KV_ERR_INVAL for an unknown/finished id. */
 int kv_engine_cancel(kv_engine *e, int64_t id);

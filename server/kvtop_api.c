@@ -218,7 +218,7 @@ static char *snapshot_text(srv *s, kv_snapshot *snap, const char *check, size_t 
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
-    int rc = srv_snapshot_write(f, snap, s->model_id, -1, check, s->warnings, s->n_warnings);
+    int rc = srv_snapshot_write_warned(f, snap, s->model_id, -1, check, s->warnings, s->n_warnings);
     fclose(f);
     if (rc) {
         free(buf);
@@ -275,7 +275,8 @@ static int snap_next(srv_stream *st, srv_buf *out, int wait_ms) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return -1;
-    int rc = srv_snapshot_write(f, ss->snap, ss->s->model_id, ss->last_step, NULL, ss->s->warnings, ss->s->n_warnings);
+    int rc = srv_snapshot_write_warned(f, ss->snap, ss->s->model_id, ss->last_step, NULL, ss->s->warnings,
+                                       ss->s->n_warnings);
     fclose(f);
     if (rc || srv_buf_add(out, "data: ", 6) || srv_buf_add(out, buf, len) || srv_buf_add(out, "\n\n", 2)) {
         free(buf);

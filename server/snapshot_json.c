@@ -255,8 +255,8 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
     kv_json_write_end_array(w);
 }
 
-int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
-                       const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
+int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
+                              const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
@@ -320,4 +320,8 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
     write_steps(&w, s, since_step);
     kv_json_write_end_object(&w);
     return kv_json_writer_finish(&w);
+}
+
+int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check) {
+    return srv_snapshot_write_warned(f, s, model, since_step, check, NULL, 0);
 }

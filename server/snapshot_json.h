@@ -17,11 +17,12 @@
  * after since_step (a stream's delta frame, marked "delta": true). model:
  * the served model name. check: NULL, or the result of kv_engine_check
  * ("" when clean, else its message) written as "check": {"ok", "message"}.
- * warnings: the engine's load warnings (kv_engine_warnings; n_warnings of
- * them, NULL when none), written as "warnings": [...].
  * Returns 0, or KV_ERR_IO / KV_ERR_INVAL from the writer. */
-int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
-                       const char (*warnings)[KV_WARNING_LEN], int n_warnings);
+int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check);
+/* The same with the engine's load warnings (kv_engine_warnings: n_warnings
+ * of them, NULL when none) as "warnings": [...] (srv_snapshot_write: []). */
+int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
+                              const char (*warnings)[KV_WARNING_LEN], int n_warnings);
 
 /* Names used in the JSON (also for tests). */
 const char *srv_req_state_name(kv_req_state st);

@@ -125,9 +125,9 @@ grep -q '^vllm:generation_tokens_total{model_name="stories260K"} 2' "$T/body" &&
   ok "--metrics-prefix vllm: vLLM's names under vllm:, kvtop's own under kvtop:" || bad "vllm prefix" "$(head -c 300 "$T/body")"
 stop "$PID" >/dev/null
 
-# ---- server.max_queue bounds the engine's waiting queue: 429 past it ----
-serve queue profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set server.max_queue=2 --api-key KEY ||
-  bad "serve with server.max_queue=2 starts" "$(tail -n 3 "$T/queue.log")"
+# ---- server.max_queue bounds what waits in the engine beyond its free batch slots: 429 past it ----
+serve queue profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set scheduler.max_seqs=1 \
+  --set server.max_queue=1 --api-key KEY || bad "serve with server.max_queue=1 starts" "$(tail -n 3 "$T/queue.log")"
 code "${H[@]}" -d '{"action": "pause"}' "$BASE/kvtop/v1/control" >/dev/null
 qp=()
 for i in 1 2; do
@@ -137,8 +137,9 @@ for i in 1 2; do
 done
 sleep 1 # both submitted: a paused engine takes nothing in, so they stay waiting
 c3=$(code "${H[@]}" -d '{"prompt": "Once", "max_tokens": 4}' "$BASE/v1/completions")
-[[ $c3 == 429 ]] && grep -q 'server.max_queue 2' "$T/body" && grep -q '"rate_limit_error"' "$T/body" &&
-  [[ $(code "$BASE/health") == 200 ]] && ok "max_queue 2: two waiting (engine paused), the third gets 429; /health answers" ||
+[[ $c3 == 429 ]] && grep -q 'server.max_queue 1' "$T/body" && grep -q '"rate_limit_error"' "$T/body" &&
+  [[ $(code "$BASE/health") == 200 ]] &&
+  ok "max_seqs 1, max_queue 1: two submitted (engine paused: one for the free slot, one waiting), the third gets 429; /health answers" ||
   bad "max_queue 429" "$c3 $(cat "$T/body")"
 code "${H[@]}" -d '{"action": "resume"}' "$BASE/kvtop/v1/control" >/dev/null
 wait "${qp[@]}"
