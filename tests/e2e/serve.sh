@@ -217,6 +217,21 @@ if python3 tests/server/py/vocab_gguf.py "$T/vocab.gguf" && "$K" mkmodel -o "$T/
 else
   bad "a model with an unknown pre-tokenizer (vocab_gguf.py, kvtop mkmodel)"
 fi
+# ---- server.api_key is a secret: dumps and reports print *** ----
+out=$("$K" keys profiles/default.yaml --set server.api_key=sekrit-42 2>&1)
+! grep -q sekrit <<<"$out" && grep -q '^  api_key: "\*\*\*"$' <<<"$out" && ok "kvtop keys: server.api_key shows as ***" ||
+  bad "keys redaction" "$(grep api_key <<<"$out")"
+if "$K" bench profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set server.api_key=sekrit-42 \
+  --set workload.requests=2 --set workload.output_len=4 --json "$T/b.json" </dev/null >/dev/null 2>&1; then
+  ! grep -q sekrit "$T/b.json" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["config"]["server"]["api_key"]=="***" and "api_key: \"***\"" in d["config_yaml"] else 1)' "$T/b.json" &&
+    ok "bench JSON: the key as *** in config and config_yaml" || bad "bench redaction" "$(grep -o '.api_key.\{0,20\}' "$T/b.json")"
+else
+  bad "kvtop bench with a key set"
+fi
+out=$("$K" keys profiles/default.yaml --set 'server.api_key=***' 2>&1); rc=$?
+[[ $rc == 2 ]] && grep -q "server.api_key: '\*\*\*' is what a dump shows" <<<"$out" && ok "'***' as a key is refused (a redacted dump never loads back as a key)" ||
+  bad "*** refused ($rc)" "$out"
+
 # ---- startup failures: clear messages, exit 1 / 2 ----
 out=$("$K" serve profiles/default.yaml --set model.path=/nonexistent.gguf --port 0 2>&1 </dev/null); rc=$?
 [[ $rc == 1 ]] && echo "$out" | grep -q 'nonexistent' && ok "a model that does not load: exit 1 naming it" || bad "load failure ($rc)" "$out"
