@@ -148,7 +148,7 @@ typedef struct kv_config {
         char api_key[128];       /* "" = no key (KVTOP_API_KEY and --api-key override) */
         int max_connections;     /* open connections at once; more are refused */
         uint64_t max_body;       /* request body bytes; larger gets 413 */
-        int max_queue;           /* requests in the engine's waiting queue at most; more get 429 */
+        int max_queue;           /* requests left waiting in the engine beyond its free batch slots; more get 429 */
         int header_timeout_ms;   /* a request's headers must arrive within this */
         int idle_timeout_ms;     /* a connection silent this long is closed */
         char metrics_prefix[16]; /* Prometheus names: "kvtop" (kvtop:...) or "vllm" (vllm:...) */

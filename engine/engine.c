@@ -194,6 +194,12 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     /* the scheduler and the per-step buffers */
     kv_sched_params_from_config(&e->sp, cfg, hp->ctx_len, cp->n_blocks);
     e->ctx = e->sp.max_seq_len;
+    /* the attention batch's bounds, for a backend that sizes its batch meta
+     * once (cuda): no sequence's table is longer than its context plus the
+     * draft slack, in blocks */
+    kv_backend_limits alim = {.max_rows = T, .max_k = 1, .max_seqs = cfg->scheduler.max_seqs,
+                              .max_blocks_per_seq = (e->ctx + e->spec_k + cp->block_size - 1) / cp->block_size + 1};
+    if (kv_backend_reserve(e->be, &alim, err) != 0) goto fail;
     e->sched = kv_sched_new(&e->sp, e->cache, err);
     if (!e->sched) goto fail;
     if (cfg->spec.method != KV_SPEC_OFF) {
@@ -692,4 +698,21 @@ int kv_engine_advance_clock(kv_engine *e, double ms) {
     while (!atomic_compare_exchange_weak(&e->v_offset_ms, &cur, cur + ms)) {
     }
     return 0;
+}
+
+int kv_engine_warnings(const kv_engine *e, char out[][KV_WARNING_LEN], int cap) {
+    if (!e) return 0;
+    const kv_model *dm = e->spec ? kv_spec_draft_model(e->spec) : NULL;
+    const struct {
+        const char *from, *text;
+    } all[KV_MAX_WARNINGS] = {
+        {"model", kv_model_warning(e->model)},
+        {"tokenizer", kv_tokenizer_warning(e->model->tok)},
+        {"draft model", dm ? kv_model_warning(dm) : ""},
+        {"draft tokenizer", dm ? kv_tokenizer_warning(dm->tok) : ""},
+    };
+    int n = 0;
+    for (int i = 0; i < KV_MAX_WARNINGS && n < cap; i++)
+        if (all[i].text && all[i].text[0]) snprintf(out[n++], KV_WARNING_LEN, "%s: %s", all[i].from, all[i].text);
+    return n;
 }

@@ -42,6 +42,16 @@ const kv_config *kv_engine_config(const kv_engine *e);
  * bandwidth probe runs on). Ops on it must not run while a step does. */
 kv_backend *kv_engine_backend(kv_engine *e);
 
+/* What loading had to guess or work around ("unknown pre-tokenizer,
+ * falling back ...", tensors that load but are suspect), for every front
+ * end to show: the model's, its tokenizer's and the draft model's, each
+ * prefixed with where it comes from ("tokenizer: ..."). Writes up to cap
+ * (<= KV_MAX_WARNINGS) NUL-terminated strings, cut to KV_WARNING_LEN - 1
+ * bytes, to out and returns how many; 0 for a NULL engine. Any thread. */
+#define KV_MAX_WARNINGS 4
+#define KV_WARNING_LEN 320
+int kv_engine_warnings(const kv_engine *e, char out[][KV_WARNING_LEN] /* OUT: (cap) */, int cap);
+
 /* ---- requests ---- */
 
 typedef struct kv_request_params {
@@ -79,12 +89,13 @@ void kv_engine_request_defaults(const kv_engine *e, kv_request_params *p /* OUT:
  * ids, bad sampling values). A rejected request is counted and emits a
  * KV_EVENT_DONE with KV_FINISH_REJECTED, so no request is ever lost. */
 int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err);
-/* Requests submitted and not running: those not yet taken in by a step,
- * plus the scheduler's waiting queue (preempted ones included) and its
- * swapped-out ones as of the last step. Cheap (one short lock, no
- * snapshot); any thread. 0 for a NULL engine. The bound behind kvtop
- * serve's 429 (server.max_queue). */
-int kv_engine_n_waiting(kv_engine *e);
+/* The engine's queues now, cheaply (one short lock, no snapshot; any
+ * thread): *waiting = requests submitted and not running (those not yet
+ * taken in by a step, plus the scheduler's waiting queue, preempted ones
+ * included, and its swapped-out ones as of the last step); *running =
+ * requests running at the end of the last step. Both 0 for a NULL engine.
+ * What kvtop serve's 429 (server.max_queue) is measured on. */
+void kv_engine_queue_lengths(kv_engine *e, int *waiting /* OUT: */, int *running /* OUT: */);
 /* Cancels a waiting or running request (its blocks are released at the next
  * step boundary). Returns 0, or KV_ERR_INVAL for an unknown/finished id. */
 int kv_engine_cancel(kv_engine *e, int64_t id);

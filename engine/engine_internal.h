@@ -122,6 +122,7 @@ struct kv_engine {
     _Atomic int sched_waiting; /* the scheduler's waiting + swapped at the last step's end, plus what
                                   engine_drain_inbox moved in since (changed with mu held, so
                                   n_inbox + sched_waiting read under mu never misses one) */
+    _Atomic int sched_running;  /* requests running at the last step's end */
     uint64_t steps_done;    /* a copy of step for waiters */
 
     /* ---- under state_mu ---- */

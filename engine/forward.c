@@ -49,7 +49,8 @@ void kv_forward_free(kv_forward *f) {
  * weight types present. */
 static kv_backend_limits forward_limits(const kv_model *m, int max_tokens) {
     const kv_hparams *hp = &m->hp;
-    kv_backend_limits lim = {.max_rows = max_tokens, .max_k = hp->dim, .weight_types = 0};
+    kv_backend_limits lim = {.max_rows = max_tokens, .max_k = hp->dim, .weight_types = 0,
+                             .rope_dim = hp->rot_dim, .rope_base = hp->rope_base};
     const kv_tensor *w = &m->output;
     lim.max_k = KV_MAX(lim.max_k, w->ne0);
     lim.weight_types |= (uint64_t)1 << ((unsigned)w->type & 63);

@@ -52,12 +52,13 @@ static void emit_text(kv_engine *e, ereq *r, kv_event *first, const char *text, 
 
 /* ---- requests ---- */
 
-int kv_engine_n_waiting(kv_engine *e) {
-    if (!e) return 0;
+void kv_engine_queue_lengths(kv_engine *e, int *waiting, int *running) {
+    *waiting = *running = 0;
+    if (!e) return;
     pthread_mutex_lock(&e->mu);
-    int n = e->n_inbox + atomic_load(&e->sched_waiting);
+    *waiting = e->n_inbox + atomic_load(&e->sched_waiting);
+    *running = atomic_load(&e->sched_running);
     pthread_mutex_unlock(&e->mu);
-    return n;
 }
 
 static int live_find(const kv_engine *e, int64_t id) {
@@ -479,9 +480,14 @@ static int step_locked(kv_engine *e) {
     const kv_decision *dec;
     int n_dec;
     kv_sched_end_step(e->sched, &rec, &dec, &n_dec);
-    pthread_mutex_lock(&e->mu);
-    atomic_store(&e->sched_waiting, rec.n_waiting);
-    pthread_mutex_unlock(&e->mu);
+    {
+        kv_sreq *const *run_now;
+        int n_run = kv_sched_running(e->sched, &run_now);
+        pthread_mutex_lock(&e->mu);
+        atomic_store(&e->sched_waiting, rec.n_waiting);
+        atomic_store(&e->sched_running, n_run);
+        pthread_mutex_unlock(&e->mu);
+    }
     int did = n > 0 || n_dec > 0 || e->n_lev > 0;
     if (did) {
         e->step = step;

@@ -124,6 +124,14 @@ typedef struct kv_backend_limits {
                                weight ne0), >= 1 */
     uint64_t weight_types;  /* bit t set: some matmul weight has kv_type t; 0:
                                any type (size for the most demanding) */
+    /* attention's batch (0: not known to this caller; the engine, which
+     * knows them, reserves them in a call of its own): */
+    int max_seqs;           /* sequences in one batch */
+    int max_blocks_per_seq; /* block-table entries of one sequence (its context in blocks) */
+    /* rope's frequency table (rope_dim 0: none): the rotated dims per head
+     * and the base the forward pass will ask for */
+    int rope_dim;
+    float rope_base;
 } kv_backend_limits;
 
 /* A backend that models a device's time instead of taking it (sim). */

@@ -49,7 +49,8 @@ struct srv_hub {
     int closed;         /* no submissions (shutting down) */
     entry *ent;         /* (n_ent) registered engine requests, sorted by id */
     int n_ent, cap_ent;
-    int max_queue;      /* the engine's waiting queue at most (server.max_queue) */
+    int max_queue;      /* requests waiting beyond the free batch slots at most (server.max_queue) */
+    int max_seqs;       /* the engine's batch slots (scheduler.max_seqs) */
     srv_stats st;
     kv_event *ev;       /* (EVENT_BATCH) dispatcher scratch */
     fin_item *fin;      /* (EVENT_BATCH) */
@@ -309,6 +310,7 @@ srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err) {
     if (!h) goto nomem;
     h->e = e;
     h->max_queue = max_queue;
+    h->max_seqs = kv_engine_config(e)->scheduler.max_seqs;
     h->forward = forward;
     pthread_mutex_init(&h->mu, NULL);
     hist_init(&h->st.ttft, ttft_bounds, (int)KV_ARRAY_LEN(ttft_bounds));
@@ -369,14 +371,20 @@ int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, sr
         rc = srv_fail(e, 503, "service_unavailable", NULL, "shutting_down", "the server is shutting down");
         goto out;
     }
-    /* the engine's queue, whoever filled it; h->mu keeps the server's own
-     * submissions from passing the check together */
-    int waiting = kv_engine_n_waiting(h->e);
-    if (waiting + job->n_choices > h->max_queue) {
+    /* the engine's queue, whoever filled it: what the free batch slots do
+     * not take at the next step waits (a burst into an idle engine does
+     * not); h->mu keeps the server's own submissions from passing the
+     * check together */
+    int waiting, running;
+    kv_engine_queue_lengths(h->e, &waiting, &running);
+    int free_slots = KV_MAX(0, h->max_seqs - running);
+    int would_wait = KV_MAX(0, waiting + job->n_choices - free_slots);
+    if (would_wait > h->max_queue) {
         h->st.queue_full++;
         rc = srv_fail(e, 429, "rate_limit_error", NULL, "queue_full",
-                      "the engine's queue is full (%d requests waiting, %d more would pass server.max_queue %d); "
-                      "try again later", waiting, job->n_choices, h->max_queue);
+                      "the engine's queue is full (%d requests waiting, %d running of %d; %d more would leave %d "
+                      "waiting, past server.max_queue %d); try again later",
+                      waiting, running, h->max_seqs, job->n_choices, would_wait, h->max_queue);
         goto out;
     }
     if (kv_grow((void **)&h->ent, &h->cap_ent, h->n_ent + job->n_choices, sizeof *h->ent)) {

@@ -90,9 +90,9 @@ typedef struct srv_stats {
 
 typedef struct srv_hub srv_hub;
 
-/* max_queue: requests the engine's waiting queue may hold
- * (server.max_queue; kv_engine_n_waiting, whoever submitted them: the TUI's
- * tabs count too). forward: keep the events of
+/* max_queue: requests that may wait in the engine beyond its free batch
+ * slots (server.max_queue; kv_engine_queue_lengths, whoever submitted them:
+ * the TUI's tabs count too). forward: keep the events of
  * requests that are not the server's (another front end's, on a shared
  * engine) for srv_hub_poll_foreign; otherwise they are dropped. The engine
  * must outlive the hub, and nothing else may call kv_engine_poll on it:
@@ -108,8 +108,10 @@ void srv_hub_free(srv_hub *h);
 srv_job *srv_job_new(int n);
 
 /* Submits choice i of job with params[i] (prompt tokens given) for every
- * i, all or none admitted: 429 (e) when the job's choices would take the
- * engine's waiting queue past max_queue, 503 while shutting down, 400 with the engine's
+ * i, all or none admitted: 429 (e) when, with the job's choices, more than
+ * max_queue requests would still wait once the engine's free batch slots
+ * (scheduler.max_seqs minus those running) are filled; 503 while shutting
+ * down, 400 with the engine's
  * reason when it rejects one (those already queued are cancelled).
  * Returns 0 or -1 with e filled. Events may arrive before it returns. */
 int srv_hub_submit(srv_hub *h, srv_job *job, const kv_request_params *params, srv_error *e /* OUT: */);

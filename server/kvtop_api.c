@@ -78,6 +78,10 @@ void srv_handle_models(srv *s, srv_reply *r) {
     kv_json_write_string(w, s->cfg.model.path);
     kv_json_write_key(w, "max_model_len");
     kv_json_write_int(w, s->ctx);
+    kv_json_write_key(w, "warnings"); /* kvtop's: what loading the model had to guess */
+    kv_json_write_begin_array(w);
+    for (int i = 0; i < s->n_warnings; i++) kv_json_write_string(w, s->warnings[i]);
+    kv_json_write_end_array(w);
     kv_json_write_end_object(w);
     kv_json_write_end_array(w);
     kv_json_write_end_object(w);
@@ -214,7 +218,7 @@ static char *snapshot_text(srv *s, kv_snapshot *snap, const char *check, size_t 
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) return NULL;
-    int rc = srv_snapshot_write(f, snap, s->model_id, -1, check);
+    int rc = srv_snapshot_write_warned(f, snap, s->model_id, -1, check, s->warnings, s->n_warnings);
     fclose(f);
     if (rc) {
         free(buf);
@@ -271,7 +275,8 @@ static int snap_next(srv_stream *st, srv_buf *out, int wait_ms) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return -1;
-    int rc = srv_snapshot_write(f, ss->snap, ss->s->model_id, ss->last_step, NULL);
+    int rc = srv_snapshot_write_warned(f, ss->snap, ss->s->model_id, ss->last_step, NULL, ss->s->warnings,
+                                       ss->s->n_warnings);
     fclose(f);
     if (rc || srv_buf_add(out, "data: ", 6) || srv_buf_add(out, buf, len) || srv_buf_add(out, "\n\n", 2)) {
         free(buf);

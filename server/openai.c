@@ -330,7 +330,8 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
         }
         kv_json_write_key(w, "logprobs");
         if (!g->req.logprobs) kv_json_write_null(w);
-        else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, c->lps, c->n_lps, &g->lp_offset[i]))
+        else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, c->lps,
+                                    c->n_lps, &g->lp_offset[i]))
             goto nomem_j;
         kv_json_write_key(w, "finish_reason");
         kv_json_write_string(w, srv_finish_name(c->finish));
@@ -388,7 +389,8 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
     }
     kv_json_write_key(w, "logprobs");
     if (!g->req.logprobs || role || (finish && n_lp == 0)) kv_json_write_null(w);
-    else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, lp, n_lp, &g->lp_offset[idx])) {
+    else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, lp, n_lp,
+                                &g->lp_offset[idx])) {
         size_t dummy;
         free(srv_json_close(&j, &dummy));
         return KV_ERR_NOMEM;

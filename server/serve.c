@@ -170,6 +170,7 @@ static int serve_attach(srv *s, kv_engine *e, int forward, kv_err *err) {
     }
     s->cache_tokens = snap->n_blocks * snap->block_size;
     kv_snapshot_free(snap);
+    s->n_warnings = kv_engine_warnings(e, s->warnings, KV_MAX_WARNINGS);
     s->hub = srv_hub_new(e, s->cfg.server.max_queue, forward, err);
     if (!s->hub) return err->code ? err->code : KV_ERR_NOMEM;
     atomic_store(&s->state, SRV_READY);
@@ -253,6 +254,7 @@ int cmd_serve(int argc, char **argv) {
     }
     fprintf(stderr, "kvtop serve: ready: model %s (%d-token context, %d KV tokens)%s\n", s->model_id, s->ctx,
             s->cache_tokens, s->api_key[0] ? ", API key required" : "");
+    for (int i = 0; i < s->n_warnings; i++) fprintf(stderr, "kvtop serve: warning: %s\n", s->warnings[i]);
     fflush(stderr);
     int sig = 0;
     while (!(sig = wait_signal(&set, 500))) {

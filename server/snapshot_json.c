@@ -183,7 +183,8 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
     kv_json_write_end_array(w);
 }
 
-int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check) {
+int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
+                              const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
@@ -200,6 +201,10 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
         kv_json_field_str(&w, "message", check);
         kv_json_write_end_object(&w);
     }
+    kv_json_write_key(&w, "warnings");
+    kv_json_write_begin_array(&w);
+    for (int i = 0; warnings && i < n_warnings; i++) kv_json_write_string(&w, warnings[i]);
+    kv_json_write_end_array(&w);
     kv_json_write_key(&w, "config");
     kv_json_write_begin_object(&w);
     kv_json_field_str(&w, "model", model);
@@ -243,4 +248,8 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
     write_steps(&w, s, since_step);
     kv_json_write_end_object(&w);
     return kv_json_writer_finish(&w);
+}
+
+int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check) {
+    return srv_snapshot_write_warned(f, s, model, since_step, check, NULL, 0);
 }

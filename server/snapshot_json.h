@@ -19,6 +19,10 @@
  * ("" when clean, else its message) written as "check": {"ok", "message"}.
  * Returns 0, or KV_ERR_IO / KV_ERR_INVAL from the writer. */
 int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check);
+/* The same with the engine's load warnings (kv_engine_warnings: n_warnings
+ * of them, NULL when none) as "warnings": [...] (srv_snapshot_write: []). */
+int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
+                              const char (*warnings)[KV_WARNING_LEN], int n_warnings);
 
 /* Names used in the JSON (also for tests). */
 const char *srv_req_state_name(kv_req_state st);

@@ -37,6 +37,9 @@ typedef struct srv {
     int cache_tokens;          /* tokens the KV cache holds */
     _Atomic uint64_t serial;   /* ids of responses */
     int shutdown_grace_ms;     /* in-flight requests get this long to finish on shutdown */
+    char warnings[KV_MAX_WARNINGS][KV_WARNING_LEN]; /* the engine's load warnings (kv_engine_warnings),
+                                  read once it is READY */
+    int n_warnings;
     struct srv_http *http;
 } srv;
 

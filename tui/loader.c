@@ -151,6 +151,13 @@ void loader_check(app *a) {
     serve_start(a);
     snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->model->name);
     if (reload) app_status(a, 0, "profile %.200s loaded (%.100s)", a->profile_path, a->model->name);
+    /* what loading had to guess: on the status line (as an error, so it
+     * stays 8 s) and in every tab's log, where it stays */
+    char warn[KV_MAX_WARNINGS][KV_WARNING_LEN];
+    int nw = kv_engine_warnings(a->eng, warn, KV_MAX_WARNINGS);
+    for (int w = 0; w < nw; w++)
+        for (int i = 0; i < a->n_sessions; i++) app_note(a->sessions[i], "warning: %s", warn[w]);
+    if (nw) app_status(a, 1, "warning: %.400s%s", warn[0], nw > 1 ? " (more in the tab's log)" : "");
     for (int i = 0; i < a->n_sessions; i++)
         if (a->sessions[i]->waiting_engine) chat_submit(a, a->sessions[i]);
 }

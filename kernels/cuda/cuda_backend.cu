@@ -29,6 +29,15 @@ struct dev_buf {
 
 enum { STAGE_IDS, STAGE_POS, STAGE_META, STAGE_COUNT };
 
+/* One rope frequency table on the device (a target and a draft model may
+ * differ), made by reserve, or by the first rope op that needs it. */
+enum { ROPE_TABLES = 4 };
+struct rope_table {
+    int rot;        /* rotated dims per head; 0: empty */
+    float base;
+    dev_buf d;      /* (rot / 2) floats: inv_freq */
+};
+
 struct cuda_ctx {
     int device;
     cudaStream_t stream;           /* every op is queued here, in call order */
@@ -47,10 +56,13 @@ struct cuda_ctx {
     size_t hmeta_cap;
     int32_t *seq_len, *seq_off;    /* (seq_cap) per-sequence table length / offset */
     int seq_cap;
-    dev_buf rope;                  /* inv_freq table for rope_rot / rope_base */
-    float *hrope;                  /* (KV rope pairs) host side */
-    int rope_rot;                  /* 0: no table yet */
-    float rope_base;
+    rope_table rope[ROPE_TABLES];  /* by (rot, base); the reserved ones come first */
+    /* what reserve promised (0: nothing; the ops then grow on first use):
+     * with meta_entries set, the batch meta of a batch within it never
+     * allocates, and a batch past it fails instead */
+    size_t res_rows;               /* activation rows (tokens of a batch) */
+    int res_seqs, res_blocks;      /* sequences of a batch, table entries of one */
+    size_t meta_entries;           /* 3 * res_rows + res_seqs * res_blocks */
 };
 
 static cuda_ctx *ctx_of(const kv_backend *b) { return (cuda_ctx *)b->ctx; }
@@ -425,6 +437,42 @@ static void cu_rmsnorm(kv_backend *b, const float *x, const float *weight, float
     done(c, kvc_launch_rmsnorm(c->stream, x, wd, out, n, dim, eps), "rmsnorm");
 }
 
+/* The table for (rot_dim, base): a reserved or earlier one, else a new
+ * one in a free slot (the last slot is reused when all are taken). NULL on
+ * failure (recorded). */
+static const rope_table *rope_table_for(cuda_ctx *c, int rot_dim, float base) {
+    int slot = ROPE_TABLES - 1;
+    for (int i = 0; i < ROPE_TABLES; i++) {
+        if (c->rope[i].rot == rot_dim && c->rope[i].base == base) return &c->rope[i];
+        if (c->rope[i].rot == 0 && slot == ROPE_TABLES - 1) slot = i;
+    }
+    for (int i = 0; i < ROPE_TABLES; i++)
+        if (c->rope[i].rot == 0) {
+            slot = i;
+            break;
+        }
+    rope_table *t = &c->rope[slot];
+    const int half = rot_dim / 2;
+    float *h = (float *)malloc((size_t)half * sizeof(float));
+    float *d = h ? (float *)grow(c, &t->d, (size_t)half * sizeof(float), "rope table") : NULL;
+    if (!h) fail(c, KV_ERR_NOMEM, "rope: out of memory");
+    if (!d) {
+        free(h);
+        return NULL;
+    }
+    /* the CPU backend's expression, evaluated by the same libm */
+    for (int i = 0; i < half; i++) h[i] = powf(base, -(float)(2 * i) / (float)rot_dim);
+    /* (a synchronous copy: h is freed right after) */
+    int bad = ck(c, cudaMemcpyAsync(d, h, (size_t)half * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+                 "rope table upload") ||
+              ck(c, cudaStreamSynchronize(c->stream), "rope table upload");
+    free(h);
+    if (bad) return NULL;
+    t->rot = rot_dim;
+    t->base = base;
+    return t;
+}
+
 static void cu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
                     float base, int neox) {
     /* Bad shapes are caller bugs; leave x unchanged (as the CPU does). */
@@ -432,27 +480,11 @@ static void cu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_he
         !(base > 0.0f))
         return;
     cuda_ctx *c = enter(b, "rope");
-    const int half = rot_dim / 2;
-    if (c->rope_rot != rot_dim || c->rope_base != base) {
-        float *h = (float *)realloc(c->hrope, (size_t)half * sizeof(float));
-        if (!h) {
-            fail(c, KV_ERR_NOMEM, "rope: out of memory");
-            return;
-        }
-        c->hrope = h;
-        float *d = (float *)grow(c, &c->rope, (size_t)half * sizeof(float), "rope table");
-        if (!d) return;
-        /* the CPU backend's expression, evaluated by the same libm */
-        for (int i = 0; i < half; i++) h[i] = powf(base, -(float)(2 * i) / (float)rot_dim);
-        if (ck(c, cudaMemcpyAsync(d, h, (size_t)half * sizeof(float), cudaMemcpyHostToDevice, c->stream),
-               "rope table upload"))
-            return;
-        c->rope_rot = rot_dim;
-        c->rope_base = base;
-    }
+    const rope_table *t = rope_table_for(c, rot_dim, base);
+    if (!t) return;
     const int32_t *dpos = (const int32_t *)stage_in(c, STAGE_POS, pos, (size_t)n * sizeof(int32_t));
     if (!dpos) return;
-    done(c, kvc_launch_rope(c->stream, x, dpos, (const float *)c->rope.p, n, n_heads, head_dim, rot_dim, neox != 0),
+    done(c, kvc_launch_rope(c->stream, x, dpos, (const float *)t->d.p, n, n_heads, head_dim, rot_dim, neox != 0),
        "rope");
 }
 
@@ -477,7 +509,16 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
     const int n = ab->n_tokens, bs = kv->block_size;
     const int64_t n_slots = (int64_t)kv->n_blocks * bs;
     size_t total = 3 * (size_t)n;
+    if (c->meta_entries && (size_t)n > c->res_rows) {
+        fail(c, KV_ERR_NOMEM, "batch meta: %d tokens, %zu reserved (kv_backend_reserve)", n, c->res_rows);
+        return NULL;
+    }
     if (tables) {
+        if (c->meta_entries && ab->n_seqs > c->res_seqs) {
+            fail(c, KV_ERR_NOMEM, "batch meta: %d sequences, %d reserved (kv_backend_reserve)", ab->n_seqs,
+                 c->res_seqs);
+            return NULL;
+        }
         if (ab->n_seqs > c->seq_cap) {
             int32_t *l = (int32_t *)realloc(c->seq_len, (size_t)ab->n_seqs * sizeof(int32_t));
             if (l) c->seq_len = l;
@@ -505,6 +546,11 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
                 c->seq_len[s] = -c->seq_len[s]; /* negative: placed */
             }
         }
+    }
+    if (c->meta_entries && total > c->meta_entries) {
+        fail(c, KV_ERR_NOMEM, "batch meta: %zu entries (block tables longer than %d blocks), %zu reserved "
+             "(kv_backend_reserve)", total, c->res_blocks, c->meta_entries);
+        return NULL;
     }
     if (total > c->hmeta_cap) {
         int32_t *h = (int32_t *)realloc(c->hmeta, total * sizeof(int32_t));
@@ -621,22 +667,58 @@ static int cu_status(kv_backend *b, kv_err *err) {
     return take_failure(enter(b, "status"), err, 1) ? KV_ERR_BACKEND : 0;
 }
 
-/* The quantized matmul's activation buffers and the staging of token ids
- * and positions, for lim->max_rows rows of lim->max_k. NOTE: the batch
- * meta (block tables) and the rope table still grow on first use: their
- * sizes depend on the sequences' lengths, which no limit bounds here. */
+/* The batch meta's host and device buffers and the per-sequence scratch
+ * for n entries of s sequences. 0, or -1 (recorded). */
+static int reserve_meta(cuda_ctx *c, size_t n, int s) {
+    if (n > c->hmeta_cap) {
+        int32_t *h = (int32_t *)realloc(c->hmeta, n * sizeof(int32_t));
+        if (!h) return fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
+        c->hmeta = h;
+        c->hmeta_cap = n;
+    }
+    if (s > c->seq_cap) {
+        int32_t *l = (int32_t *)realloc(c->seq_len, (size_t)s * sizeof(int32_t));
+        if (l) c->seq_len = l;
+        int32_t *o = l ? (int32_t *)realloc(c->seq_off, (size_t)s * sizeof(int32_t)) : NULL;
+        if (o) c->seq_off = o;
+        if (!l || !o) return fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
+        c->seq_cap = s;
+    }
+    return grow(c, &c->stage[STAGE_META], n * sizeof(int32_t), "reserve") ? 0 : -1;
+}
+
+/* Everything an op within *lim needs, so that a forward pass allocates
+ * nothing: the quantized matmul's activation buffers and the staging of
+ * token ids and positions for lim->max_rows rows of lim->max_k; once the
+ * engine gives the attention batch's bounds (max_seqs, max_blocks_per_seq),
+ * the batch meta (positions, slots, block tables) for the largest batch
+ * they allow; and the rope table for (rope_dim, rope_base). Reservations
+ * only grow: each bound is the largest of all calls. */
 static int cu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
     cuda_ctx *c = enter(b, "reserve");
     const size_t rows = (size_t)lim->max_rows, K = (size_t)(lim->max_k + KVC_QK - 1) / KVC_QK * KVC_QK;
     const size_t nblk = rows * (K / KVC_QK);
+    size_t res_rows = KV_MAX(c->res_rows, rows);
+    int res_seqs = KV_MAX(c->res_seqs, lim->max_seqs), res_blocks = KV_MAX(c->res_blocks, lim->max_blocks_per_seq);
+    size_t meta = res_seqs > 0 && res_blocks > 0 ? 3 * res_rows + (size_t)res_seqs * (size_t)res_blocks : 0;
     if (!grow(c, &c->xq, rows * K, "reserve") || !grow(c, &c->xd, nblk * sizeof(float), "reserve") ||
         !grow(c, &c->xs, nblk * sizeof(float), "reserve") ||
-        !grow(c, &c->stage[STAGE_IDS], rows * sizeof(int32_t), "reserve") ||
-        !grow(c, &c->stage[STAGE_POS], rows * sizeof(int32_t), "reserve")) {
+        !grow(c, &c->stage[STAGE_IDS], res_rows * sizeof(int32_t), "reserve") ||
+        !grow(c, &c->stage[STAGE_POS], res_rows * sizeof(int32_t), "reserve") ||
+        (meta && reserve_meta(c, meta, res_seqs)) ||
+        (lim->rope_dim > 0 && lim->rope_dim % 2 == 0 && lim->rope_base > 0.0f &&
+         !rope_table_for(c, lim->rope_dim, lim->rope_base))) {
         kv_err e;
         take_failure(c, &e, 1);
-        return kv_err_set(err, KV_ERR_NOMEM, "cuda backend: cannot reserve scratch for %zu rows of %zu: %s", rows, K,
-                          e.msg);
+        return kv_err_set(err, KV_ERR_NOMEM,
+                          "cuda backend: cannot reserve scratch for %zu rows of %zu, %d sequences of %d blocks: %s",
+                          res_rows, K, res_seqs, res_blocks, e.msg);
+    }
+    c->res_rows = res_rows;
+    if (meta) {
+        c->res_seqs = res_seqs;
+        c->res_blocks = res_blocks;
+        c->meta_entries = meta;
     }
     return KV_OK;
 }
@@ -662,13 +744,12 @@ static void cu_destroy(kv_backend *b) {
         cudaFree(c->xq.p);
         cudaFree(c->xd.p);
         cudaFree(c->xs.p);
-        cudaFree(c->rope.p);
+        for (int i = 0; i < ROPE_TABLES; i++) cudaFree(c->rope[i].d.p);
         if (c->stream) cudaStreamDestroy(c->stream);
         cudaGetLastError();
         free(c->hmeta);
         free(c->seq_len);
         free(c->seq_off);
-        free(c->hrope);
         free(c);
     }
     free(b);

@@ -117,27 +117,32 @@ serve nokey profiles/default.yaml --set model.path="$STORIES" --set threads=1 --
   bad "control 403" "$(cat "$T/body")"
 [[ $(code -d '{"prompt": "hi", "max_tokens": 2}' "$BASE/v1/completions") == 200 ]] && ok "no key: the API is open" ||
   bad "open API" "$(cat "$T/body")"
+[[ $(code "$BASE/v1/models") == 200 ]] && python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["data"][0]["warnings"]==[] else 1)' "$T/body" &&
+  ok "a model that loads cleanly: no warnings in /v1/models" || bad "no warnings" "$(cat "$T/body")"
 code "$BASE/metrics" >/dev/null
 grep -q '^vllm:generation_tokens_total{model_name="stories260K"} 2' "$T/body" && grep -q '^vllm:cache_config_info{' "$T/body" &&
   grep -q '^kvtop:kv_blocks{' "$T/body" && ! grep -q '^kvtop:num_requests_running' "$T/body" &&
   ok "--metrics-prefix vllm: vLLM's names under vllm:, kvtop's own under kvtop:" || bad "vllm prefix" "$(head -c 300 "$T/body")"
 stop "$PID" >/dev/null
 
-# ---- server.max_queue bounds the engine's waiting queue: 429 past it ----
-serve queue profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set server.max_queue=2 --api-key KEY ||
-  bad "serve with server.max_queue=2 starts" "$(tail -n 3 "$T/queue.log")"
+# ---- server.max_queue bounds what waits in the engine beyond its free batch slots: 429 past it ----
+serve queue profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set scheduler.max_seqs=1 \
+  --set server.max_queue=1 --api-key KEY || bad "serve with server.max_queue=1 starts" "$(tail -n 3 "$T/queue.log")"
 code "${H[@]}" -d '{"action": "pause"}' "$BASE/kvtop/v1/control" >/dev/null
+qp=()
 for i in 1 2; do
   curl -s -o "$T/q$i" -w '%{http_code}' --max-time 30 "${H[@]}" -d '{"prompt": "Once", "max_tokens": 4}' \
     "$BASE/v1/completions" >"$T/q$i.code" &
+  qp+=($!)
 done
 sleep 1 # both submitted: a paused engine takes nothing in, so they stay waiting
 c3=$(code "${H[@]}" -d '{"prompt": "Once", "max_tokens": 4}' "$BASE/v1/completions")
-[[ $c3 == 429 ]] && grep -q 'server.max_queue 2' "$T/body" && grep -q '"rate_limit_error"' "$T/body" &&
-  [[ $(code "$BASE/health") == 200 ]] && ok "max_queue 2: two waiting (engine paused), the third gets 429; /health answers" ||
+[[ $c3 == 429 ]] && grep -q 'server.max_queue 1' "$T/body" && grep -q '"rate_limit_error"' "$T/body" &&
+  [[ $(code "$BASE/health") == 200 ]] &&
+  ok "max_seqs 1, max_queue 1: two submitted (engine paused: one for the free slot, one waiting), the third gets 429; /health answers" ||
   bad "max_queue 429" "$c3 $(cat "$T/body")"
 code "${H[@]}" -d '{"action": "resume"}' "$BASE/kvtop/v1/control" >/dev/null
-wait
+wait "${qp[@]}"
 [[ $(cat "$T/q1.code") == 200 && $(cat "$T/q2.code") == 200 ]] &&
   [[ $(code "${H[@]}" -d '{"prompt": "Once", "max_tokens": 4}' "$BASE/v1/completions") == 200 ]] &&
   ok "max_queue: the waiting two complete after resume, and the queue takes requests again" ||
@@ -179,6 +184,53 @@ else
     ok "--serve: quitting the TUI stops the server" || bad "--serve: quit"
   tm kill-server 2>/dev/null
 fi
+
+# ---- load warnings (an unknown pre-tokenizer): logged, in /v1/models and the snapshot, on the TUI's status line ----
+if python3 tests/server/py/vocab_gguf.py "$T/vocab.gguf" && "$K" mkmodel -o "$T/warn.gguf" --vocab-from "$T/vocab.gguf" \
+  --dim 64 --layers 1 --heads 2 --kv-heads 1 --ffn 64 --ctx 256 >/dev/null 2>&1; then
+  W="tokenizer: tokenizer.ggml.pre 'frobnicator-9' is not a pre-tokenizer kvtop knows"
+  if serve warn profiles/default.yaml --set model.path="$T/warn.gguf" --set threads=1; then
+    grep -qF "kvtop serve: warning: $W" "$T/warn.log" && ok "load warning: logged at start" || bad "warning log" "$(cat "$T/warn.log")"
+    code "$BASE/v1/models" >/dev/null
+    python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["data"][0]["warnings"]; sys.exit(0 if len(w)==1 and w[0].startswith(sys.argv[2]) else 1)' "$T/body" "$W" &&
+      ok "load warning: in the /v1/models entry" || bad "warning in /v1/models" "$(cat "$T/body")"
+    code "$BASE/kvtop/v1/snapshot" >/dev/null
+    python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["warnings"]; sys.exit(0 if len(w)==1 and w[0].startswith(sys.argv[2]) else 1)' "$T/body" "$W" &&
+      ok "load warning: in /kvtop/v1/snapshot" || bad "warning in the snapshot" "$(head -c 300 "$T/body")"
+    stop "$PID" >/dev/null
+  else
+    bad "serve on a model with an unknown pre-tokenizer starts" "$(tail -n 3 "$T/warn.log")"
+  fi
+  if command -v tmux >/dev/null; then
+    wsock=kvtop-warn-$$
+    XDG_STATE_HOME=$T/state tmux -L "$wsock" -f /dev/null new-session -d -s w -x 200 -y 40 \
+      "$K profiles/default.yaml --set model.path=$T/warn.gguf --set threads=1 --frames 600"
+    seen=
+    for _ in $(seq 1 100); do
+      tmux -L "$wsock" capture-pane -p -t w 2>/dev/null | grep -qF "warning: $W" && { seen=1; break; }
+      sleep 0.1
+    done
+    [[ -n $seen ]] && ok "load warning: on the TUI's status line" ||
+      bad "TUI warning" "$(tmux -L "$wsock" capture-pane -p -t w 2>/dev/null | tail -n 4)"
+    tmux -L "$wsock" kill-server 2>/dev/null
+  fi
+else
+  bad "a model with an unknown pre-tokenizer (vocab_gguf.py, kvtop mkmodel)"
+fi
+# ---- server.api_key is a secret: dumps and reports print *** ----
+out=$("$K" keys profiles/default.yaml --set server.api_key=sekrit-42 2>&1)
+! grep -q sekrit <<<"$out" && grep -q '^  api_key: "\*\*\*"$' <<<"$out" && ok "kvtop keys: server.api_key shows as ***" ||
+  bad "keys redaction" "$(grep api_key <<<"$out")"
+if "$K" bench profiles/default.yaml --set model.path="$STORIES" --set threads=1 --set server.api_key=sekrit-42 \
+  --set workload.requests=2 --set workload.output_len=4 --json "$T/b.json" </dev/null >/dev/null 2>&1; then
+  ! grep -q sekrit "$T/b.json" && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["config"]["server"]["api_key"]=="***" and "api_key: \"***\"" in d["config_yaml"] else 1)' "$T/b.json" &&
+    ok "bench JSON: the key as *** in config and config_yaml" || bad "bench redaction" "$(grep -o '.api_key.\{0,20\}' "$T/b.json")"
+else
+  bad "kvtop bench with a key set"
+fi
+out=$("$K" keys profiles/default.yaml --set 'server.api_key=***' 2>&1); rc=$?
+[[ $rc == 2 ]] && grep -q "server.api_key: '\*\*\*' is what a dump shows" <<<"$out" && ok "'***' as a key is refused (a redacted dump never loads back as a key)" ||
+  bad "*** refused ($rc)" "$out"
 
 # ---- startup failures: clear messages, exit 1 / 2 ----
 out=$("$K" serve profiles/default.yaml --set model.path=/nonexistent.gguf --port 0 2>&1 </dev/null); rc=$?

@@ -18,7 +18,7 @@ export PYTHONPATH=build/pydeps${PYTHONPATH:+:$PYTHONPATH}
 # that would read as growth in the flat-memory check: keep it small.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=16
 "$K" serve profiles/default.yaml --set model.path="$S/models/stories260K.gguf" --set threads=2 \
-  --set scheduler.max_seqs=16 --set server.max_queue=64 --set server.header_timeout_ms=1000 \
+  --set scheduler.max_seqs=16 --set server.max_queue=48 --set server.header_timeout_ms=1000 \
   --set server.idle_timeout_ms=2000 --set server.shutdown_grace_ms=300 --api-key LOADKEY \
   --host 127.0.0.1 --port 0 </dev/null >"$T/serve.log" 2>&1 &
 SP=$!

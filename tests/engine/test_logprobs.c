@@ -64,7 +64,8 @@ static void test_sampler_logprobs_random(void) {
     float tlp[4];
     kv_sampler_logprobs(t, 6, 0, 4, top, tlp);
     CHECK(top[0] == 1 && top[1] == 3 && top[2] == 4 && top[3] == 2);
-    CHECK(fabsf(tlp[0] - tlp[1]) == 0 && fabsf(tlp[0] - (float)(3.0 - log(3 * exp(3.0) + exp(2.0) + exp(1.0) + exp(-1.0)))) < 1e-6f);
+    const double log_z = log(3 * exp(3.0) + exp(2.0) + exp(1.0) + exp(-1.0));
+    CHECK(tlp[0] == tlp[1] && fabsf(tlp[0] - (float)(3.0 - log_z)) < 1e-6f);
 }
 
 /* ---- the engine ---- */
@@ -189,7 +190,9 @@ static void test_spec_logprobs(void) {
         const char *name;
         kv_spec_method m;
         int k;
-    } cases[] = {{"ngram k4", KV_SPEC_NGRAM, 4}, {"self k3", KV_SPEC_SELF, 3}, {"draft (itself) k4", KV_SPEC_DRAFT_MODEL, 4}};
+    } cases[] = {{"ngram k4", KV_SPEC_NGRAM, 4},
+                 {"self k3", KV_SPEC_SELF, 3},
+                 {"draft (itself) k4", KV_SPEC_DRAFT_MODEL, 4}};
     for (size_t ci = 0; ci < KV_ARRAY_LEN(cases); ci++) {
         kv_config s = c;
         s.spec.method = cases[ci].m;
@@ -197,7 +200,8 @@ static void test_spec_logprobs(void) {
         s.spec.adaptive = 0;
         s.spec.ngram_n = 2;
         s.spec.draft_layers = 2;
-        if (cases[ci].m == KV_SPEC_DRAFT_MODEL) harness_copy_str(s.spec.draft_model, sizeof s.spec.draft_model, c.model.path);
+        if (cases[ci].m == KV_SPEC_DRAFT_MODEL)
+            harness_copy_str(s.spec.draft_model, sizeof s.spec.draft_model, c.model.path);
         lp_run got;
         REQUIRE(run_one(&s, ids, n, 40, 1, &got) == 0);
         CHECKF(got.n == 40, "%s: %d tokens", cases[ci].name, got.n);

@@ -3,7 +3,7 @@ model (stories260K): 64 concurrent streaming clients over 256 requests
 (the official openai client, AsyncOpenAI), clients that disconnect
 mid-stream, overload past server.max_queue, slow and silent connections,
 1,000 malformed requests, and SIGTERM with a stream in flight (last).
-The server is expected to run with server.max_queue=64,
+The server is expected to run with server.max_queue=48,
 scheduler.max_seqs=16, server.header_timeout_ms=1000 and
 server.shutdown_grace_ms=300. Every loop is bounded; prints "  ok" /
 "FAIL" lines and "N passed, N failed".
