@@ -58,6 +58,7 @@ typedef struct cat_stats {
 typedef struct step_rec {
     cat_stats c[C_N];
     double first_ns, last_ns; /* first op start, last op end (0: none) */
+    double first_cpu, last_cpu; /* the caller's CPU clock at those two points */
     double ops_caller_cpu;    /* the caller's CPU time inside ops */
     double worker_cpu;        /* CPU time of the shares workers ran */
     int max_rows;             /* the largest n of any matmul but the head */
@@ -148,12 +149,12 @@ static double op_begin(int cat) {
     g_op_first_disp_cpu = 0;
     g_op_cpu0 = cpu_ns();
     double t = now_ns();
-    if (g_step.first_ns == 0) g_step.first_ns = t;
+    if (g_step.first_ns == 0) g_step.first_ns = t, g_step.first_cpu = g_op_cpu0;
     return t;
 }
 
 static void op_end(int cat, double t0) {
-    double t = now_ns(), caller = cpu_ns() - g_op_cpu0;
+    double t = now_ns(), c1 = cpu_ns(), caller = c1 - g_op_cpu0;
     cat_stats *c = &g_step.c[cat];
     c->calls++;
     c->op_ns += t - t0;
@@ -161,6 +162,7 @@ static void op_end(int cat, double t0) {
     g_step.ops_caller_cpu += caller;
     g_step.worker_cpu += g_op_worker_cpu;
     g_step.last_ns = t;
+    g_step.last_cpu = c1;
 }
 
 static int matmul_cat(const kv_tensor *w) {
@@ -291,10 +293,11 @@ typedef struct totals {
     double step_ns, pre_ns, post_ns, glue_ns, ops_ns; /* wall */
     double step_cpu;   /* process CPU time of the steps, every thread */
     double ops_cpu;    /* CPU time inside ops (the caller's and the shares workers ran) */
-    double engine_cpu; /* the caller's CPU time outside ops: the engine's own work and the forward's glue */
+    double pre_cpu, post_cpu; /* the caller's CPU time before the first op and after the last */
+    double glue_cpu;          /* the caller's CPU time between ops */
 } totals;
 
-static void add_step(totals *t, double t0, double t1, double caller_cpu, double proc_cpu) {
+static void add_step(totals *t, double t0, double t1, double c0, double c1, double proc_cpu) {
     const step_rec *s = &g_step;
     double ops = 0;
     for (int k = 0; k < C_N; k++) ops += s->c[k].op_ns;
@@ -306,7 +309,9 @@ static void add_step(totals *t, double t0, double t1, double caller_cpu, double 
     t->glue_ns += s->last_ns - s->first_ns - ops;
     t->step_cpu += proc_cpu;
     t->ops_cpu += s->ops_caller_cpu + s->worker_cpu;
-    t->engine_cpu += caller_cpu - s->ops_caller_cpu;
+    t->pre_cpu += s->first_cpu - c0;
+    t->post_cpu += c1 - s->last_cpu;
+    t->glue_cpu += s->last_cpu - s->first_cpu - s->ops_caller_cpu;
     for (int k = 0; k < C_N; k++) {
         cat_stats *a = &t->c[k];
         const cat_stats *b = &s->c[k];
@@ -353,15 +358,13 @@ static void report(const opts *o, const kv_model *m, const totals *t) {
     }
     const char *blank = " | | | | |";
     row("**all backend ops**", t, t->ops_cpu, t->ops_ns, blank);
-    row("engine's own work + forward glue (caller CPU outside ops)", t, t->engine_cpu,
-        t->pre_ns + t->post_ns + t->glue_ns, blank);
-    printf("| - wall: before the forward (schedule, block tables, batch) | | | %.3f | %.1f%% |%s\n",
-           t->pre_ns / t->steps / 1e6, 100.0 * t->pre_ns / t->step_ns, blank);
-    printf("| - wall: forward glue between ops | | | %.3f | %.1f%% |%s\n", t->glue_ns / t->steps / 1e6,
-           100.0 * t->glue_ns / t->step_ns, blank);
-    printf("| - wall: after the forward (sample, stop, events, metrics%s) | | | %.3f | %.1f%% |%s\n",
-           o->hook ? ", snapshot" : "", t->post_ns / t->steps / 1e6, 100.0 * t->post_ns / t->step_ns, blank);
-    row("workers outside shares (spinning for work, waking)", t, t->step_cpu - t->ops_cpu - t->engine_cpu, 0, blank);
+    row("forward pass glue (between ops)", t, t->glue_cpu, t->glue_ns, blank);
+    row("engine before the forward (schedule, block tables, batch)", t, t->pre_cpu, t->pre_ns, blank);
+    row(o->hook ? "engine after the forward (sample, stop, events, metrics, snapshot)"
+                : "engine after the forward (sample, stop, events, metrics)",
+        t, t->post_cpu, t->post_ns, blank);
+    row("**engine's own work (before + after)**", t, t->pre_cpu + t->post_cpu, t->pre_ns + t->post_ns, blank);
+    row("workers outside shares (spinning for work, waking)", t, t->step_cpu - t->ops_cpu - t->glue_cpu - t->pre_cpu - t->post_cpu, 0, blank);
 }
 
 static int run(const opts *o, kv_err *err) {
@@ -413,7 +416,7 @@ static int run(const opts *o, kv_err *err) {
         if (s == 0 || g_step.first_ns == 0) break; /* idle */
         t.all_steps++;
         if (g_step.head_rows == o->concurrency && g_step.max_rows == o->concurrency && seen++ > 0)
-            add_step(&t, t0, t1, c1 - c0, p1 - p0);
+            add_step(&t, t0, t1, c0, c1, p1 - p0);
     }
     if (rc >= 0 && t.steps == 0) rc = kv_err_set(err, KV_ERR_INVAL, "no pure decode step was seen");
     if (rc >= 0) report(o, g_model, &t);

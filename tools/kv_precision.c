@@ -22,8 +22,10 @@
  *       --prompts data/spec/stories.jsonl --n 64
  *
  * Both modes run one sequence at a time through kv_runner (the forward pass
- * the engine uses); the engine's greedy tokens are the same (tests/e2e
- * tools.sh checks one prompt against `kvtop generate`). */
+ * and paged attention the engine uses, without its scheduler), greedy by
+ * argmax. --cfg-isa runs the cfg side on other kernels (KVTOP_CPU_ISA):
+ * with --cfg equal to --ref it measures what a change of summation order
+ * alone does, the floor under every other comparison. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
