@@ -28,3 +28,12 @@ for hook in 0 1; do
   $P --model build/models/rand-110m-q8_0.gguf --threads "$T" --concurrency 64 --prompt 128 --tokens "$N64" --hook $hook
   echo
 done
+# The same split by function, with no timers in the way: perf's samples of
+# plain `kvtop generate` (perf_event_paranoid <= 2 lets a user profile their
+# own process). PERF=0 skips it.
+if [[ ${PERF:-1} == 1 ]] && command -v perf > /dev/null; then
+  d=build/decode_profile.perf.data
+  perf record -q -F 999 -g -o "$d" ./kvtop generate -m build/models/rand-110m-q8_0.gguf -p "hello world" -n "$N" \
+    --temp 0 --ignore-eos -t "$T" > /dev/null 2>&1 &&
+    perf report -i "$d" --no-children --sort symbol --stdio 2> /dev/null | grep -E '^ +[0-9]' | head -15
+fi

@@ -13,6 +13,8 @@
 # data/spec/stories.jsonl + repetitive.jsonl, 64 tokens, ctx 256. Work files
 # go to build/kv_precision_llama/. Exits 0 with a note when llama.cpp is
 # not found (LLAMA_CPP_BIN unset and none under build/llama.cpp/bin).
+# KL=0 skips the perplexity part, GREEDY=0 the greedy part; FA="on off"
+# (the default) picks the flash-attention settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LLAMA_CPP_BIN:-build/llama.cpp/bin}
@@ -22,6 +24,7 @@ PROMPTS=${3:-}
 N=${4:-64}
 CTX=${5:-256}
 THREADS=${THREADS:-2}
+FA=${FA:-on off}
 if [ ! -x "$BIN/llama-perplexity" ] || [ ! -x "$BIN/llama-completion" ]; then
   echo "kv_precision_llama: SKIP: no llama-perplexity / llama-completion in $BIN (set LLAMA_CPP_BIN)"
   exit 0
@@ -42,20 +45,23 @@ kl_row() { # fa, log
   echo "| llama.cpp | $1 | f32 | f16 | $mean | $maxk | $top% |"
 }
 
+if [[ ${KL:-1} == 1 ]]; then
 echo "## KL(f32 KV || f16 KV), $MODEL, $TEXT, ctx $CTX, $THREADS threads"
 echo "| program | flash attention | ref KV | cfg KV | mean KL | max KL | same top-1 |"
 echo "|---|---|---|---|---|---|---|"
-for fa in on off; do
+for fa in $FA; do
   ppl -ctk f32 -ctv f32 -fa $fa --kl-divergence-base "$W/base_$fa.kld" > "$W/base_$fa.log" 2>&1
   ppl -ctk f16 -ctv f16 -fa $fa --kl-divergence-base "$W/base_$fa.kld" --kl-divergence > "$W/kl_$fa.log" 2>&1
   kl_row "$fa" "$W/kl_$fa.log"
 done
-grep -h "K (f" "$W/base_on.log" "$W/base_off.log" | sed 's/^[^l]*llama_kv_cache: /  cache: /' || true
+echo "(with FA on, llama.cpp casts an f32 cache to f16 before flash attention: src/llama-graph.cpp, build_attn_mha)"
+fi
+[[ ${GREEDY:-1} == 1 ]] || exit 0
 
 echo
 echo "## greedy texts, $N tokens, f16 vs f32 KV"
 n_prompts=$(grep -c . "$PROMPTS")
-for fa in on off; do
+for fa in $FA; do
   changed=0
   for i in $(seq 1 "$n_prompts"); do
     p=$(sed -n "${i}p" "$PROMPTS" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["prompt"], end="")')
