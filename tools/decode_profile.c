@@ -48,7 +48,8 @@ typedef struct cat_stats {
     double serial_ns;  /* matmuls, CPU time: activation quantization before the rows' dispatch (on the caller,
                           or the op's own first dispatch) */
     double idle_ns;    /* thread time idle inside its dispatches: nth * span - busy */
-    double wake_ns;    /* sum over shares i > 0: start - dispatch entry */
+    double wake_ns;    /* sum over shares i > 0: start - dispatch entry (a worker's wake-up, or the caller
+                          reaching a share no worker took) */
     int64_t n_wake;
     double bytes;      /* matmuls: weight bytes read */
 } cat_stats;
@@ -343,20 +344,22 @@ static void report(const opts *o, const kv_model *m, const totals *t) {
     printf("dispatches (barriers) per step: %.1f (%.1f per layer)\n\n", (double)disp / t->steps,
            (double)disp / t->steps / m->hp.n_layers);
     printf("| part of the step | CPU ms/step | share of step CPU | wall ms/step | share of step wall | calls/step | "
-           "dispatches/step | activation quant. (share of op CPU) | mean worker wake-up (wall) | weights read (op wall) |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+           "dispatches/step | activation quant. (share of op CPU) | thread time idle in its dispatches (wall) | "
+           "mean start delay of shares 1.. (wall) | weights read (op wall) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < C_N; k++) {
         const cat_stats *c = &t->c[k];
         if (!c->calls) continue;
-        char rest[256], q[32] = "", bw[32] = "", wk[32] = "";
+        char rest[256], q[32] = "", bw[32] = "", wk[32] = "", idle[32] = "";
         if (k <= C_HEAD && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
         if (k <= C_HEAD) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
         if (c->n_wake) snprintf(wk, sizeof wk, "%.1f us", c->wake_ns / c->n_wake / 1e3);
-        snprintf(rest, sizeof rest, " %.1f | %.1f | %s | %s | %s |", (double)c->calls / t->steps,
-                 (double)c->disp / t->steps, q, wk, bw);
+        if (c->disp) snprintf(idle, sizeof idle, "%.0f%%", 100.0 * c->idle_ns / (o->threads * c->disp_ns));
+        snprintf(rest, sizeof rest, " %.1f | %.1f | %s | %s | %s | %s |", (double)c->calls / t->steps,
+                 (double)c->disp / t->steps, q, idle, wk, bw);
         row(cat_name[k], t, c->cpu_ns, c->op_ns, rest);
     }
-    const char *blank = " | | | | |";
+    const char *blank = " | | | | | |";
     row("**all backend ops**", t, t->ops_cpu, t->ops_ns, blank);
     row("forward pass glue (between ops)", t, t->glue_cpu, t->glue_ns, blank);
     row("engine before the forward (schedule, block tables, batch)", t, t->pre_cpu, t->pre_ns, blank);
@@ -379,7 +382,10 @@ static int run(const opts *o, kv_err *err) {
     if (!e) return err->code;
     g_model = kv_engine_model(e);
     int rc = 0;
-    if (o->hook && (rc = kv_engine_set_step_hook(e, noop_hook, NULL))) goto done;
+    if (o->hook && (rc = kv_engine_set_step_hook(e, noop_hook, NULL))) {
+        kv_err_set(err, rc, "cannot install the step hook");
+        goto done;
+    }
     int32_t *ids = malloc((size_t)o->prompt * sizeof *ids);
     if (!ids) {
         rc = kv_err_set(err, KV_ERR_NOMEM, "out of memory");
