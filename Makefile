@@ -140,6 +140,8 @@ $(BUILD)/tests/server/%: tests/server/%.c $(LINK_SERVER) tests/harness.h
 $(BUILD)/tools/%: tools/%.c $(LINK_ENGINE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_ENGINE) $(LDLIBS_ENGINE)
+# decode_profile times every thread-pool dispatch through the linker's seam.
+$(BUILD)/tools/decode_profile: LDLIBS_ENGINE += -Wl,--wrap=kv_threadpool_run
 
 # tests/gpu link like the engine tests; not part of `make test` (see test-gpu).
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LINK_ENGINE) tests/harness.h
