@@ -59,6 +59,7 @@ static void put_trim(out_buf *o, const char *s) {
 typedef struct chat_opts {
     int think;                 /* DeepSeek-R1: the generation prompt opens <think> */
     int eos_without_gen;       /* Phi-3.5: a conversation rendered without a generation prompt ends in EOS */
+    int no_system;             /* Phi-3's first template: no system turn at all (system messages are dropped) */
     char default_system[1024]; /* system message used when there is none ("" = none) */
     char system_prefix[256];   /* Llama 3.1: text at the top of an always-present system block */
 } chat_opts;
@@ -164,7 +165,7 @@ static const struct {
     {"mistral", KV_CHAT_MISTRAL}, {"llama3", KV_CHAT_LLAMA3},   {"zephyr", KV_CHAT_ZEPHYR},
     {"gemma", KV_CHAT_GEMMA},     {"phi3", KV_CHAT_PHI3},       {"deepseek-r1", KV_CHAT_DEEPSEEK_R1},
     {"llama-2", KV_CHAT_LLAMA2},  {"llama-3", KV_CHAT_LLAMA3},  {"phi-3", KV_CHAT_PHI3},
-    {"deepseek", KV_CHAT_DEEPSEEK_R1},
+    {"deepseek", KV_CHAT_DEEPSEEK_R1}, {"gemma4", KV_CHAT_GEMMA4}, {"command-r", KV_CHAT_COMMAND_R},
 };
 
 const char *kv_chat_tmpl_name(kv_chat_tmpl kind) {
@@ -183,7 +184,9 @@ kv_chat_tmpl kv_chat_detect_n(const char *s, size_t n) {
     if (HAS("<|im_start|>")) return KV_CHAT_CHATML;
     if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) return KV_CHAT_LLAMA3;
     if (HAS("<｜User｜>") && HAS("<｜Assistant｜>")) return KV_CHAT_DEEPSEEK_R1;
+    if (HAS("<|turn>") && HAS("<turn|>")) return KV_CHAT_GEMMA4;
     if (HAS("<start_of_turn>")) return KV_CHAT_GEMMA;
+    if (HAS("<|START_OF_TURN_TOKEN|>")) return KV_CHAT_COMMAND_R;
     if (HAS("<|user|>") && HAS("<|end|>")) return KV_CHAT_PHI3;
     if (HAS("<|user|>")) return KV_CHAT_ZEPHYR;
     /* "[INST] " with a space and <<SYS>> are Llama 2's; Mistral's v3 /
@@ -200,6 +203,7 @@ static void read_opts(kv_chat_tmpl kind, const char *s, chat_opts *o) {
     if (kind == KV_CHAT_CHATML) chatml_default_system(s, n, o->default_system, sizeof o->default_system);
     if (kind == KV_CHAT_LLAMA3) llama3_system_prefix(s, n, o);
     if (kind == KV_CHAT_PHI3) o->eos_without_gen = HAS("{% else %}{{ eos_token }}");
+    if (kind == KV_CHAT_PHI3) o->no_system = !HAS("system");
 }
 
 #undef HAS
@@ -216,6 +220,8 @@ const char *kv_chat_end_of_turn(kv_chat_tmpl kind) {
     case KV_CHAT_GEMMA: return "<end_of_turn>";
     case KV_CHAT_PHI3: return "<|end|>";
     case KV_CHAT_DEEPSEEK_R1: return "<｜end▁of▁sentence｜>";
+    case KV_CHAT_GEMMA4: return "<turn|>";
+    case KV_CHAT_COMMAND_R: return "<|END_OF_TURN_TOKEN|>";
     default: return "\n";
     }
 }
@@ -341,9 +347,12 @@ static void fmt_llama3(const chat_opts *t, const kv_chat_msg *m, int n, out_buf 
     }
 }
 
-static void fmt_tagged(const kv_chat_msg *m, int n, const char *end, int skip_empty_system, out_buf *o) {
+/* <|role|>\n...END turns. skip_system: 1 drops empty system messages
+ * (Phi-3.5), 2 drops all of them (Phi-3's first template has no system
+ * turn). */
+static void fmt_tagged(const kv_chat_msg *m, int n, const char *end, int skip_system, out_buf *o) {
     for (int i = 0; i < n; i++) {
-        if (skip_empty_system && role_of(m[i].role) == ROLE_SYSTEM && !m[i].content[0]) continue;
+        if (skip_system && role_of(m[i].role) == ROLE_SYSTEM && (skip_system == 2 || !m[i].content[0])) continue;
         put_t(o, "<|");
         put_t(o, m[i].role);
         put_t(o, "|>\n");
@@ -370,6 +379,59 @@ static void fmt_gemma(const kv_chat_msg *m, int n, out_buf *o) {
         }
         put_trim(o, m[i].content);
         put_t(o, "<end_of_turn>\n");
+    }
+}
+
+/* Gemma 4's strip_thinking: drops every "<|channel>...<channel|>" block
+ * (and an unclosed "<|channel>..." before a later "<channel|>"), then
+ * trims. */
+static void put_strip_thinking(out_buf *o, const char *s) {
+    size_t n = strlen(s);
+    char *keep = malloc(n + 1);
+    if (!keep) { /* cannot happen for sane sizes; keep the text rather than fail */
+        put_trim(o, s);
+        return;
+    }
+    size_t k = 0;
+    const char *close = "<channel|>", *open = "<|channel>";
+    for (const char *part = s;;) {
+        const char *end = strstr(part, close);
+        size_t plen = end ? (size_t)(end - part) : strlen(part);
+        const char *op = find_n(part, plen, open);
+        size_t take = op ? (size_t)(op - part) : plen;
+        memcpy(keep + k, part, take);
+        k += take;
+        if (!end) break;
+        part = end + strlen(close);
+    }
+    keep[k] = 0;
+    put_trim(o, keep);
+    free(keep);
+}
+
+/* Gemma 4: system turns of their own, "model" for the assistant, contents trimmed, earlier answers
+ * without their thinking. */
+static void fmt_gemma4(const kv_chat_msg *m, int n, out_buf *o) {
+    for (int i = 0; i < n; i++) {
+        int r = role_of(m[i].role);
+        put_t(o, r == ROLE_SYSTEM ? "<|turn>system\n" : r == ROLE_USER ? "<|turn>user\n" : "<|turn>model\n");
+        if (r == ROLE_ASSISTANT) put_strip_thinking(o, m[i].content);
+        else put_trim(o, m[i].content);
+        put_t(o, "<turn|>\n");
+    }
+}
+
+/* Cohere's Command-R: the system message as given, turns stripped. */
+static void fmt_command_r(const kv_chat_msg *m, int n, out_buf *o) {
+    for (int i = 0; i < n; i++) {
+        int r = role_of(m[i].role);
+        if (r == ROLE_SYSTEM && i > 0) continue;
+        put_t(o, r == ROLE_SYSTEM   ? "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"
+                 : r == ROLE_USER ? "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>"
+                                  : "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        if (r == ROLE_SYSTEM) put_s(o, m[i].content);
+        else put_trim(o, m[i].content);
+        put_t(o, "<|END_OF_TURN_TOKEN|>");
     }
 }
 
@@ -435,12 +497,20 @@ static int render(kv_chat_tmpl t, const char *template_text, int default_system,
         gen = "<|assistant|>\n";
         break;
     case KV_CHAT_PHI3:
-        fmt_tagged(msgs, n, "<|end|>\n", 1, o);
+        fmt_tagged(msgs, n, "<|end|>\n", opts.no_system ? 2 : 1, o);
         gen = "<|assistant|>\n";
         break;
     case KV_CHAT_GEMMA:
         fmt_gemma(msgs, n, o);
         gen = "<start_of_turn>model\n";
+        break;
+    case KV_CHAT_GEMMA4:
+        fmt_gemma4(msgs, n, o);
+        gen = "<|turn>model\n<|channel>thought\n<channel|>"; /* thinking off, as the template's default */
+        break;
+    case KV_CHAT_COMMAND_R:
+        fmt_command_r(msgs, n, o);
+        gen = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>";
         break;
     case KV_CHAT_DEEPSEEK_R1:
         fmt_deepseek(msgs, n, o);

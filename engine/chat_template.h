@@ -1,7 +1,7 @@
 /* chat_template.h - turns a conversation into the prompt text an instruct
  * model was trained on. The format is recognised from the model's Jinja
  * tokenizer.chat_template (ChatML, Llama 2, Mistral, Llama 3, Zephyr, Gemma,
- * Phi-3, DeepSeek-R1) and rendered by hand-written C, not by a Jinja
+ * Gemma 4, Phi-3, DeepSeek-R1, Command-R) and rendered by hand-written C, not by a Jinja
  * interpreter; a plain "User: ...\nAssistant:" format covers the rest.
  *
  * A prompt goes to the model as kv_chat_tokenize's ids: the template's own
@@ -28,7 +28,9 @@ typedef enum kv_chat_tmpl {
     KV_CHAT_ZEPHYR,     /* <|user|>\n...</s>\n */
     KV_CHAT_GEMMA,      /* <start_of_turn>user\n...<end_of_turn>\n, "model" for the assistant */
     KV_CHAT_PHI3,       /* <|user|>\n...<|end|>\n */
-    KV_CHAT_DEEPSEEK_R1 /* <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜> */
+    KV_CHAT_DEEPSEEK_R1, /* <｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜> */
+    KV_CHAT_GEMMA4,     /* <|turn>role\n...<turn|>\n, "model" for the assistant, thinking off */
+    KV_CHAT_COMMAND_R   /* <|START_OF_TURN_TOKEN|><|USER_TOKEN|>...<|END_OF_TURN_TOKEN|> (Cohere) */
 } kv_chat_tmpl;
 
 typedef struct kv_chat_msg {
@@ -38,7 +40,7 @@ typedef struct kv_chat_msg {
 
 /* Recognises a format from a Jinja template text (tokenizer.chat_template),
  * or from a format name ("chatml", "llama2", "mistral", "llama3", "zephyr",
- * "gemma", "phi3", "deepseek-r1", "plain"). NULL, "" or anything
+ * "gemma", "gemma4", "phi3", "deepseek-r1", "command-r", "plain"). NULL, "" or anything
  * unrecognised gives KV_CHAT_PLAIN. */
 kv_chat_tmpl kv_chat_detect(const char *template_text);
 /* Same for text that is not NUL-terminated (a GGUF string). */

@@ -230,8 +230,10 @@ static size_t split_digits3(const pre_text *w, size_t s, size_t e, size_t *out) 
 
 /* ---- the DeepSeek and Gemma 4 steps: a pattern searched left to right ---- *
  * Those patterns are written in tokenizer.json with explicit code point
- * ranges rather than classes; a range never matches a non-ASCII White_Space
- * character (the reference implementation reads those as \s only). */
+ * ranges rather than classes. NOTE: a range here matches a non-ASCII
+ * White_Space character it contains (U+3000 in DeepSeek's punctuation,
+ * U+2000..U+200A in [ࠀ-一]), as the model's own regex does; llama.cpp reads
+ * those as \s only, so its ids differ on such text. */
 
 typedef struct cp_range {
     uint32_t lo, hi;
@@ -266,7 +268,6 @@ static const cp_range cjk_hangul[] = {{0x800, 0x9FA5}, {0xAC00, 0xD7FF}};
 
 static int in_ranges(const pre_text *w, size_t i, const cp_range *r, size_t n) {
     uint32_t c = w->cp[i];
-    if (c >= 0x80 && (w->fl[i] & KV_UCAT_WHITESPACE)) return 0;
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;

@@ -491,11 +491,12 @@ static int encode_fragment(const kv_tokenizer *t, workspace *w, const char *s, s
                            emitter *e, emitter *splits) {
     if (!splits && would_pass(t, e, s, n)) return 0;
     if (t->type == KV_TOK_BPE) return bpe_encode(t, w, s, n, e, splits);
+    int rc = 0;
     if (splits) emit(splits, (int32_t)n);
-    else if (t->type == KV_TOK_WPM) return wpm_encode(t, s, n, e);
+    else if (t->type == KV_TOK_WPM) rc = wpm_encode(t, s, n, e);
     else spm_encode(t, w, s, n, t->add_space_prefix && prev_special, e);
     passed(e);
-    return 0;
+    return rc ? -1 : 0;
 }
 
 static int check_spans(const kv_encode_opts *o, size_t len, kv_err *err) {
@@ -624,7 +625,7 @@ static void put_piece(const kv_tokenizer *t, int32_t id, int include_special, si
     }
     default: break;
     }
-    if (t->type == KV_TOK_SPM || t->raw_bpe) {
+    if (t->type != KV_TOK_BPE || t->raw_bpe) { /* "▁" spaces: SPM, WordPiece, Gemma 4 */
         size_t run = 0;
         for (size_t i = 0; i < n;) {
             if (i + 3 <= n && memcmp(s + i, SPM_SPACE, 3) == 0) {

@@ -18,7 +18,7 @@
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
     "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>",
-    "<end_of_utterance>",
+    "<end_of_utterance>", "<|end_of_text|>", "<turn|>", "<eos>", "<|tool_response>", "<|END_OF_TURN_TOKEN|>",
 };
 
 /* ------------------------------------------------------------------ */
