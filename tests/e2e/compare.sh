@@ -87,7 +87,7 @@ if wait_for 'used [1-9][0-9]* .*used [1-9][0-9]* ' 10; then
 else
   bad "F5: both columns fill" "$(cap)"
 fi
-if wait_for 'done in .*done in ' 90; then ok "the workload completes on both"; else bad "the workload completes on both" "$(cap)"; fi
+if wait_for 'done in .*done in ' 240; then ok "the workload completes on both"; else bad "the workload completes on both" "$(cap)"; fi
 sleep 0.5
 head=$(cap | sed -n '2,4p')
 B=$(grep '^ B contiguous' <<<"$head")
