@@ -323,15 +323,19 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
         int nops = layer_ops(s, n, attn_flops, kv_rows, ops, &comm);
         charge_ops(s, ops, nops, comm, hp->n_layers);
     } else {
-        /* GPipe-style: mb micro-batches through pp stages of L / pp layers
-         * take mb + pp - 1 stage slots; each boundary but the last sends a
-         * micro-batch's activations to the next stage. */
-        int nm = cdiv(n, mb), ls = cdiv(hp->n_layers, pp);
+        /* A pipeline kept full across steps (as vLLM and TensorRT-LLM run
+         * one): the batch is mb micro-batches, each passes the pp stages
+         * of L / pp layers one after the other, and a stage works on one
+         * micro-batch per slot. A step (every micro-batch one token
+         * further) takes max(mb, pp) slots: with fewer micro-batches than
+         * stages, pp - mb stages idle in each slot (the bubble). Each slot
+         * boundary sends a micro-batch's activations to the next stage. */
+        int nm = cdiv(n, mb), ls = cdiv(hp->n_layers, pp), slots = mb > pp ? mb : pp;
         double comm;
         int nops = layer_ops(s, nm, attn_flops / mb, kv_rows / mb, ops, &comm);
-        charge_ops(s, ops, nops, comm, ls * (mb + pp - 1));
+        charge_ops(s, ops, nops, comm, ls * slots);
         double bw = d->peer_bw > 0 ? d->peer_bw : d->link_bw;
-        charge_seconds(b, KV_SIM_COMM, (mb + pp - 2) * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
+        charge_seconds(b, KV_SIM_COMM, slots * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
     }
     if (bt->n_logits > 0) {
         int nl = bt->n_logits;
