@@ -273,13 +273,13 @@ static int layer_ops(const kv_synth *s, int n, double attn_flops, double kv_rows
 /* Charges seconds of kind k (no launch). */
 static void charge_seconds(kv_backend *b, kv_sim_kind k, double seconds) {
     kv_sim_cost c = {.kind = k, .peak = KV_SIM_PEAK_VECTOR, .seconds = seconds};
-    kv_backend_charge(b, &c, 0);
+    kv_backend_charge(b, &c, 1, 0);
 }
 
 /* Charges a host <-> device transfer of bytes. */
 static void charge_transfer(kv_backend *b, double bytes) {
     kv_sim_cost c = {.kind = KV_SIM_TRANSFER, .bytes = bytes, .peak = KV_SIM_PEAK_VECTOR};
-    kv_backend_charge(b, &c, 1);
+    kv_backend_charge(b, &c, 1, 1);
 }
 
 /* NOTE: inside a CUDA graph a kernel still costs its ramp-up and tail
@@ -288,15 +288,17 @@ static void charge_transfer(kv_backend *b, double bytes) {
  * README's validation rows rather than measured here. */
 #define GRAPH_OP_S 2e-6
 
+/* Charges ops[0..nops) and then comm seconds of collectives, `times` over,
+ * with one call to the backend per round. */
 static void charge_ops(kv_synth *s, const kv_sim_cost *ops, int nops, double comm, int times) {
-    for (int t = 0; t < times; t++) {
-        for (int i = 0; i < nops; i++) {
-            kv_sim_cost c = ops[i];
-            if (s->graphs) c.seconds += GRAPH_OP_S;
-            kv_backend_charge(s->b, &c, !s->graphs);
-        }
-        if (comm > 0) charge_seconds(s->b, KV_SIM_COMM, comm);
+    kv_sim_cost round[LAYER_OPS + 1];
+    for (int i = 0; i < nops; i++) {
+        round[i] = ops[i];
+        if (s->graphs) round[i].seconds += GRAPH_OP_S;
     }
+    int n = nops;
+    if (comm > 0) round[n++] = (kv_sim_cost){.kind = KV_SIM_COMM, .peak = KV_SIM_PEAK_VECTOR, .seconds = comm};
+    for (int t = 0; t < times; t++) kv_backend_charge(s->b, round, n, !s->graphs);
 }
 
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
