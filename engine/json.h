@@ -90,6 +90,11 @@ void kv_json_write_int(kv_json_writer *w, int64_t v);
 void kv_json_write_uint(kv_json_writer *w, uint64_t v);
 void kv_json_write_bool(kv_json_writer *w, int v);
 void kv_json_write_null(kv_json_writer *w);
+/* A key and its value in one call (an object's member): key then number,
+ * unsigned integer or string, as the calls above write them. */
+void kv_json_write_key_number(kv_json_writer *w, const char *key, double v);
+void kv_json_write_key_uint(kv_json_writer *w, const char *key, uint64_t v);
+void kv_json_write_key_string(kv_json_writer *w, const char *key, const char *s);
 /* Writes a parsed value (deep). */
 void kv_json_write_value(kv_json_writer *w, const kv_json *v);
 /* 0 when exactly one complete value was written without error; otherwise

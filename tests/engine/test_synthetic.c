@@ -204,6 +204,11 @@ static void test_synthetic_memory_plan(void) {
     CHECK(kv_engine_new(&c, &err) == NULL);
     CHECKF(strstr(err.msg, "141.1 GB of weights") && strstr(err.msg, "a100-80g") && strstr(err.msg, "85.9 GB"),
            "%s", err.msg);
+    /* parallelism is for synthetic models only */
+    kv_config real;
+    kv_config_default(&real);
+    real.sim.tp = 2;
+    CHECK(kv_config_validate(&real, &err) == KV_ERR_INVAL && strstr(err.msg, "model.synthetic"));
     /* on a cpu backend a synthetic model has nothing to run on */
     synth_config(&c, "llama-3-70b", "fp16", "a100-80g", 2);
     snprintf(c.backend, sizeof c.backend, "cpu");
