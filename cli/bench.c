@@ -449,7 +449,7 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
 typedef enum metric_id {
     M_COMPLETED, M_REJECTED, M_OUT_TPS, M_IN_TPS, M_RPS, M_GOODPUT, M_SLA, M_TTFT50, M_TTFT90, M_TTFT99, M_TTFTM,
     M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
-    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_USD_H, M_USD_MTOK,
+    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_USD_H, M_USD_MTOK, M_COLD,
     M_STEPS, M_WALL,
     M_RECOMPUTED, M_CHAINS, M_LONGEST_CHAIN, M_TTFT99_SHORT, M_TTFT99_LONG, M_BATCH_CAP,
     M_COUNT
@@ -495,6 +495,7 @@ static const struct {
     [M_SIM_S] = {"sim device s", 3, ONLY_SIM},
     [M_USD_H] = {"$/hour (devices)", 2, ONLY_SIM},
     [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM},
+    [M_COLD] = {"cold start s", 1, ONLY_SIM},
     [M_STEPS] = {"engine steps", 0, 0},
     [M_WALL] = {"wall s", 2, 0},
     [M_RECOMPUTED] = {"tokens recomputed", 0, 0},
@@ -553,6 +554,7 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
         *v = c.usd_per_million_output_tokens;
         return c.valid;
     }
+    case M_COLD: *v = r->gpu.cold_start_s; return r->gpu.valid;
     case M_STEPS: *v = (double)r->steps; return 1;
     case M_WALL: *v = r->wall_s; return 1;
     case M_RECOMPUTED: *v = (double)m->tokens_recomputed; return 1;

@@ -57,48 +57,38 @@ void kv_bench_print_cost(FILE *f, const kv_bench_result *r) {
     }
 }
 
-static void num(kv_json_writer *w, const char *k, double v) {
-    kv_json_write_key(w, k);
-    kv_json_write_number(w, v);
-}
-
-static void uint_(kv_json_writer *w, const char *k, uint64_t v) {
-    kv_json_write_key(w, k);
-    kv_json_write_uint(w, v);
-}
-
 void kv_bench_json_cost(kv_json_writer *w, const kv_bench_result *r) {
     const kv_gpu_memory *g = &r->gpu;
     if (!g->valid) return;
     kv_bench_cost c;
     kv_bench_cost_of(r, &c);
-    num(w, "usd_per_hour", g->usd_per_hour);
-    num(w, "usd_per_million_output_tokens", c.usd_per_million_output_tokens);
-    num(w, "usd_per_request", c.usd_per_request);
-    num(w, "usd_per_million_goodput_tokens", c.usd_per_million_goodput_tokens);
-    num(w, "api_price_per_mtok", c.api_price_per_mtok);
-    num(w, "crossover_output_tokens_per_s", c.crossover_output_tokens_per_s);
-    num(w, "cold_start_s", g->cold_start_s);
+    kv_json_field_num(w, "usd_per_hour", g->usd_per_hour);
+    kv_json_field_num(w, "usd_per_million_output_tokens", c.usd_per_million_output_tokens);
+    kv_json_field_num(w, "usd_per_request", c.usd_per_request);
+    kv_json_field_num(w, "usd_per_million_goodput_tokens", c.usd_per_million_goodput_tokens);
+    kv_json_field_num(w, "api_price_per_mtok", c.api_price_per_mtok);
+    kv_json_field_num(w, "crossover_output_tokens_per_s", c.crossover_output_tokens_per_s);
+    kv_json_field_num(w, "cold_start_s", g->cold_start_s);
     kv_json_write_key(w, "gpu_memory");
     kv_json_write_begin_object(w);
     kv_json_field_str(w, "device", g->device);
-    uint_(w, "n_devices", (uint64_t)g->n_devices);
-    uint_(w, "tp", (uint64_t)g->tp);
-    uint_(w, "pp", (uint64_t)g->pp);
-    uint_(w, "ep", (uint64_t)g->ep);
+    kv_json_field_uint(w, "n_devices", (uint64_t)g->n_devices);
+    kv_json_field_uint(w, "tp", (uint64_t)g->tp);
+    kv_json_field_uint(w, "pp", (uint64_t)g->pp);
+    kv_json_field_uint(w, "ep", (uint64_t)g->ep);
     kv_json_write_key(w, "per_device");
     kv_json_write_begin_array(w);
     for (int i = 0; i < g->n_devices; i++) {
         kv_json_write_begin_object(w);
-        uint_(w, "index", (uint64_t)i);
-        uint_(w, "total", g->total);
-        uint_(w, "usable", g->usable);
-        uint_(w, "weights", g->weights);
-        uint_(w, "kv_used", g->kv_used);
-        uint_(w, "kv_cached", g->kv_cached);
-        uint_(w, "kv_free", g->kv_free);
-        uint_(w, "activations", g->activations);
-        uint_(w, "reserve", g->reserve);
+        kv_json_field_uint(w, "index", (uint64_t)i);
+        kv_json_field_uint(w, "total", g->total);
+        kv_json_field_uint(w, "usable", g->usable);
+        kv_json_field_uint(w, "weights", g->weights);
+        kv_json_field_uint(w, "kv_used", g->kv_used);
+        kv_json_field_uint(w, "kv_cached", g->kv_cached);
+        kv_json_field_uint(w, "kv_free", g->kv_free);
+        kv_json_field_uint(w, "activations", g->activations);
+        kv_json_field_uint(w, "reserve", g->reserve);
         kv_json_write_end_object(w);
     }
     kv_json_write_end_array(w);

@@ -111,7 +111,7 @@ static const kv_config_key keys[] = {
           "GB/s the weights load from at a cold start (NVMe, network storage)"),
     K_BOOL("sim.disaggregated", sim.disaggregated, "separate prefill and decode pools, KV sent between them"),
     K_INT("sim.prefill_devices", sim.prefill_devices, 0, 64,
-          "disaggregated: tensor-parallel groups in the prefill pool (the rest of sim.tp x ... decode); 0 = 1"),
+          "disaggregated: groups of sim.tp devices in the prefill pool (the decode pool is one more); 0 = 1"),
     K_BOOL("sim.host_logits", sim.host_logits,
            "synthetic model: copy every step's logits to the host as the CPU-computed sim does (false: the device "
            "samples and only ids come back)"),
@@ -875,6 +875,9 @@ int kv_config_validate(const kv_config *c, kv_err *err) {
     if (c->scheduler.preemption == KV_PREEMPT_SWAP && c->kv.swap_memory == 0)
         return kv_err_set(err, KV_ERR_INVAL,
                           "kv.swap_memory: scheduler.preemption is swap but kv.swap_memory is 0");
+    if (!c->sim.synthetic[0] && (c->sim.tp > 1 || c->sim.pp > 1 || c->sim.ep > 1 || c->sim.disaggregated))
+        return kv_err_set(err, KV_ERR_INVAL, "sim.tp, sim.pp, sim.ep, sim.disaggregated: only a synthetic model "
+                                             "(model.synthetic) is spread over simulated devices");
     if (c->spec.method == KV_SPEC_DRAFT_MODEL && !c->spec.draft_model[0])
         return kv_err_set(err, KV_ERR_INVAL, "spec.draft_model: required when spec.method is draft_model");
     if (c->workload.arrival == KV_ARRIVAL_POISSON && !(c->workload.rate > 0))

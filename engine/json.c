@@ -633,6 +633,31 @@ void kv_json_write_uint(kv_json_writer *w, uint64_t v) {
     after_value(w);
 }
 
+void kv_json_field_num(kv_json_writer *w, const char *key, double v) {
+    kv_json_write_key(w, key);
+    kv_json_write_number(w, v);
+}
+
+void kv_json_field_int(kv_json_writer *w, const char *key, int64_t v) {
+    kv_json_write_key(w, key);
+    kv_json_write_int(w, v);
+}
+
+void kv_json_field_uint(kv_json_writer *w, const char *key, uint64_t v) {
+    kv_json_write_key(w, key);
+    kv_json_write_uint(w, v);
+}
+
+void kv_json_field_str(kv_json_writer *w, const char *key, const char *v) {
+    kv_json_write_key(w, key);
+    kv_json_write_string(w, v);
+}
+
+void kv_json_field_bool(kv_json_writer *w, const char *key, int v) {
+    kv_json_write_key(w, key);
+    kv_json_write_bool(w, v);
+}
+
 void kv_json_write_bool(kv_json_writer *w, int v) {
     if (before_value(w)) return;
     fputs(v ? "true" : "false", w->f);

@@ -90,6 +90,13 @@ void kv_json_write_int(kv_json_writer *w, int64_t v);
 void kv_json_write_uint(kv_json_writer *w, uint64_t v);
 void kv_json_write_bool(kv_json_writer *w, int v);
 void kv_json_write_null(kv_json_writer *w);
+/* A key and its value in one call (a member of the open object), written
+ * as the calls above write them; a NULL string writes null. */
+void kv_json_field_num(kv_json_writer *w, const char *key, double v);
+void kv_json_field_int(kv_json_writer *w, const char *key, int64_t v);
+void kv_json_field_uint(kv_json_writer *w, const char *key, uint64_t v);
+void kv_json_field_str(kv_json_writer *w, const char *key, const char *v);
+void kv_json_field_bool(kv_json_writer *w, const char *key, int v);
 /* Writes a parsed value (deep). */
 void kv_json_write_value(kv_json_writer *w, const kv_json *v);
 /* 0 when exactly one complete value was written without error; otherwise

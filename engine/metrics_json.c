@@ -1,31 +1,6 @@
 /* metrics_json.c - the metrics summary as JSON members (see metrics_json.h). */
 #include "metrics_json.h"
 
-void kv_json_field_num(kv_json_writer *w, const char *key, double v) {
-    kv_json_write_key(w, key);
-    kv_json_write_number(w, v);
-}
-
-void kv_json_field_int(kv_json_writer *w, const char *key, int64_t v) {
-    kv_json_write_key(w, key);
-    kv_json_write_int(w, v);
-}
-
-void kv_json_field_uint(kv_json_writer *w, const char *key, uint64_t v) {
-    kv_json_write_key(w, key);
-    kv_json_write_uint(w, v);
-}
-
-void kv_json_field_str(kv_json_writer *w, const char *key, const char *v) {
-    kv_json_write_key(w, key);
-    kv_json_write_string(w, v);
-}
-
-void kv_json_field_bool(kv_json_writer *w, const char *key, int v) {
-    kv_json_write_key(w, key);
-    kv_json_write_bool(w, v);
-}
-
 void kv_stat_write_json(kv_json_writer *w, const char *key, const kv_stat *st) {
     kv_json_write_key(w, key);
     kv_json_write_begin_object(w);

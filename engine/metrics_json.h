@@ -1,19 +1,11 @@
 /* metrics_json.h - the engine's metrics summary as JSON, written once for
  * every front end that prints it (kvtop bench --json, the server's
- * /kvtop/v1/snapshot and stream), and key-plus-value helpers for writers
- * that build objects field by field. */
+ * /kvtop/v1/snapshot and stream). */
 #ifndef KV_METRICS_JSON_H
 #define KV_METRICS_JSON_H
 
 #include "engine.h"
 #include "json.h"
-
-/* One member of the open object: the key, then its value. */
-void kv_json_field_num(kv_json_writer *w, const char *key, double v);
-void kv_json_field_int(kv_json_writer *w, const char *key, int64_t v);
-void kv_json_field_uint(kv_json_writer *w, const char *key, uint64_t v);
-void kv_json_field_str(kv_json_writer *w, const char *key, const char *v); /* NULL writes null */
-void kv_json_field_bool(kv_json_writer *w, const char *key, int v);
 
 /* A latency statistic as {"p50", "p90", "p99", "mean", "max", "n"}: with no
  * samples (st->valid == 0) the figures are null and n is 0, so readers

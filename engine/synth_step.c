@@ -30,6 +30,12 @@ struct kv_synth {
     int block_size;
     int max_tokens, max_logits;
     int32_t *seq_ctx;        /* (max_tokens) scratch of kv_sim_attention_sums */
+    /* disaggregated prefill/decode (sim.disaggregated) */
+    int disagg;              /* bool */
+    int prefill_groups;      /* tensor-parallel groups in the prefill pool */
+    double kv_token_bytes;   /* one token's KV, all layers (what a hand-over moves) */
+    int32_t *scratch;        /* (5 * max_tokens) token counts per sequence, then the two
+                                pools' positions and sequences */
 };
 
 /* ceil(a / b) for positive ints */
@@ -61,9 +67,8 @@ static int check_parallel(const kv_model *m, const kv_config *cfg, kv_err *err) 
                           "does): sim.ep must be 1 or equal sim.tp (%d)", cfg->sim.tp);
     if (cfg->sim.ep > m->n_experts)
         return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d devices for %d experts", cfg->sim.ep, m->n_experts);
-    if (cfg->sim.disaggregated)
-        return kv_err_set(err, KV_ERR_INVAL,
-                          "sim.disaggregated: separate prefill/decode pools are not modelled yet (issue 16)");
+    if (cfg->sim.disaggregated && cfg->sim.pp > 1)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.disaggregated: pools of pipelines are not modelled (sim.pp must be 1)");
     if (cfg->spec.method != KV_SPEC_OFF)
         return kv_err_set(err, KV_ERR_INVAL,
                           "spec.method: speculative decoding is not modelled on a synthetic model yet (drafts need a "
@@ -177,6 +182,15 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     s->ffn_t = cdiv(hp->ffn_dim, p->tp);
     s->ffn_e = p->ep > 1 ? hp->ffn_dim : s->ffn_t;
     s->vocab_t = cdiv(hp->n_vocab, p->tp);
+    s->disagg = cfg->sim.disaggregated;
+    s->prefill_groups = cfg->sim.prefill_devices > 0 ? cfg->sim.prefill_devices : 1;
+    s->kv_token_bytes = (double)block_bytes / block_size;
+    if (s->disagg) {
+        /* the decode pool is one group of tp devices and holds the KV
+         * cache; the prefill pool adds prefill_groups more */
+        p->n_devices = p->tp * (1 + s->prefill_groups);
+        if (!(s->scratch = calloc((size_t)max_tokens * 5, sizeof *s->scratch))) goto oom;
+    }
     if (plan_memory(s, cfg, block_bytes, err)) {
         kv_synth_free(s);
         return NULL;
@@ -191,6 +205,7 @@ oom:
 void kv_synth_free(kv_synth *s) {
     if (!s) return;
     free(s->seq_ctx);
+    free(s->scratch);
     free(s);
 }
 
@@ -273,20 +288,87 @@ static int layer_ops(const kv_synth *s, int n, double attn_flops, double kv_rows
 /* Charges seconds of kind k (no launch). */
 static void charge_seconds(kv_backend *b, kv_sim_kind k, double seconds) {
     kv_sim_cost c = {.kind = k, .peak = KV_SIM_PEAK_VECTOR, .seconds = seconds};
-    kv_backend_charge(b, &c, 0);
+    kv_backend_charge(b, &c, 1, 0);
 }
 
 /* Charges a host <-> device transfer of bytes. */
 static void charge_transfer(kv_backend *b, double bytes) {
     kv_sim_cost c = {.kind = KV_SIM_TRANSFER, .bytes = bytes, .peak = KV_SIM_PEAK_VECTOR};
-    kv_backend_charge(b, &c, 1);
+    kv_backend_charge(b, &c, 1, 1);
 }
 
+/* NOTE: inside a CUDA graph a kernel still costs its ramp-up and tail
+ * (the grid fills and drains): about 2 us for the short kernels of a
+ * decode step, an assumption in the spirit of launch_s, fitted with the
+ * README's validation rows rather than measured here. */
+#define GRAPH_OP_S 2e-6
+
+/* Charges ops[0..nops) and then comm seconds of collectives, `times` over,
+ * with one call to the backend per round. */
 static void charge_ops(kv_synth *s, const kv_sim_cost *ops, int nops, double comm, int times) {
-    for (int t = 0; t < times; t++) {
-        for (int i = 0; i < nops; i++) kv_backend_charge(s->b, &ops[i], !s->graphs);
-        if (comm > 0) charge_seconds(s->b, KV_SIM_COMM, comm);
+    kv_sim_cost round[LAYER_OPS + 1];
+    for (int i = 0; i < nops; i++) {
+        round[i] = ops[i];
+        if (s->graphs) round[i].seconds += GRAPH_OP_S;
     }
+    int n = nops;
+    if (comm > 0) round[n++] = (kv_sim_cost){.kind = KV_SIM_COMM, .peak = KV_SIM_PEAK_VECTOR, .seconds = comm};
+    for (int t = 0; t < times; t++) kv_backend_charge(s->b, round, n, !s->graphs);
+}
+
+/* Seconds ops[0..nops) and comm cost once, as charge_ops charges them. */
+static double ops_seconds(const kv_synth *s, const kv_sim_cost *ops, int nops, double comm) {
+    double t = comm;
+    for (int i = 0; i < nops; i++)
+        t += kv_sim_cost_seconds(s->plan.dev, &ops[i], !s->graphs) + (s->graphs ? GRAPH_OP_S : 0.0);
+    return t;
+}
+
+/* Disaggregated prefill and decode: the step's prefill chunks (sequences
+ * with more than one token in it) run on the prefill pool, its decode
+ * tokens on the decode pool, at the same time; a sequence whose prompt
+ * ends in this step hands its whole KV to the decode pool over the host
+ * links of the tp devices (both pools' NICs or PCIe: link_bw each). The
+ * step takes the longer of the two pools.
+ * NOTE: one scheduler still makes one batch per step, so a slow prefill
+ * chunk holds the decode tokens of its step back (the max, not separate
+ * clocks per pool): interference falls from the sum to the max, where a
+ * real split system with a queue per pool would not couple them at all. */
+static void disagg_layers(kv_synth *s, const kv_batch *bt) {
+    const kv_hparams *hp = &s->m->hp;
+    const int n = bt->n_tokens;
+    int32_t *cnt = s->scratch, *pp_ = s->scratch + n, *sp = pp_ + n, *pd = sp + n, *sd = pd + n;
+    for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]] = 0;
+    for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]]++;
+    int np = 0, nd = 0;
+    for (int i = 0; i < n; i++) {
+        if (cnt[bt->ab.seq[i]] > 1) pp_[np] = bt->ab.pos[i], sp[np++] = bt->ab.seq[i];
+        else pd[nd] = bt->ab.pos[i], sd[nd++] = bt->ab.seq[i];
+    }
+    double handover = 0.0;
+    for (int i = 0; i < bt->n_logits; i++) {
+        int r = bt->logit_rows[i];
+        if (cnt[bt->ab.seq[r]] > 1) handover += ((double)bt->ab.pos[r] + 1.0) * s->kv_token_bytes;
+    }
+    kv_attn_batch ap = {.n_tokens = np, .pos = pp_, .seq = sp, .n_seqs = bt->ab.n_seqs};
+    kv_attn_batch ad = {.n_tokens = nd, .pos = pd, .seq = sd, .n_seqs = bt->ab.n_seqs};
+    kv_sim_cost ops[LAYER_OPS];
+    double f, rows, comm, t_pre = 0.0, t_dec = 0.0;
+    if (np > 0) {
+        kv_sim_attention_sums(&ap, s->qh, hp->head_dim, 0, s->seq_ctx, &f, &rows);
+        int k = layer_ops(s, np, f, rows, ops, &comm);
+        t_pre = ops_seconds(s, ops, k, comm) * hp->n_layers / s->prefill_groups;
+    }
+    if (nd > 0) {
+        kv_sim_attention_sums(&ad, s->qh, hp->head_dim, 0, s->seq_ctx, &f, &rows);
+        int k = layer_ops(s, nd, f, rows, ops, &comm);
+        t_dec = ops_seconds(s, ops, k, comm) * hp->n_layers;
+        charge_ops(s, ops, k, comm, hp->n_layers);
+    }
+    const kv_sim_device *d = s->plan.dev;
+    double t_hand = handover > 0 ? handover / (s->plan.tp * d->link_bw) + d->peer_latency_s : 0.0;
+    if (t_hand > 0) charge_seconds(s->b, KV_SIM_COMM, t_hand);
+    if (t_pre > t_dec + t_hand) charge_seconds(s->b, KV_SIM_OTHER, t_pre - t_dec - t_hand); /* the prefill pool */
 }
 
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
@@ -306,22 +388,28 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     charge_transfer(b, (double)n * sizeof(int32_t));               /* token ids up */
     ops[0] = kv_sim_cost_get_rows(kv_synth_row_bytes(s->dt, hp->dim), hp->dim, n);
     charge_ops(s, ops, 1, 0.0, 1);
-    double attn_flops, kv_rows;
-    kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, 0, s->seq_ctx, &attn_flops, &kv_rows);
-    if (pp <= 1) {
+    double attn_flops = 0.0, kv_rows = 0.0;
+    if (!s->disagg) kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, 0, s->seq_ctx, &attn_flops, &kv_rows);
+    if (s->disagg) {
+        disagg_layers(s, bt);
+    } else if (pp <= 1) {
         double comm;
         int nops = layer_ops(s, n, attn_flops, kv_rows, ops, &comm);
         charge_ops(s, ops, nops, comm, hp->n_layers);
     } else {
-        /* GPipe-style: mb micro-batches through pp stages of L / pp layers
-         * take mb + pp - 1 stage slots; each boundary but the last sends a
-         * micro-batch's activations to the next stage. */
-        int nm = cdiv(n, mb), ls = cdiv(hp->n_layers, pp);
+        /* A pipeline kept full across steps (as vLLM and TensorRT-LLM run
+         * one): the batch is mb micro-batches, each passes the pp stages
+         * of L / pp layers one after the other, and a stage works on one
+         * micro-batch per slot. A step (every micro-batch one token
+         * further) takes max(mb, pp) slots: with fewer micro-batches than
+         * stages, pp - mb stages idle in each slot (the bubble). Each slot
+         * boundary sends a micro-batch's activations to the next stage. */
+        int nm = cdiv(n, mb), ls = cdiv(hp->n_layers, pp), slots = mb > pp ? mb : pp;
         double comm;
         int nops = layer_ops(s, nm, attn_flops / mb, kv_rows / mb, ops, &comm);
-        charge_ops(s, ops, nops, comm, ls * (mb + pp - 1));
+        charge_ops(s, ops, nops, comm, ls * slots);
         double bw = d->peer_bw > 0 ? d->peer_bw : d->link_bw;
-        charge_seconds(b, KV_SIM_COMM, (mb + pp - 2) * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
+        charge_seconds(b, KV_SIM_COMM, slots * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
     }
     if (bt->n_logits > 0) {
         int nl = bt->n_logits;

@@ -84,9 +84,9 @@ int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out) {
     return 1;
 }
 
-int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int launch) {
-    if (!b || !b->ops || !b->ops->charge || !c) return KV_ERR_UNSUPPORTED;
-    b->ops->charge(b, c, launch);
+int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int n, int launch) {
+    if (!b || !b->ops || !b->ops->charge || (!c && n > 0)) return KV_ERR_UNSUPPORTED;
+    if (n > 0) b->ops->charge(b, c, n, launch);
     return 0;
 }
 

@@ -208,11 +208,11 @@ typedef struct kv_backend_ops {
      * whose time is the host's (cpu, cuda). Safe from another thread than
      * the one running ops. */
     void (*clock)(kv_backend *b, kv_backend_clock *out);
-    /* Charges the clock for an op that was not computed (a synthetic
-     * model's, engine/synth_step.c): c's cost on the modelled device
-     * (sim_cost.h), with its launch cost unless launch is 0. NULL for
-     * backends without a clock. */
-    void (*charge)(kv_backend *b, const struct kv_sim_cost *c, int launch);
+    /* Charges the clock for ops that were not computed (a synthetic
+     * model's, engine/synth_step.c): the costs c[0..n) on the modelled
+     * device (sim_cost.h), one after the other, each with its launch cost
+     * unless launch is 0. NULL for backends without a clock. */
+    void (*charge)(kv_backend *b, const struct kv_sim_cost *c, int n, int launch);
 
     /* Ops the architectures past llama need (gemma3, qwen2/3, phi3, Llama 3
      * RoPE scaling, sliding windows). NULL: the backend lacks the op, and
@@ -258,9 +258,9 @@ int kv_backend_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
 /* 1 and *out (OUT) filled when b models a device clock (ops.clock), else 0
  * and *out zeroed. */
 int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out);
-/* ops.charge, NULL-safe: 0 when charged, KV_ERR_UNSUPPORTED when b has no
- * clock to charge. */
-int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int launch);
+/* ops.charge of n costs, NULL-safe: 0 when charged, KV_ERR_UNSUPPORTED when
+ * b has no clock to charge. */
+int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int n, int launch);
 /* kv_backend_create_on("sim", ...) for a device the caller describes (*d is
  * copied; its strings must outlive the backend). NULL with err when a
  * figure is out of range. */

@@ -61,12 +61,23 @@ static void charge_transfer(kv_backend *b, size_t bytes) {
     charge_s(c, KV_SIM_TRANSFER, (double)bytes / c->dev->link_bw + c->dev->launch_s, 0.0, 0.0);
 }
 
-void kv_sim_charge(kv_backend *b, const kv_sim_cost *k, int launch) {
-    if (!kv_sim_is(b) || !k || (int)k->kind < 0 || k->kind >= KV_SIM_KIND_COUNT) return;
+void kv_sim_charge(kv_backend *b, const kv_sim_cost *k, int n, int launch) {
+    if (!kv_sim_is(b) || !k) return;
     sim_ctx *c = ctx_of(b);
-    int dev_traffic = k->kind != KV_SIM_TRANSFER && k->kind != KV_SIM_COMM;
-    charge_s(c, k->kind, kv_sim_cost_seconds(c->dev, k, launch), dev_traffic ? k->bytes : 0.0,
-             dev_traffic ? k->flops : 0.0);
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < n; i++) {
+        if ((int)k[i].kind < 0 || k[i].kind >= KV_SIM_KIND_COUNT) continue;
+        double t = kv_sim_cost_seconds(c->dev, &k[i], launch);
+        int dev_traffic = k[i].kind != KV_SIM_TRANSFER && k[i].kind != KV_SIM_COMM;
+        c->elapsed_s += t;
+        c->kind_s[k[i].kind] += t;
+        c->kind_ops[k[i].kind]++;
+        if (dev_traffic) {
+            c->bytes += k[i].bytes;
+            c->flops += k[i].flops;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* Bytes of a weight as stored: rows ne1 of nb1 bytes (the last one only to
@@ -359,7 +370,7 @@ static void sim_clock(kv_backend *b, kv_backend_clock *out) {
     out->model = c->dev;
 }
 
-static void sim_charge(kv_backend *b, const kv_sim_cost *k, int launch) { kv_sim_charge(b, k, launch); }
+static void sim_charge(kv_backend *b, const kv_sim_cost *k, int n, int launch) { kv_sim_charge(b, k, n, launch); }
 
 /* ---- lifecycle ----------------------------------------------------------- */
 

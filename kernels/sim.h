@@ -29,9 +29,9 @@ typedef struct kv_sim_stats {
     uint64_t used_bytes;              /* simulated device memory in use */
 } kv_sim_stats;
 
-/* Charges c to b's clock (one op, with its launch cost unless launch is 0).
- * No-op for other backends. */
-void kv_sim_charge(kv_backend *b, const kv_sim_cost *c, int launch);
+/* Charges the costs c[0..n) to b's clock in order, each with its launch
+ * cost unless launch is 0 (one lock for all). No-op for other backends. */
+void kv_sim_charge(kv_backend *b, const kv_sim_cost *c, int n, int launch);
 /* Creates a sim backend modelling `device` (NULL: "h100-sxm") whose ops run
  * on a cpu backend of n_threads threads. Returns NULL with err naming the
  * device and listing the known ones when the name is unknown. Freed by

@@ -182,8 +182,8 @@ kv_sim_cost kv_sim_cost_attention(double sum_ctx_flops, double kv_rows, int n_to
     return cost(KV_SIM_ATTENTION, bytes, sum_ctx_flops, KV_SIM_PEAK_BF16);
 }
 
-void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int window, int32_t *scratch, double *sum_ctx_flops,
-                           double *kv_rows) {
+void kv_sim_attention_sums(const kv_attn_batch *ab, int n_heads, int head_dim, int window, int32_t *scratch,
+                           double *sum_ctx_flops, double *kv_rows) {
     double flops = 0.0, rows = 0.0;
     for (int i = 0; i < ab->n_tokens; i++) {
         int s = ab->seq[i];

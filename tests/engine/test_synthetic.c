@@ -204,6 +204,11 @@ static void test_synthetic_memory_plan(void) {
     CHECK(kv_engine_new(&c, &err) == NULL);
     CHECKF(strstr(err.msg, "141.1 GB of weights") && strstr(err.msg, "a100-80g") && strstr(err.msg, "85.9 GB"),
            "%s", err.msg);
+    /* parallelism is for synthetic models only */
+    kv_config real;
+    kv_config_default(&real);
+    real.sim.tp = 2;
+    CHECK(kv_config_validate(&real, &err) == KV_ERR_INVAL && strstr(err.msg, "model.synthetic"));
     /* on a cpu backend a synthetic model has nothing to run on */
     synth_config(&c, "llama-3-70b", "fp16", "a100-80g", 2);
     snprintf(c.backend, sizeof c.backend, "cpu");
@@ -225,7 +230,7 @@ static void test_synthetic_memory_plan(void) {
     CHECK(s->kv_bytes_per_token == 327680 && g->usd_per_hour == 2 * 1.79);
     kv_snapshot_free(s);
     kv_engine_free(e);
-    /* speculative decoding and disaggregation are refused, not ignored */
+    /* speculative decoding is refused, not ignored; so is expert parallel on a dense model */
     synth_config(&c, "llama-3-8b", "fp16", "h100", 1);
     c.spec.method = KV_SPEC_NGRAM;
     CHECK(kv_engine_new(&c, &err) == NULL && strstr(err.msg, "spec.method"));
@@ -293,5 +298,42 @@ static void test_synthetic_step_time(void) {
     CHECKF(tp4 > 141e9 / 4 / (3.35e12 * 0.8), "TP=4 %.2f ms is below the weight-read floor", tp4 * 1e3);
 }
 
+/* Disaggregated: a second TP group for prefill (twice the devices and the
+ * price); a pure decode step costs what it costs co-located, a step mixing
+ * a prefill chunk with decode tokens costs the longer pool, not the sum. */
+static void test_synthetic_disaggregated(void) {
+    kv_config c;
+    double t_mixed[2] = {0, 0}, t_dec[2] = {0, 0};
+    for (int dis = 0; dis < 2; dis++) {
+        synth_config(&c, "llama-3-8b", "fp16", "h100", 2);
+        c.sim.disaggregated = dis;
+        c.sim.cuda_graphs = 1;
+        c.scheduler.max_batched_tokens = 1024;
+        c.scheduler.prefill_chunk = 1024;
+        kv_engine *e = test_engine_new(&c);
+        REQUIRE(e);
+        int32_t ids[3000];
+        for (int i = 0; i < 3000; i++) ids[i] = 300 + i;
+        CHECK(test_submit(e, NULL, ids, 100, 20, 1, 0) > 0);
+        for (int i = 0; i < 3; i++) CHECK(kv_engine_step(e) >= 0); /* #1 decoding */
+        ids[0] = 7;
+        CHECK(test_submit(e, NULL, ids, 3000, 4, 1, 0) > 0); /* a long prompt joins */
+        CHECK(kv_engine_run_until_idle(e) == 0);
+        kv_snapshot *s = kv_snapshot_new();
+        REQUIRE(s && kv_engine_snapshot(e, s) == 0);
+        CHECK(s->gpu.n_devices == (dis ? 4 : 2) && s->gpu.usd_per_hour == (dis ? 4 : 2) * 2.99);
+        for (int i = 0; i < s->n_steps; i++) {
+            const kv_step_record *r = &s->steps[i];
+            if (r->n_prefill_tokens > 500 && r->n_decode_tokens == 1) t_mixed[dis] = r->sim_ms;
+            if (r->n_prefill_tokens == 0 && r->n_decode_tokens == 1) t_dec[dis] = r->sim_ms;
+        }
+        kv_snapshot_free(s);
+        kv_engine_free(e);
+    }
+    CHECKF(t_dec[0] > 0 && fabs(t_dec[1] - t_dec[0]) < 1e-9 * t_dec[0], "decode step %g vs %g ms", t_dec[0], t_dec[1]);
+    CHECKF(t_mixed[0] > 0 && t_mixed[1] > 0 && t_mixed[1] < t_mixed[0] && t_mixed[1] > t_dec[1],
+           "mixed step co-located %g ms, disaggregated %g ms", t_mixed[0], t_mixed[1]);
+}
+
 TEST_MAIN(T(test_synthetic_matches_cpu_sim), T(test_synthetic_matches_cpu_sim_swap), T(test_synthetic_shapes),
-          T(test_synthetic_memory_plan), T(test_synthetic_step_time))
+          T(test_synthetic_memory_plan), T(test_synthetic_step_time), T(test_synthetic_disaggregated))
