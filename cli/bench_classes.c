@@ -52,18 +52,21 @@ void kv_bench_print_failure(FILE *f, const kv_bench_result *r) {
 
 void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r) {
     const kv_metrics_summary *m = &r->m;
-    kv_json_write_key(w, "preemption_chains");
-    kv_json_write_uint(w, m->preemption_chains);
-    kv_json_write_key(w, "chained_preemptions");
-    kv_json_write_uint(w, m->chained_preemptions);
-    kv_json_write_key(w, "longest_preemption_chain");
-    kv_json_write_uint(w, (uint64_t)(m->longest_preemption_chain > 0 ? m->longest_preemption_chain : 0));
-    kv_json_write_key(w, "tokens_discarded");
-    kv_json_write_uint(w, m->tokens_discarded);
-    kv_json_write_key(w, "tokens_recomputed");
-    kv_json_write_uint(w, m->tokens_recomputed);
-    kv_json_write_key(w, "batch_cap");
-    kv_json_write_uint(w, (uint64_t)(m->batch_cap > 0 ? m->batch_cap : 0));
+    const struct {
+        const char *key;
+        uint64_t v;
+    } counts[] = {
+        {"preemption_chains", m->preemption_chains},
+        {"chained_preemptions", m->chained_preemptions},
+        {"longest_preemption_chain", (uint64_t)KV_MAX(m->longest_preemption_chain, 0)},
+        {"tokens_discarded", m->tokens_discarded},
+        {"tokens_recomputed", m->tokens_recomputed},
+        {"batch_cap", (uint64_t)KV_MAX(m->batch_cap, 0)},
+    };
+    for (size_t i = 0; i < KV_ARRAY_LEN(counts); i++) {
+        kv_json_write_key(w, counts[i].key);
+        kv_json_write_uint(w, counts[i].v);
+    }
     kv_json_write_key(w, "ttft_ms_by_class");
     kv_json_write_begin_object(w);
     for (int c = KV_WORKLOAD_LONG; c < KV_WORKLOAD_CLASSES; c++) {
