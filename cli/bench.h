@@ -97,10 +97,11 @@ int kv_bench_class_ttft(const kv_bench_result *r, int cls, kv_stat *st /* OUT: *
  * recomputed tokens, TTFT per request class (when the workload has two),
  * the dynamic batch size (when scheduler.target_tpot_ms is set). */
 void kv_bench_print_failure(FILE *f, const kv_bench_result *r);
-/* Their JSON keys, written into the run's object: preemption_chains,
- * chained_preemptions, longest_preemption_chain, tokens_discarded,
- * tokens_recomputed, batch_cap, and ttft_ms_by_class {"short": stat,
- * "long": stat} (stats as ttft_ms). */
+/* The run's TTFT per request class, written into its object as
+ * ttft_ms_by_class {"short": stat, "long": stat} (stats as ttft_ms); the
+ * chain and recompute counts (preemption_chains, chained_preemptions,
+ * longest_preemption_chain, tokens_discarded, tokens_recomputed, batch_cap)
+ * are the metrics summary's and come with it (kv_metrics_write_json). */
 void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r);
 
 /* The table of one run (stdout of `kvtop bench`). */

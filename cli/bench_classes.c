@@ -53,13 +53,6 @@ void kv_bench_print_failure(FILE *f, const kv_bench_result *r) {
 }
 
 void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r) {
-    const kv_metrics_summary *m = &r->m;
-    kv_json_field_uint(w, "preemption_chains", m->preemption_chains);
-    kv_json_field_uint(w, "chained_preemptions", m->chained_preemptions);
-    kv_json_field_uint(w, "longest_preemption_chain", (uint64_t)(m->longest_preemption_chain > 0 ? m->longest_preemption_chain : 0));
-    kv_json_field_uint(w, "tokens_discarded", m->tokens_discarded);
-    kv_json_field_uint(w, "tokens_recomputed", m->tokens_recomputed);
-    kv_json_field_uint(w, "batch_cap", (uint64_t)(m->batch_cap > 0 ? m->batch_cap : 0));
     kv_json_write_key(w, "ttft_ms_by_class");
     kv_json_write_begin_object(w);
     for (int c = KV_WORKLOAD_LONG; c < KV_WORKLOAD_CLASSES; c++) {

@@ -2,6 +2,7 @@
  * Perplexity, KL divergence to an f32 reference, top-1 agreement and the
  * largest logit error per weight type and KV dtype, as one table (and JSON).
  * The computation is engine/eval.c; this file parses options and prints. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "../profiles/profile.h"
 #include "cli.h"
 #include "commands.h"
+#include "eval_tasks.h"
 
 #define MAX_LIST 32 /* entries of --weights / --kv */
 
@@ -21,6 +23,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvtop eval PROFILE --text FILE [options]\n"
             "       kvtop eval -m MODEL --text FILE [options]\n"
+            "       kvtop eval PROFILE|-m MODEL --tasks DIR [options]\n"
             "  runs the text through the model in windows and reports, for each weight type\n"
             "  (with an f16 KV cache) and each KV dtype (with the file's own weights), the\n"
             "  perplexity and, against a reference with f32 weights and an f32 KV cache,\n"
@@ -28,6 +31,10 @@ static void usage(FILE *f) {
             "  the largest logit error. Other weight types are re-encoded from the model\n"
             "  file into temp files (removed afterwards).\n"
             "  --text FILE        the text to evaluate (e.g. data/eval/kvtop-eval.txt)\n"
+            "  --tasks DIR        task sets (e.g. data/eval/tasks): every DIR/*.txt as --text,\n"
+            "                     then json.jsonl (answers that parse and match their keys) and\n"
+            "                     code.jsonl (completions that pass their asserts in a sandboxed\n"
+            "                     python3), greedy, per weight type and KV dtype\n"
             "  -m MODEL           a GGUF file or llama2.c checkpoint instead of a profile\n"
             "  --tokenizer FILE   llama2.c tokenizer (for .bin checkpoints)\n"
             "  --set key=value    override a profile key (repeatable)\n"
@@ -178,6 +185,7 @@ typedef struct eval_opts {
     int threads;     /* -1: the profile's, else all cores */
     int bos;         /* -1: the tokenizer's add_bos */
     int quiet, grid;
+    const char *tasks_dir; /* --tasks */
     int help;        /* 1: -h / --help was given (and answered) */
     const char **sets; /* (n_sets) --set overrides; owned, room for argc */
     int n_sets;
@@ -212,6 +220,7 @@ static int parse_args(int argc, char **argv, eval_opts *o /* OUT: */) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) bad = cli_str(argc, argv, &i, &o->model_path);
         else if (!strcmp(a, "--tokenizer")) bad = cli_str(argc, argv, &i, &o->tok_path);
         else if (!strcmp(a, "--text")) bad = cli_str(argc, argv, &i, &o->text_path);
+        else if (!strcmp(a, "--tasks")) bad = cli_str(argc, argv, &i, &o->tasks_dir);
         else if (!strcmp(a, "--weights")) bad = cli_str(argc, argv, &i, &o->weights_arg);
         else if (!strcmp(a, "--kv")) bad = cli_str(argc, argv, &i, &o->kv_arg);
         else if (!strcmp(a, "--ctx")) bad = cli_int(argc, argv, &i, 2, 1 << 24, &o->ctx);
@@ -248,8 +257,12 @@ static int check_opts(const eval_opts *o) {
         fprintf(stderr, "kvtop eval: give a profile or -m MODEL, not both\n");
         return 2;
     }
-    if (!o->text_path) {
-        fprintf(stderr, "kvtop eval: --text FILE is required (e.g. data/eval/kvtop-eval.txt)\n");
+    if (!o->text_path && !o->tasks_dir) {
+        fprintf(stderr, "kvtop eval: --text FILE or --tasks DIR is required (e.g. data/eval/kvtop-eval.txt)\n");
+        return 2;
+    }
+    if (o->text_path && o->tasks_dir) {
+        fprintf(stderr, "kvtop eval: give --text FILE or --tasks DIR, not both\n");
         return 2;
     }
     if (o->n_sets && !o->profile) {
@@ -389,6 +402,48 @@ static int run_eval(const eval_opts *o, const eval_lists *l, const char *text, s
     return rc;
 }
 
+/* --tasks DIR: each text file of DIR (name ending .txt, sorted) as --text,
+ * then the generation sets. Returns 0, 1 or 2. */
+static int run_tasks(eval_opts *o, const eval_lists *l, const kv_config *cfg) {
+    struct dirent **ents = NULL;
+    int n = scandir(o->tasks_dir, &ents, NULL, alphasort), rc = 0, texts = 0;
+    if (n < 0) {
+        fprintf(stderr, "kvtop eval: cannot read the task directory %s\n", o->tasks_dir);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t nl = strlen(ents[i]->d_name);
+        if (!rc && nl > 4 && !strcmp(ents[i]->d_name + nl - 4, ".txt")) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s", o->tasks_dir, ents[i]->d_name);
+            size_t len;
+            char *text = read_text(path, &len);
+            const char *json = o->json_path;
+            o->text_path = path;
+            o->json_path = NULL; /* --json holds the generation sets' table */
+            rc = text ? run_eval(o, l, text, len) : 1;
+            o->json_path = json;
+            o->text_path = NULL;
+            free(text);
+            texts++;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (rc) return rc;
+    if (!kv_eval_tasks_present(o->tasks_dir)) {
+        if (!texts) fprintf(stderr, "kvtop eval: %s has no *.txt, json.jsonl or code.jsonl\n", o->tasks_dir);
+        return texts ? 0 : 2;
+    }
+    kv_eval_tasks_opts t = {
+        .dir = o->tasks_dir, .cfg = cfg, .model_path = o->model_path, .tok_path = o->tok_path,
+        .backend = o->backend, .tmp_dir = o->tmp_dir, .threads = o->threads,
+        .weights = l->n_w >= 0 ? (const char *const *)l->wl : NULL, .n_weights = l->n_w,
+        .kv = l->n_kv >= 0 ? l->kvs : NULL, .n_kv = l->n_kv, .json_path = o->json_path, .quiet = o->quiet,
+    };
+    return kv_eval_tasks_run(&t);
+}
+
 int cmd_eval(int argc, char **argv) {
     eval_opts o;
     eval_lists l;
@@ -400,6 +455,11 @@ int cmd_eval(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc || o.help) goto done;
     if ((rc = check_opts(&o)) || (rc = parse_lists(&o, &l)) || (rc = apply_profile(&o, &cfg))) goto done;
+    if (o.tasks_dir) {
+        if (!o.profile) kv_config_default(&cfg);
+        rc = run_tasks(&o, &l, &cfg);
+        goto done;
+    }
     if (!(text = read_text(o.text_path, &len))) {
         rc = 1;
         goto done;

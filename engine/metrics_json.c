@@ -53,5 +53,11 @@ void kv_metrics_write_json(kv_json_writer *w, const kv_metrics_summary *m) {
     kv_json_field_num(w, "sim_device_s", m->sim_device_s);
     kv_json_field_uint(w, "sim_tokens_out", m->sim_tokens_out);
     kv_json_field_num(w, "sim_output_tokens_per_s", m->sim_output_tokens_per_s);
+    kv_json_field_uint(w, "preemption_chains", m->preemption_chains);
+    kv_json_field_uint(w, "chained_preemptions", m->chained_preemptions);
+    kv_json_field_uint(w, "longest_preemption_chain", (uint64_t)KV_MAX(m->longest_preemption_chain, 0));
+    kv_json_field_uint(w, "tokens_discarded", m->tokens_discarded);
+    kv_json_field_uint(w, "tokens_recomputed", m->tokens_recomputed);
+    kv_json_field_uint(w, "batch_cap", (uint64_t)KV_MAX(m->batch_cap, 0));
     kv_json_field_num(w, "elapsed_s", m->elapsed_s);
 }

@@ -724,8 +724,13 @@ static void test_speculative_hook(void) {
  * enough to preempt often, under every mode; every request ends, and the
  * finished ones carry exactly the oracle's tokens. */
 static void test_random_workload(void) {
-    for (int mode = 0; mode < 6; mode++) {
+    for (int mode = 0; mode < 9; mode++) {
         kv_sched_params p = params(6, 48, mode % 2 ? 7 : 16);
+        /* the failure-mode guards (sched_guard.c) under the same oracle */
+        if (mode == 6) p.admission = KV_ADMIT_MAX_TOKENS, p.preempt_victim = KV_VICTIM_LEAST_WORK;
+        if (mode == 7) p.admission = KV_ADMIT_QUANTILE, p.admission_quantile = 0.5, p.order = KV_ORDER_SHORT_FIRST,
+                       p.watermark_blocks = 4;
+        if (mode == 8) p.target_tpot_ms = 3, p.preempt_victim = KV_VICTIM_LEAST_WORK;
         p.preemption = mode >= 2 && mode < 4 ? KV_PREEMPT_SWAP : KV_PREEMPT_RECOMPUTE;
         if (mode == 4) p.policy = KV_POLICY_STATIC;
         if (mode == 5) {
@@ -757,6 +762,7 @@ static void test_random_workload(void) {
                 }
             }
             sim_step(&m);
+            if (mode == 8) kv_sched_observe_step(m.s, m.last.n_seqs, 1.0 + 0.5 * m.last.n_seqs); /* cap -> 4 */
             if (m.n >= 60 && kv_sched_idle(m.s)) break;
         }
         sim_run(&m, 2000);
@@ -779,6 +785,7 @@ static void test_random_workload(void) {
         CHECK(cs.n_used == 0);
         kv_sched_counters cnt;
         kv_sched_get_counters(m.s, &cnt);
+        if (mode == 8) CHECKF(cnt.batch_cap == 4, "mode 8: batch cap %d, want 4 (1 + 0.5 n <= 3 ms)", cnt.batch_cap);
         if (getenv("SCHED_VERBOSE"))
             printf("mode %d: %d requests, %llu steps, %llu preemptions (%llu swaps), %llu hit tokens, %llu evictions, "
                    "%llu cow, max running %d\n",
