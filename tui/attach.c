@@ -212,6 +212,9 @@ static void attach_frame(app *a) {
     a->v.phase = a->have_snap ? KV_PHASE_READY : KV_PHASE_LOADING;
     describe(st, t->sel, t->n_src, a->v.remote, sizeof a->v.remote);
     a->v.remote_status = st;
+    a->v.fleet = t->n_src > 1 ? t->st : NULL;
+    a->v.n_fleet = t->n_src;
+    a->v.fleet_sel = t->sel;
     if (!a->v.status[0] && st->error[0] && !st->up) app_status(a, 1, "%s", st->error);
     if (!a->v.status[0] && st->control_msg[0] && strstr(st->control_msg, "fail")) app_status(a, 1, "%s", st->control_msg);
     chat_poll_events(a);

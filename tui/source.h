@@ -103,6 +103,14 @@ typedef struct kv_remote_metrics {
     double window_s;            /* span the rates and percentiles cover so far */
 } kv_remote_metrics;
 
+/* One fleet row: the same few numbers for every kind (NAN: not known). */
+typedef struct kv_source_summary {
+    double running, waiting;    /* requests */
+    double kv_pct;              /* KV cache in use, % */
+    double tok_s;               /* output tokens per second */
+    double ttft_p99_ms;
+} kv_source_summary;
+
 typedef struct kv_source_status {
     kv_source_kind kind;    /* detected (or given); AUTO until known */
     char url[512];          /* the base URL */
@@ -117,6 +125,7 @@ typedef struct kv_source_status {
     char rejected_msg[256]; /* why the last rejected frame or line was rejected */
     char control_msg[160];  /* result of the last control request */
     kv_remote_metrics m;    /* metrics adapters (not kind kvtop) */
+    kv_source_summary sum;  /* the fleet view's row */
     int n_slots;            /* llama-server: rows of slots[] */
     kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
 } kv_source_status;
