@@ -3,7 +3,8 @@
 #  - on a live `kvtop serve` (stories260K, an API key) on loopback: chat in
 #    two tabs, greedy replies identical to the server's own /v1/chat/completions,
 #    the block map shows the remote's blocks, F2 pauses and F3 steps the remote
-#    engine (its snapshot says so), the step log shows the server's decisions;
+#    engine (its snapshot says so), the step log shows the server's decisions,
+#    F7 records the session and `kvtop replay` exports it;
 #    then the server dies mid-stream: the screen says STALE and attach keeps
 #    drawing until Ctrl-C;
 #  - on a hostile server (tests/fixtures/attach/hostile_server.py): garbage
@@ -65,6 +66,8 @@ fi
 attach a "$BASE" --api-key KEY
 check "attach connects and shows the remote's step and kind" "wait_for a '127.0.0.1:[0-9]+ kvtop .*step [0-9]+' 15" "$(cap a)"
 # the server's own greedy reply, for comparison
+tm send-keys -t a F7
+check "F7 records the attached session" "wait_for a 'REC' 3" "$(cap a)"
 model=$(curl -s -H 'Authorization: Bearer KEY' "$BASE/v1/models" | jget 'd["data"][0]["id"]')
 want=$(curl -s --max-time 60 -H 'Authorization: Bearer KEY' -H 'Content-Type: application/json' "$BASE/v1/chat/completions" \
   -d '{"model":"'"$model"'","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":24,"temperature":0}' |
@@ -101,6 +104,12 @@ wait_for a 'finish #' 30 >/dev/null
 sleep 1
 dec=$(snap | jget '[x["text"] for x in d["decisions"] if x["kind"]=="finish"][-1][:40]' 2>/dev/null)
 check "the step log shows the server's decisions ($dec)" "[[ -n \$dec ]] && cap a | grep -qF -- \"\$dec\"" "$(cap a)"
+tm send-keys -t a F7
+check "F7 again saves the trace" "wait_for a 'trace saved: .*kvtrace' 3" "$(cap a)"
+tr=$(ls "$XDG_STATE_HOME"/kvtop/*.kvtrace 2>/dev/null | head -n 1)
+out=$("$K" replay "$tr" --export "$T/trace.json" 2>&1)
+check "kvtop replay reads the attached session's trace and exports it" \
+  '[[ $out =~ ([0-9]+)\ steps ]] && (( BASH_REMATCH[1] > 1 )) && python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/trace.json"' "$out"
 # F4: slow motion on the remote (50 ms a step), so the next reply is still
 # running when the server dies mid-stream
 tm send-keys -t a F4
