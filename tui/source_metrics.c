@@ -108,36 +108,35 @@ void kv_metrics_adapter_free(kv_metrics_adapter *a) {
     free(a);
 }
 
+/* The next '|'-separated alternative of *q into one (cap bytes); 0 at the end. */
+static int next_alt(const char **q, char *one, size_t cap) {
+    if (!*q || !**q) return 0;
+    const char *bar = strchr(*q, '|');
+    size_t n = bar ? (size_t)(bar - *q) : strlen(*q);
+    snprintf(one, cap, "%.*s", (int)n, *q);
+    *q += n + (bar ? 1 : 0);
+    return 1;
+}
+
 /* The sum over label sets of the first alternative present in names. */
 static int value_of(const kv_prom *p, const char *names, double *out) {
-    if (!names) return 0;
     char one[160];
-    for (const char *q = names; *q;) {
-        const char *bar = strchr(q, '|');
-        size_t n = bar ? (size_t)(bar - q) : strlen(q);
-        snprintf(one, sizeof one, "%.*s", (int)n, q);
+    for (const char *q = names; next_alt(&q, one, sizeof one);) {
         int found;
         double v = kv_prom_sum(p, one, &found);
         if (found) {
             *out = v;
             return 1;
         }
-        q += n + (bar ? 1 : 0);
     }
     return 0;
 }
 
 /* The histogram of the first alternative present. */
 static int hist_of(const kv_prom *p, const char *names, kv_hist *h) {
-    if (!names) return 0;
     char one[160];
-    for (const char *q = names; *q;) {
-        const char *bar = strchr(q, '|');
-        size_t n = bar ? (size_t)(bar - q) : strlen(q);
-        snprintf(one, sizeof one, "%.*s", (int)n, q);
+    for (const char *q = names; next_alt(&q, one, sizeof one);)
         if (kv_prom_histogram(p, one, h) == 0) return 1;
-        q += n + (bar ? 1 : 0);
-    }
     return 0;
 }
 
