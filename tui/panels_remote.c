@@ -122,7 +122,10 @@ static void remote_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s
     panel_inner(w, &ih, &iw);
     if (ih <= 0 || iw <= 0) return;
     int y = 1;
-    if (m->have & KV_RM_QUEUE) panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f", m->running, m->waiting);
+    if ((m->have & KV_RM_QUEUE) && (m->have & KV_RM_WAIT_REASON))
+        panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f (%.0f for KV capacity, %.0f deferred)", m->running,
+                    m->waiting, m->wait_capacity, m->wait_deferred);
+    else if (m->have & KV_RM_QUEUE) panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f", m->running, m->waiting);
     else na(w, y++, iw, st, KV_SF_QUEUES);
     char line[200], a[32], b[32];
     if (y <= ih) {

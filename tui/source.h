@@ -81,7 +81,8 @@ typedef enum kv_remote_bit {
     KV_RM_SPEC_POS = 1 << 12, /* spec_pos[] */
     KV_RM_CACHE_CFG = 1 << 13,/* block_size, num_blocks, cache_dtype */
     KV_RM_SLOTS = 1 << 14,    /* the slots rows of kv_source_status */
-    KV_RM_BATCH = 1 << 15     /* batch_size */
+    KV_RM_BATCH = 1 << 15,    /* batch_size */
+    KV_RM_WAIT_REASON = 1 << 16 /* wait_capacity, wait_deferred (vLLM) */
 } kv_remote_bit;
 
 typedef struct kv_remote_metrics {
@@ -100,6 +101,7 @@ typedef struct kv_remote_metrics {
     int block_size, num_blocks;
     char cache_dtype[24];
     double batch_size;
+    double wait_capacity, wait_deferred; /* waiting for KV capacity / deferred by the scheduler */
     double window_s;            /* span the rates and percentiles cover so far */
 } kv_remote_metrics;
 

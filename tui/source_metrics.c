@@ -255,6 +255,12 @@ int kv_metrics_adapter_feed(kv_metrics_adapter *a, const char *text, size_t len,
     if (value_of(p, n->spec_rate, &m->spec_accept)) m->have |= KV_RM_SPEC;
     if (value_of(p, n->spec_len, &m->spec_accept_len)) m->have |= KV_RM_SPEC_LEN;
     if (value_of(p, n->batch, &m->batch_size)) m->have |= KV_RM_BATCH;
+    if (a->kind == KV_SOURCE_VLLM) {
+        int f1, f2;
+        m->wait_capacity = kv_prom_sum_where(p, "vllm:num_requests_waiting_by_reason", "reason", "capacity", &f1);
+        m->wait_deferred = kv_prom_sum_where(p, "vllm:num_requests_waiting_by_reason", "reason", "deferred", &f2);
+        if (f1 || f2) m->have |= KV_RM_WAIT_REASON;
+    }
     cache_config(p, m);
     counters(a, p, t_s, m);
     histograms(a, p, t_s, m);
