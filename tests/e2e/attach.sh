@@ -9,7 +9,8 @@
 #    drawing until Ctrl-C;
 #  - on a hostile server (tests/fixtures/attach/hostile_server.py): garbage
 #    frames and chunks rejected with a count, the valid ones shown; malformed
-#    metric lines counted; a server that goes silent marked stale;
+#    metric lines counted; a server that goes silent marked stale; one that
+#    redirects never gets the key carried to where it points;
 #  - on a real llama.cpp llama-server (KVTOP_LLAMA_SERVER, or a build cached
 #    at build/peers/llama-server) on SmolLM2: kind detected, slot rows fill
 #    while two tabs chat. Skipped, with a note, when there is none.
@@ -153,6 +154,13 @@ attach q "$HB" --kind kvtop
 check "a silent server times out and is marked stale" "wait_for q 'no data for [0-9]+ ms' 12" "$(cap q)"
 tm send-keys -t q C-c
 check "Ctrl-C exits while a request hangs" "wait_for q 'EXITED rc=0' 4" "$(cap q)"
+hostile redirect
+attach r "$HB" --api-key SECRET
+tm send-keys -t r "hello" Enter
+sleep 4
+check "redirects are not followed: the key goes to no other URL" "[[ ! -e $T/port.leak ]] && wait_for r 'connecting|STALE|error' 3" "$(cat $T/port.leak 2>/dev/null) $(cap r)"
+tm send-keys -t r C-c
+wait_for r 'EXITED rc=0' 5 >/dev/null
 "$K" attach ftp://x >/dev/null 2>"$T/e"; rc=$?
 check "a URL that is not http(s) is refused (exit 2)" '[[ $rc == 2 ]] && grep -q "not an http" "$T/e"' "$(cat "$T/e")"
 "$K" attach http://127.0.0.1:1 --kind nope >/dev/null 2>"$T/e"; rc=$?
