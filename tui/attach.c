@@ -213,6 +213,7 @@ static void attach_frame(app *a) {
     a->v.phase = a->have_snap ? KV_PHASE_READY : KV_PHASE_LOADING;
     describe(st, t->sel, t->n_src, a->v.remote, sizeof a->v.remote);
     a->v.remote_status = st;
+    a->v.remote_metrics = st->kind != KV_SOURCE_KVTOP && st->kind != KV_SOURCE_AUTO;
     a->v.fleet = t->n_src > 1 ? t->st : NULL;
     a->v.n_fleet = t->n_src;
     a->v.fleet_sel = t->sel;
