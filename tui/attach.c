@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -212,6 +213,10 @@ static void attach_frame(app *a) {
     a->v.phase = a->have_snap ? KV_PHASE_READY : KV_PHASE_LOADING;
     describe(st, t->sel, t->n_src, a->v.remote, sizeof a->v.remote);
     a->v.remote_status = st;
+    a->v.remote_metrics = st->kind != KV_SOURCE_KVTOP && st->kind != KV_SOURCE_AUTO;
+    a->v.fleet = t->n_src > 1 ? t->st : NULL;
+    a->v.n_fleet = t->n_src;
+    a->v.fleet_sel = t->sel;
     if (!a->v.status[0] && st->error[0] && !st->up) app_status(a, 1, "%s", st->error);
     if (!a->v.status[0] && st->control_msg[0] && strstr(st->control_msg, "fail")) app_status(a, 1, "%s", st->control_msg);
     chat_poll_events(a);
@@ -293,6 +298,26 @@ static int parse_args(int argc, char **argv, const char **urls, int *n_urls, con
     return 0;
 }
 
+/* One line per source on stderr after the screen is gone: what attach cost
+ * (requests sent, snapshots taken in, the process's CPU over the run), for
+ * the README's overhead figures (tools/attach_overhead.sh). */
+static void report(const attach_state *t, double wall_s) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                 ru.ru_stime.tv_usec * 1e-6;
+    for (int i = 0; i < t->n_src; i++) {
+        kv_source_status st;
+        uint64_t seq = 0;
+        kv_source_take(t->src[i], NULL, &seq, &st);
+        fprintf(stderr, "kvtop attach: %s (%s): %llu requests, %llu snapshots, %llu rejected in %.1f s\n", st.url,
+                kv_source_kind_name(st.kind), (unsigned long long)st.requests, (unsigned long long)st.frames,
+                (unsigned long long)st.rejected, wall_s);
+    }
+    fprintf(stderr, "kvtop attach: process CPU %.2f s over %.1f s (%.1f%% of a core)\n", cpu, wall_s,
+            wall_s > 0 ? 100 * cpu / wall_s : 0);
+}
+
 static void attach_free(app *a) {
     attach_state *t = a->att;
     if (a->rec) record_stop(a);
@@ -370,9 +395,11 @@ int cmd_attach(int argc, char **argv) {
         kv_input_history_free(first->history);
         first->history = NULL;
     }
+    double t0 = app_wall_s();
     app_loop(a, attach_key, attach_frame);
     endwin();
     kv_input_shutdown();
+    report(&S, app_wall_s() - t0);
     rc = 0;
 done:
     attach_free(a);

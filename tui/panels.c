@@ -129,7 +129,9 @@ void kv_panel_tabs(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
                       v->recording ? "REC  " : "", v->paused ? "PAUSED  " : "", v->load_sessions ? "LOAD  " : "");
     }
     if (v->remote[0]) rn += snprintf(right + rn, sizeof right - (size_t)rn, "%.100s  ", v->remote);
-    if (s)
+    if (s && v->remote_metrics) /* a metrics source has no step counter */
+        snprintf(right + rn, sizeof right - (size_t)rn, "%.40s ", s->model_name);
+    else if (s)
         snprintf(right + rn, sizeof right - (size_t)rn, "%.40s  step %llu ", s->model_name,
                  (unsigned long long)s->step);
     int rw = kv_format_width(right, -1);

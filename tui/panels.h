@@ -88,6 +88,9 @@ typedef struct kv_view_state {
                                    instead of its owner's glyph (F9 toggles) */
     char remote[160];           /* kvtop attach: the source's state for the tab bar ("" local engine) */
     const struct kv_source_status *remote_status; /* kvtop attach: the shown source (borrowed), NULL local */
+    const struct kv_source_status *fleet; /* kvtop attach on several URLs: (n_fleet) every source, borrowed */
+    int n_fleet, fleet_sel;     /* rows, and the one the panels show */
+    int remote_metrics;         /* bool: the shown source is a metrics adapter (no steps, no block map) */
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "panels_remote.h"
 
@@ -16,7 +17,7 @@ static const kv_source_status *st_of(const kv_view_state *v) { return v->remote_
 /* "N/A: reason" in dim on row y. */
 static void na(WINDOW *w, int y, int iw, const kv_source_status *st, kv_source_field f) {
     const char *why = kv_source_na_reason(st->kind, f);
-    panel_textf(w, y, 1, iw, A_DIM, "N/A: %s", why ? why : "not exported");
+    panel_textf(w, y, 1, iw, A_DIM, "N/A: %s", why ? why : "nothing in the window yet (needs two scrapes)");
 }
 
 static void ms3(char *out, size_t cap, const char *what, const double *v, int valid) {
@@ -121,7 +122,10 @@ static void remote_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s
     panel_inner(w, &ih, &iw);
     if (ih <= 0 || iw <= 0) return;
     int y = 1;
-    if (m->have & KV_RM_QUEUE) panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f", m->running, m->waiting);
+    if ((m->have & KV_RM_QUEUE) && (m->have & KV_RM_WAIT_REASON))
+        panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f (%.0f for KV capacity, %.0f deferred)", m->running,
+                    m->waiting, m->wait_capacity, m->wait_deferred);
+    else if (m->have & KV_RM_QUEUE) panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f", m->running, m->waiting);
     else na(w, y++, iw, st, KV_SF_QUEUES);
     char line[200], a[32], b[32];
     if (y <= ih) {
@@ -172,7 +176,57 @@ static void remote_log(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) 
     (void)s;
 }
 
+/* "12.3" or "N/A". */
+static const char *num(char *buf, size_t cap, double v, const char *fmt) {
+    if (isnan(v)) snprintf(buf, cap, "N/A");
+    else snprintf(buf, cap, fmt, v);
+    return buf;
+}
+
+/* The fleet: one row per engine, the selected one marked. */
+static void fleet(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
+    char extra[48];
+    snprintf(extra, sizeof extra, "%d engines  [ ] select", v->n_fleet);
+    panel_frame(w, v, "Fleet", extra);
+    int ih, iw;
+    panel_inner(w, &ih, &iw);
+    if (ih <= 0 || iw <= 0) return;
+    int wide = iw >= 100; /* the model column only when there is room */
+    if (wide) panel_text(w, 1, 1, iw, A_BOLD, "  engine                kind      model             run  wait   KV%   tok/s  TTFT99  health", -1);
+    else panel_text(w, 1, 1, iw, A_BOLD, "  engine          kind      run wait   KV% tok/s  TTFT99 state", -1);
+    double now = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    for (int i = 0; i < v->n_fleet && i + 2 <= ih; i++) {
+        const kv_source_status *st = &v->fleet[i];
+        const char *host = strstr(st->url, "://");
+        host = host ? host + 3 : st->url;
+        char r[16], q[16], kv[16], tk[16], tt[24], health[48];
+        int fresh = st->last_ok_s > 0;
+        num(r, sizeof r, fresh ? st->sum.running : NAN, "%.0f");
+        num(q, sizeof q, fresh ? st->sum.waiting : NAN, "%.0f");
+        num(kv, sizeof kv, fresh ? st->sum.kv_pct : NAN, "%.1f");
+        num(tk, sizeof tk, fresh ? st->sum.tok_s : NAN, "%.1f");
+        if (fresh && !isnan(st->sum.ttft_p99_ms)) kv_format_ms(tt, sizeof tt, st->sum.ttft_p99_ms, 1);
+        else snprintf(tt, sizeof tt, "N/A");
+        if (st->up) snprintf(health, sizeof health, "ok");
+        else if (st->last_ok_s > 0) snprintf(health, sizeof health, "STALE %.0fs", now - st->last_ok_s);
+        else snprintf(health, sizeof health, wide ? "down: %.30s" : "down", st->error[0] ? st->error : "connecting");
+        attr_t at = i == v->fleet_sel ? A_REVERSE : (st->up ? A_NORMAL : A_DIM);
+        char mark = i == v->fleet_sel ? '>' : ' ';
+        if (wide)
+            panel_textf(w, i + 2, 1, iw, at, "%c %-21.21s %-9s %-16.16s %4s %5s %5s %7s %7s  %s", mark, host,
+                        kv_source_kind_name(st->kind), st->model[0] ? st->model : "?", r, q, kv, tk, tt, health);
+        else
+            panel_textf(w, i + 2, 1, iw, at, "%c %-15.15s %-9s %3s %4s %5s %5s %7s %s", mark, host,
+                        kv_source_kind_name(st->kind), r, q, kv, tk, tt, health);
+    }
+    (void)s;
+}
+
 kv_panel_fn kv_panel_remote_fn(const kv_view_state *v, kv_panel_id id) {
+    if (v->n_fleet > 1 && id == KV_PANEL_LOG) return fleet; /* several engines: the fleet takes the log's place */
     if (!v->remote_status || v->remote_status->kind == KV_SOURCE_KVTOP || v->remote_status->kind == KV_SOURCE_AUTO)
         return NULL;
     switch (id) {

@@ -153,7 +153,7 @@ static void *chat_main(void *arg) {
     kv_http_opts o = kv_http_default_opts();
     o.api_key = c->key[0] ? c->key : NULL;
     o.stop = &c->stop;
-    o.idle_timeout_ms = 60000; /* a queued request may wait a while for its first token */
+    o.idle_timeout_ms = 300000; /* a queued request, or one on a paused engine, may wait long for a token */
     kv_err err;
     long status = 0;
     int rc = kv_http_sse(c->url, c->body, c->body_len, &o, on_event, c, &status, &err);

@@ -5,6 +5,7 @@
  * answer never holds up the snapshots. */
 #include "source_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,8 +86,29 @@ static double mono_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The fleet row of a source (lock held). */
+static void summarize(kv_source *s) {
+    kv_source_summary *o = &s->st.sum;
+    const kv_snapshot *c = s->cur;
+    const kv_remote_metrics *m = &s->st.m;
+    if (s->st.kind == KV_SOURCE_KVTOP) {
+        o->running = c->n_running;
+        o->waiting = c->n_waiting;
+        o->kv_pct = c->n_blocks > 0 ? 100.0 * c->blocks_used / c->n_blocks : NAN;
+        o->tok_s = c->metrics.output_tokens_per_s;
+        o->ttft_p99_ms = c->metrics.ttft_ms.valid ? c->metrics.ttft_ms.p99 : NAN;
+        return;
+    }
+    o->running = (m->have & KV_RM_QUEUE) || (m->have & KV_RM_SLOTS) ? m->running : NAN;
+    o->waiting = m->have & KV_RM_QUEUE ? m->waiting : NAN;
+    o->kv_pct = m->have & KV_RM_KV_USAGE ? 100.0 * m->kv_usage : NAN;
+    o->tok_s = m->have & KV_RM_TOKS ? m->gen_tok_s : NAN;
+    o->ttft_p99_ms = m->have & KV_RM_TTFT ? m->ttft_ms[2] : NAN;
+}
+
 void source_publish(kv_source *s) {
     pthread_mutex_lock(&s->mu);
+    summarize(s);
     if (kv_snapshot_copy(s->pub, s->cur) == 0) {
         s->seq++;
         s->st.frames++;

@@ -81,7 +81,8 @@ typedef enum kv_remote_bit {
     KV_RM_SPEC_POS = 1 << 12, /* spec_pos[] */
     KV_RM_CACHE_CFG = 1 << 13,/* block_size, num_blocks, cache_dtype */
     KV_RM_SLOTS = 1 << 14,    /* the slots rows of kv_source_status */
-    KV_RM_BATCH = 1 << 15     /* batch_size */
+    KV_RM_BATCH = 1 << 15,    /* batch_size */
+    KV_RM_WAIT_REASON = 1 << 16 /* wait_capacity, wait_deferred (vLLM) */
 } kv_remote_bit;
 
 typedef struct kv_remote_metrics {
@@ -100,8 +101,17 @@ typedef struct kv_remote_metrics {
     int block_size, num_blocks;
     char cache_dtype[24];
     double batch_size;
+    double wait_capacity, wait_deferred; /* waiting for KV capacity / deferred by the scheduler */
     double window_s;            /* span the rates and percentiles cover so far */
 } kv_remote_metrics;
+
+/* One fleet row: the same few numbers for every kind (NAN: not known). */
+typedef struct kv_source_summary {
+    double running, waiting;    /* requests */
+    double kv_pct;              /* KV cache in use, % */
+    double tok_s;               /* output tokens per second */
+    double ttft_p99_ms;
+} kv_source_summary;
 
 typedef struct kv_source_status {
     kv_source_kind kind;    /* detected (or given); AUTO until known */
@@ -117,6 +127,7 @@ typedef struct kv_source_status {
     char rejected_msg[256]; /* why the last rejected frame or line was rejected */
     char control_msg[160];  /* result of the last control request */
     kv_remote_metrics m;    /* metrics adapters (not kind kvtop) */
+    kv_source_summary sum;  /* the fleet view's row */
     int n_slots;            /* llama-server: rows of slots[] */
     kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
 } kv_source_status;

@@ -41,7 +41,8 @@ struct kv_source {
 kv_http_opts source_opts(kv_source *s);
 /* Counts a request in the status. */
 void source_count_request(kv_source *s);
-/* Publishes s->cur (copy under the lock); marks the source up. */
+/* Publishes s->cur (copy under the lock) with the fleet row from it (a
+ * kvtop source) or from s->st.m (a metrics one); marks the source up. */
 void source_publish(kv_source *s);
 /* Records a failure (marks it down) / a rejected frame or line. */
 void source_set_error(kv_source *s, const char *msg);

@@ -108,36 +108,35 @@ void kv_metrics_adapter_free(kv_metrics_adapter *a) {
     free(a);
 }
 
+/* The next '|'-separated alternative of *q into one (cap bytes); 0 at the end. */
+static int next_alt(const char **q, char *one, size_t cap) {
+    if (!*q || !**q) return 0;
+    const char *bar = strchr(*q, '|');
+    size_t n = bar ? (size_t)(bar - *q) : strlen(*q);
+    snprintf(one, cap, "%.*s", (int)n, *q);
+    *q += n + (bar ? 1 : 0);
+    return 1;
+}
+
 /* The sum over label sets of the first alternative present in names. */
 static int value_of(const kv_prom *p, const char *names, double *out) {
-    if (!names) return 0;
     char one[160];
-    for (const char *q = names; *q;) {
-        const char *bar = strchr(q, '|');
-        size_t n = bar ? (size_t)(bar - q) : strlen(q);
-        snprintf(one, sizeof one, "%.*s", (int)n, q);
+    for (const char *q = names; next_alt(&q, one, sizeof one);) {
         int found;
         double v = kv_prom_sum(p, one, &found);
         if (found) {
             *out = v;
             return 1;
         }
-        q += n + (bar ? 1 : 0);
     }
     return 0;
 }
 
 /* The histogram of the first alternative present. */
 static int hist_of(const kv_prom *p, const char *names, kv_hist *h) {
-    if (!names) return 0;
     char one[160];
-    for (const char *q = names; *q;) {
-        const char *bar = strchr(q, '|');
-        size_t n = bar ? (size_t)(bar - q) : strlen(q);
-        snprintf(one, sizeof one, "%.*s", (int)n, q);
+    for (const char *q = names; next_alt(&q, one, sizeof one);)
         if (kv_prom_histogram(p, one, h) == 0) return 1;
-        q += n + (bar ? 1 : 0);
-    }
     return 0;
 }
 
@@ -256,6 +255,12 @@ int kv_metrics_adapter_feed(kv_metrics_adapter *a, const char *text, size_t len,
     if (value_of(p, n->spec_rate, &m->spec_accept)) m->have |= KV_RM_SPEC;
     if (value_of(p, n->spec_len, &m->spec_accept_len)) m->have |= KV_RM_SPEC_LEN;
     if (value_of(p, n->batch, &m->batch_size)) m->have |= KV_RM_BATCH;
+    if (a->kind == KV_SOURCE_VLLM) {
+        int f1, f2;
+        m->wait_capacity = kv_prom_sum_where(p, "vllm:num_requests_waiting_by_reason", "reason", "capacity", &f1);
+        m->wait_deferred = kv_prom_sum_where(p, "vllm:num_requests_waiting_by_reason", "reason", "deferred", &f2);
+        if (f1 || f2) m->have |= KV_RM_WAIT_REASON;
+    }
     cache_config(p, m);
     counters(a, p, t_s, m);
     histograms(a, p, t_s, m);

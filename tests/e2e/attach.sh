@@ -3,12 +3,14 @@
 #  - on a live `kvtop serve` (stories260K, an API key) on loopback: chat in
 #    two tabs, greedy replies identical to the server's own /v1/chat/completions,
 #    the block map shows the remote's blocks, F2 pauses and F3 steps the remote
-#    engine (its snapshot says so), the step log shows the server's decisions;
+#    engine (its snapshot says so), the step log shows the server's decisions,
+#    F7 records the session and `kvtop replay` exports it;
 #    then the server dies mid-stream: the screen says STALE and attach keeps
 #    drawing until Ctrl-C;
 #  - on a hostile server (tests/fixtures/attach/hostile_server.py): garbage
 #    frames and chunks rejected with a count, the valid ones shown; malformed
-#    metric lines counted; a server that goes silent marked stale;
+#    metric lines counted; a server that goes silent marked stale; one that
+#    redirects never gets the key carried to where it points;
 #  - on a real llama.cpp llama-server (KVTOP_LLAMA_SERVER, or a build cached
 #    at build/peers/llama-server) on SmolLM2: kind detected, slot rows fill
 #    while two tabs chat. Skipped, with a note, when there is none.
@@ -65,6 +67,8 @@ fi
 attach a "$BASE" --api-key KEY
 check "attach connects and shows the remote's step and kind" "wait_for a '127.0.0.1:[0-9]+ kvtop .*step [0-9]+' 15" "$(cap a)"
 # the server's own greedy reply, for comparison
+tm send-keys -t a F7
+check "F7 records the attached session" "wait_for a 'REC' 3" "$(cap a)"
 model=$(curl -s -H 'Authorization: Bearer KEY' "$BASE/v1/models" | jget 'd["data"][0]["id"]')
 want=$(curl -s --max-time 60 -H 'Authorization: Bearer KEY' -H 'Content-Type: application/json' "$BASE/v1/chat/completions" \
   -d '{"model":"'"$model"'","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":24,"temperature":0}' |
@@ -101,6 +105,12 @@ wait_for a 'finish #' 30 >/dev/null
 sleep 1
 dec=$(snap | jget '[x["text"] for x in d["decisions"] if x["kind"]=="finish"][-1][:40]' 2>/dev/null)
 check "the step log shows the server's decisions ($dec)" "[[ -n \$dec ]] && cap a | grep -qF -- \"\$dec\"" "$(cap a)"
+tm send-keys -t a F7
+check "F7 again saves the trace" "wait_for a 'trace saved: .*kvtrace' 3" "$(cap a)"
+tr=$(ls "$XDG_STATE_HOME"/kvtop/*.kvtrace 2>/dev/null | head -n 1)
+out=$("$K" replay "$tr" --export "$T/trace.json" 2>&1)
+check "kvtop replay reads the attached session's trace and exports it" \
+  '[[ $out =~ ([0-9]+)\ steps ]] && (( BASH_REMATCH[1] > 1 )) && python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/trace.json"' "$out"
 # F4: slow motion on the remote (50 ms a step), so the next reply is still
 # running when the server dies mid-stream
 tm send-keys -t a F4
@@ -144,6 +154,13 @@ attach q "$HB" --kind kvtop
 check "a silent server times out and is marked stale" "wait_for q 'no data for [0-9]+ ms' 12" "$(cap q)"
 tm send-keys -t q C-c
 check "Ctrl-C exits while a request hangs" "wait_for q 'EXITED rc=0' 4" "$(cap q)"
+hostile redirect
+attach r "$HB" --api-key SECRET
+tm send-keys -t r "hello" Enter
+sleep 4
+check "redirects are not followed: the key goes to no other URL" "[[ ! -e $T/port.leak ]] && wait_for r 'connecting|STALE|error' 3" "$(cat $T/port.leak 2>/dev/null) $(cap r)"
+tm send-keys -t r C-c
+wait_for r 'EXITED rc=0' 5 >/dev/null
 "$K" attach ftp://x >/dev/null 2>"$T/e"; rc=$?
 check "a URL that is not http(s) is refused (exit 2)" '[[ $rc == 2 ]] && grep -q "not an http" "$T/e"' "$(cat "$T/e")"
 "$K" attach http://127.0.0.1:1 --kind nope >/dev/null 2>"$T/e"; rc=$?

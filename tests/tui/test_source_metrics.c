@@ -92,6 +92,7 @@ static void test_vllm(void) {
     kv_remote_metrics m;
     CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
     CHECK(m.running == 12 && m.waiting == 5 && near(m.kv_usage, 0.625));
+    CHECK((m.have & KV_RM_WAIT_REASON) && m.wait_capacity == 4 && m.wait_deferred == 1);
     CHECK((m.have & KV_RM_CACHE_CFG) && m.block_size == 16 && m.num_blocks == 27000 && !strcmp(m.cache_dtype, "auto"));
     CHECK(!(m.have & KV_RM_TTFT)); /* percentiles need a window: nothing yet */
     /* ten seconds later every counter and bucket has doubled */
