@@ -60,6 +60,9 @@ int cmd_info(int argc, char **argv) {
            hp->n_kv_heads < hp->n_heads ? ", grouped-query attention" : "", hp->head_dim);
     printf("rope           base %g, %d of %d dims, %s layout\n", hp->rope_base, hp->rot_dim, hp->head_dim,
            hp->rope_neox ? "neox" : "normal");
+    char particular[512];
+    kv_arch_describe(m, particular, sizeof particular);
+    if (particular[0]) printf("arch specifics %s\n", particular);
     printf("rms epsilon    %g\n", hp->rms_eps);
     printf("context        %d\n", hp->ctx_len);
     printf("vocabulary     %d (%s)\n", hp->n_vocab, kv_tokenizer_kind(m->tok));

@@ -1,5 +1,5 @@
-/* cmd_mkmodel.c - `kvtop mkmodel`: writes a random-weight llama GGUF of any
- * shape and weight type (for benchmarks and tests), then reopens it to
+/* cmd_mkmodel.c - `kvtop mkmodel`: writes a random-weight GGUF of any
+ * supported architecture, shape and weight type (for benchmarks and tests), then reopens it to
  * report what was written. */
 #include <stdio.h>
 #include <string.h>
@@ -27,7 +27,11 @@ static void usage(FILE *f) {
             "  --seed N           random seed (default %llu); same seed, same bytes\n"
             "  --rope-base X      rope frequency base (default %g)\n"
             "  --rms-eps X        RMSNorm epsilon (default %g)\n"
-            "  --name S           general.name (default kvtop-random)\n",
+            "  --name S           general.name (default kvtop-random)\n"
+            "  --arch A           llama|qwen2|qwen3|gemma3|phi3 (default llama)\n"
+            "  --head-dim N       attention.key_length (default dim / heads)\n"
+            "  --window N         attention.sliding_window: gemma3's local layers, llama's every layer\n"
+            "  --rope-freqs       a Llama 3 rope_freqs table (factor 8)\n",
             d.dim, d.n_layers, d.n_heads, d.n_kv_heads, d.ffn_dim, d.n_vocab, d.ctx_len,
             (unsigned long long)d.seed, d.rope_base, d.rms_eps);
 }
@@ -73,6 +77,14 @@ int cmd_mkmodel(int argc, char **argv) {
             bad = cli_float(argc, argv, &i, 1e-12, 0.5, &p.rms_eps);
         } else if (!strcmp(a, "--name")) {
             bad = cli_str(argc, argv, &i, &p.name);
+        } else if (!strcmp(a, "--arch")) {
+            bad = cli_str(argc, argv, &i, &p.arch);
+        } else if (!strcmp(a, "--head-dim")) {
+            bad = cli_int(argc, argv, &i, 2, 4096, &p.head_dim);
+        } else if (!strcmp(a, "--window")) {
+            bad = cli_int(argc, argv, &i, 1, 1 << 30, &p.n_swa);
+        } else if (!strcmp(a, "--rope-freqs")) {
+            p.rope_freqs = 1;
         } else {
             fprintf(stderr, "kvtop mkmodel: unexpected argument '%s'\n", a);
             usage(stderr);
@@ -114,8 +126,8 @@ int cmd_mkmodel(int argc, char **argv) {
     }
     kv_gguf_get_arr(g, "tokenizer.ggml.tokens", NULL, &n_vocab, NULL);
     char bytes[32];
-    printf("wrote %s: llama, dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %llu, ctx %d, %s weights, %s output\n",
-           out, p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.ffn_dim, (unsigned long long)n_vocab, p.ctx_len,
+    printf("wrote %s: %s, dim %d, %d layers, %d heads (%d kv), ffn %d, vocab %llu, ctx %d, %s weights, %s output\n",
+           out, p.arch ? p.arch : "llama", p.dim, p.n_layers, p.n_heads, p.n_kv_heads, p.ffn_dim, (unsigned long long)n_vocab, p.ctx_len,
            kv_type_name((int)p.type), p.untied ? "separate" : "tied");
     printf("  %llu parameters (%.2fM) in %lld tensors, %zu bytes (%s), seed %llu, %.2f s\n",
            (unsigned long long)n_params, (double)n_params / 1e6, (long long)kv_gguf_n_tensors(g), kv_gguf_file_size(g),

@@ -164,6 +164,9 @@ static int bind_qkv(kv_model *m, int l, kv_layer *L, kv_err *err) {
             L->wv = row_view(&f, qd + kvd, kvd);
             return 0;
         }
+        if (!kv_gguf_find_tensor(m->gguf, NAME("attn_q.weight")))
+            return kv_err_set(err, KV_ERR_FORMAT, "%s: missing tensor 'blk.%d.attn_qkv.weight' (nor attn_q, attn_k, "
+                              "attn_v)", m->path, l);
     }
     if ((rc = kv_model_bind_matrix(m, NAME("attn_q.weight"), dim, qd, 0, &L->wq, err)) ||
         (rc = kv_model_bind_matrix(m, NAME("attn_k.weight"), dim, kvd, 0, &L->wk, err)) ||

@@ -22,6 +22,7 @@
 #define MK_MAX_FFN (1 << 20)
 #define MK_MAX_CTX (1 << 24)
 #define MK_PIECE_BYTES 16 /* longest synthetic piece is 7 bytes + NUL */
+#define MK_FILLS_PER_LAYER 16 /* random tensors a layer has at most (gemma3: 11) */
 
 /* Standard deviation of the weights: GPT-2's 0.02, with the projections
  * that write into the residual stream (attn_output, ffn_down) scaled by
@@ -66,6 +67,16 @@ int kv_mkmodel_file_type(kv_type t) {
     }
 }
 
+/* The architecture mkmodel writes: index into mk_archs, or -1. */
+static const char *const mk_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
+enum { MK_LLAMA, MK_QWEN2, MK_QWEN3, MK_GEMMA3, MK_PHI3 };
+static int mk_arch_id(const char *a) {
+    if (!a) return MK_LLAMA;
+    for (int i = 0; i < (int)KV_ARRAY_LEN(mk_archs); i++)
+        if (!strcmp(a, mk_archs[i])) return i;
+    return -1;
+}
+
 /* 1 when kv_quantize_row can produce t (tried on one zero block). */
 static int type_writable(kv_type t) {
     const kv_type_traits *tr = kv_type_get((int)t);
@@ -89,11 +100,23 @@ int kv_mkmodel_validate(const kv_mkmodel_params *p, kv_err *err) {
     RANGE(ctx_len, 1, MK_MAX_CTX, "ctx")
     if (!p->vocab_from) RANGE(n_vocab, MK_MIN_VOCAB, MK_MAX_VOCAB, "vocab")
 #undef RANGE
+    if (mk_arch_id(p->arch) < 0)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: unknown arch '%s' (llama, qwen2, qwen3, gemma3, phi3)",
+                          p->arch);
+    if (p->head_dim < 0 || p->head_dim > 4096 || p->head_dim % 2)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: head-dim %d must be even and in [0, 4096]", p->head_dim);
+    if (p->n_swa < 0 || p->n_swa > p->ctx_len)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: window %d must be in [0, ctx %d]", p->n_swa, p->ctx_len);
     if (p->dim % p->n_heads)
         return kv_err_set(err, KV_ERR_INVAL, "mkmodel: heads %d does not divide dim %d", p->n_heads, p->dim);
-    if ((p->dim / p->n_heads) % 2)
+    if (p->rope_freqs && (p->head_dim ? p->head_dim : p->dim / p->n_heads) > 4096)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: --rope-freqs needs a head size of at most 4096");
+    if (!p->head_dim && (p->dim / p->n_heads) % 2)
         return kv_err_set(err, KV_ERR_INVAL, "mkmodel: head size %d (dim %d / heads %d) must be even for RoPE",
                           p->dim / p->n_heads, p->dim, p->n_heads);
+    if (p->head_dim && (p->head_dim * p->n_heads) % kv_type_get((int)p->type)->blck_size)
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: heads x head-dim %d must be a multiple of %s's block",
+                          p->head_dim * p->n_heads, kv_type_name((int)p->type));
     if (p->n_heads % p->n_kv_heads)
         return kv_err_set(err, KV_ERR_INVAL, "mkmodel: kv-heads %d does not divide heads %d", p->n_kv_heads,
                           p->n_heads);
@@ -114,8 +137,9 @@ int kv_mkmodel_validate(const kv_mkmodel_params *p, kv_err *err) {
 uint64_t kv_mkmodel_n_params(const kv_mkmodel_params *p) {
     if (kv_mkmodel_validate(p, NULL)) return 0;
     uint64_t d = (uint64_t)p->dim, f = (uint64_t)p->ffn_dim, v = (uint64_t)p->n_vocab;
-    uint64_t kvd = d / (uint64_t)p->n_heads * (uint64_t)p->n_kv_heads;
-    uint64_t layer = 2 * d + 2 * d * d + 2 * d * kvd + 3 * d * f;
+    uint64_t hd = p->head_dim ? (uint64_t)p->head_dim : d / (uint64_t)p->n_heads;
+    uint64_t qd = hd * (uint64_t)p->n_heads, kvd = hd * (uint64_t)p->n_kv_heads;
+    uint64_t layer = 2 * d + 2 * d * qd + 2 * d * kvd + 3 * d * f;
     return v * d * (p->untied ? 2 : 1) + d + (uint64_t)p->n_layers * layer;
 }
 
@@ -137,6 +161,7 @@ typedef struct mk_fill {
     size_t row_bytes; /* encoded row */
     uint64_t seed;    /* from the model seed and the tensor name */
     float amp;        /* uniform half-width: std * sqrt(3) */
+    float center;     /* added to every value (1 for norm weights) */
     float *scratch;   /* shared, >= ne0 floats (one writer thread) */
 } mk_fill;
 
@@ -155,6 +180,8 @@ static int mk_fill_rows(void *vctx, void *dst, int64_t row0, int64_t n_rows) {
             x[j + 1] = (float)(int32_t)(uint32_t)(z >> 40) * scale - f->amp;
         }
         if (j < f->ne0) x[j] = (float)(int32_t)((uint32_t)splitmix64(&s) >> 8) * scale - f->amp;
+        if (f->center != 0.0f)
+            for (j = 0; j < f->ne0; j++) x[j] += f->center;
         if (kv_quantize_row(f->type, x, out + (size_t)r * f->row_bytes, f->ne0)) return KV_ERR_UNSUPPORTED;
     }
     return 0;
@@ -228,6 +255,26 @@ static int skip_non_tokenizer(const char *key, void *ctx) {
 
 /* ---- the model ---------------------------------------------------------- */
 
+/* Llama 3's RoPE frequency divisors for head size hd (out: hd / 2), as its
+ * converter derives them from rope_scaling: factor 8, low_freq_factor 1,
+ * high_freq_factor 4, original context 8192. Wavelengths shorter than
+ * 8192 / 4 keep their frequency, longer than 8192 are divided by 8, and
+ * those between blend smoothly. */
+static void mk_llama3_freqs(float base, int hd, float *out) {
+    const double factor = 8.0, lo = 1.0, hi = 4.0, old_ctx = 8192.0;
+    for (int i = 0; i < hd / 2; i++) {
+        double freq = pow((double)base, -2.0 * i / hd), wavelen = 2.0 * M_PI / freq;
+        if (wavelen < old_ctx / hi) {
+            out[i] = 1.0f;
+        } else if (wavelen > old_ctx / lo) {
+            out[i] = (float)factor;
+        } else {
+            double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+}
+
 /* Refuses a model larger than the free space of path's file system before a
  * byte is written (a petabyte model would otherwise fill the disk first).
  * The estimate is the weights at their type's density, norms in f32 and the
@@ -263,6 +310,7 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
     char *store = NULL;
     const char **tokens = NULL;
     float *scores = NULL, *ones = NULL, *scratch = NULL;
+    float rope_freqs[2048];
     int32_t *types = NULL;
     mk_fill *fills = NULL;
 
@@ -284,7 +332,7 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
     w = kv_gguf_writer_new();
     ones = malloc((size_t)p.dim * sizeof *ones);
     scratch = malloc((size_t)KV_MAX(p.dim, p.ffn_dim) * sizeof *scratch);
-    fills = calloc((size_t)p.n_layers * 7 + 2, sizeof *fills);
+    fills = calloc((size_t)p.n_layers * MK_FILLS_PER_LAYER + 4, sizeof *fills);
     if (!w || !ones || !scratch || !fills) {
         rc = kv_err_set(err, KV_ERR_NOMEM, "mkmodel: out of memory");
         goto fail;
@@ -292,19 +340,30 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
     for (int i = 0; i < p.dim; i++) ones[i] = 1.0f;
 
     /* metadata, in the order llama.cpp's converters write it */
-    int hd = p.dim / p.n_heads;
-    kv_gguf_writer_add_str(w, "general.architecture", "llama");
+    const int arch = mk_arch_id(p.arch);
+    const char *A = mk_archs[arch];
+    int hd = p.head_dim ? p.head_dim : p.dim / p.n_heads;
+    if (p.rope_freqs) mk_llama3_freqs(p.rope_base, hd, rope_freqs);
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
+    kv_gguf_writer_add_str(w, "general.architecture", A);
     kv_gguf_writer_add_str(w, "general.name", p.name ? p.name : "kvtop-random");
-    kv_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)p.ctx_len);
-    kv_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)p.dim);
-    kv_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)p.n_layers);
-    kv_gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)p.ffn_dim);
-    kv_gguf_writer_add_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
-    kv_gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)p.n_heads);
-    kv_gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)p.n_kv_heads);
-    kv_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", p.rms_eps);
-    kv_gguf_writer_add_f32(w, "llama.rope.freq_base", p.rope_base);
-    kv_gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)p.n_vocab);
+    kv_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)p.ctx_len);
+    kv_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)p.dim);
+    kv_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)p.n_layers);
+    kv_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)p.ffn_dim);
+    kv_gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
+    kv_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)p.n_heads);
+    kv_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)p.n_kv_heads);
+    if (p.head_dim || arch == MK_GEMMA3 || arch == MK_QWEN3) {
+        kv_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+        kv_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    }
+    if (p.n_swa) kv_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)p.n_swa);
+    kv_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), p.rms_eps);
+    kv_gguf_writer_add_f32(w, KEY("rope.freq_base"), p.rope_base);
+    kv_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)p.n_vocab);
+#undef KEY
     kv_gguf_writer_add_u32(w, "general.file_type", (uint32_t)kv_mkmodel_file_type(p.type));
     kv_gguf_writer_add_u32(w, "general.quantization_version", 2);
     kv_gguf_writer_add_u64(w, "kvtop.mkmodel.seed", p.seed);
@@ -333,7 +392,7 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
     }
 
     /* tensors: ne[0] is the input (row) length, as llama.cpp stores them */
-    int kvd = hd * p.n_kv_heads;
+    int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads;
     const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
     int nf = 0;
 #define WEIGHT(name_, in, out, std)                                                                    \
@@ -349,25 +408,71 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
         f->scratch = scratch;                                                                      \
         kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
     } while (0)
-    int64_t ne_norm[1] = {p.dim};
-    size_t norm_bytes = (size_t)p.dim * sizeof(float);
+    /* an f32 vector of n values around center (norm weights, biases) */
+#define VECTOR(name_, n, center_, std)                                                             \
+    do {                                                                                           \
+        mk_fill *f = &fills[nf++];                                                                 \
+        int64_t ne_[1] = {(n)};                                                                    \
+        f->type = KV_TYPE_F32;                                                                     \
+        f->ne0 = (n);                                                                              \
+        f->row_bytes = (size_t)(n) * sizeof(float);                                                \
+        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
+        f->seed = splitmix64(&s_);                                                                 \
+        f->amp = (std) * 1.7320508f;                                                               \
+        f->center = (center_);                                                                     \
+        f->scratch = scratch;                                                                      \
+        kv_gguf_writer_add_tensor_fn(w, name_, KV_TYPE_F32, 1, ne_, mk_fill_rows, f);              \
+    } while (0)
+    /* llama keeps all-ones norms (its files stay as they were); the other
+     * architectures get norms around 1 so a norm read wrongly shows */
+#define NORM(name_, n)                                                                             \
+    do {                                                                                           \
+        if (arch == MK_LLAMA)                                                                      \
+            kv_gguf_writer_add_tensor_ref(w, name_, KV_TYPE_F32, 1, (int64_t[1]){(n)}, ones,       \
+                                          (size_t)(n) * sizeof(float));                            \
+        else                                                                                       \
+            VECTOR(name_, n, 1.0f, 0.2f);                                                          \
+    } while (0)
     WEIGHT("token_embd.weight", p.dim, p.n_vocab, MK_STD);
-    kv_gguf_writer_add_tensor_ref(w, "output_norm.weight", KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
+    NORM("output_norm.weight", p.dim);
     if (p.untied) WEIGHT("output.weight", p.dim, p.n_vocab, MK_STD);
+    if (p.rope_freqs) kv_gguf_writer_add_tensor_ref(w, "rope_freqs.weight", KV_TYPE_F32, 1, (int64_t[1]){hd / 2},
+                                                    rope_freqs, (size_t)(hd / 2) * sizeof(float));
     for (int l = 0; l < p.n_layers; l++) {
         char nm[64];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
-        kv_gguf_writer_add_tensor_ref(w, NAME("attn_norm.weight"), KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
-        WEIGHT(NAME("attn_q.weight"), p.dim, p.dim, layer_std);
-        WEIGHT(NAME("attn_k.weight"), p.dim, kvd, layer_std);
-        WEIGHT(NAME("attn_v.weight"), p.dim, kvd, layer_std);
-        WEIGHT(NAME("attn_output.weight"), p.dim, p.dim, resid_std);
-        kv_gguf_writer_add_tensor_ref(w, NAME("ffn_norm.weight"), KV_TYPE_F32, 1, ne_norm, ones, norm_bytes);
-        WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
-        WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
+        NORM(NAME("attn_norm.weight"), p.dim);
+        if (arch == MK_PHI3) {
+            WEIGHT(NAME("attn_qkv.weight"), p.dim, qd + 2 * kvd, layer_std);
+        } else {
+            WEIGHT(NAME("attn_q.weight"), p.dim, qd, layer_std);
+            WEIGHT(NAME("attn_k.weight"), p.dim, kvd, layer_std);
+            WEIGHT(NAME("attn_v.weight"), p.dim, kvd, layer_std);
+        }
+        if (arch == MK_QWEN2) {
+            VECTOR(NAME("attn_q.bias"), qd, 0.0f, 0.1f);
+            VECTOR(NAME("attn_k.bias"), kvd, 0.0f, 0.1f);
+            VECTOR(NAME("attn_v.bias"), kvd, 0.0f, 0.1f);
+        }
+        if (arch == MK_QWEN3 || arch == MK_GEMMA3) {
+            NORM(NAME("attn_q_norm.weight"), hd);
+            NORM(NAME("attn_k_norm.weight"), hd);
+        }
+        WEIGHT(NAME("attn_output.weight"), qd, p.dim, resid_std);
+        if (arch == MK_GEMMA3) NORM(NAME("post_attention_norm.weight"), p.dim);
+        NORM(NAME("ffn_norm.weight"), p.dim);
+        if (arch == MK_PHI3) {
+            WEIGHT(NAME("ffn_up.weight"), p.dim, 2 * p.ffn_dim, layer_std);
+        } else {
+            WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
+            WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
+        }
         WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
+        if (arch == MK_GEMMA3) NORM(NAME("post_ffw_norm.weight"), p.dim);
 #undef NAME
     }
+#undef NORM
+#undef VECTOR
 #undef WEIGHT
     /* any add that failed above is remembered by the writer and reported here */
     rc = kv_gguf_writer_write(w, path, err);

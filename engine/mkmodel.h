@@ -26,13 +26,20 @@ typedef struct kv_mkmodel_params {
     float rms_eps;          /* llama.attention.layer_norm_rms_epsilon */
     const char *vocab_from; /* borrowed; a GGUF whose tokenizer.* keys are copied, or NULL */
     const char *name;       /* borrowed; general.name, NULL for "kvtop-random" */
+    /* architectures past llama (appended; zero/NULL keeps the llama file) */
+    const char *arch;       /* borrowed; "llama" (NULL), "qwen2", "qwen3", "gemma3", "phi3" */
+    int head_dim;           /* attention.key_length; 0: dim / n_heads */
+    int n_swa;              /* attention.sliding_window (gemma3: local layers, pattern 6;
+                               llama: every layer, as Mistral); 0: none */
+    int rope_freqs;         /* 1: a Llama 3 rope_freqs.weight table (factor 8, low 1, high 4,
+                               original context 8192) */
 } kv_mkmodel_params;
 
 /* A small model: dim 128, 4 layers, 4 heads (2 kv), ffn 384, vocab 512,
  * ctx 2048, f32, tied, seed 42, rope base 10000, eps 1e-5. */
 kv_mkmodel_params kv_mkmodel_default_params(void);
 
-/* Checks p (sizes > 0 and within sane bounds, heads divide dim, kv heads
+/* Checks p (the architecture one mkmodel writes, sizes > 0 and within sane bounds, heads divide dim, kv heads
  * divide heads, head size even, type quantizable with dim and ffn multiples
  * of its block size). Returns 0 or KV_ERR_INVAL with err naming the bad
  * parameter. Does not look at vocab_from. */

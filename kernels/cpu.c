@@ -413,11 +413,13 @@ static void cpu_add(kv_backend *b, float *x, const float *y, int64_t count) {
 
 /* ---- gelu_mul, scale, add_rows: the ops of the architectures past llama - */
 
+/* NOTE: 0.5 (1 + tanh(y)) is computed as 1 / (1 + exp(-2y)), the same
+ * value without the cancellation of 1 + tanh(y) for negative y. */
 void kv_gelu_mul_ref(float *g, const float *u, int64_t n) {
-    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    const float c2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
+        g[i] = x / (1.0f + expf(-c2 * x * (1.0f + 0.044715f * x * x))) * u[i];
     }
 }
 

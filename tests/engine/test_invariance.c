@@ -4,7 +4,8 @@
  * by a tiny cache (recompute and swap), with chunked prefill at several
  * chunk sizes, and under static batching and the contiguous layout. Seeded
  * sampling is checked the same way (the RNG is per request). Runs on
- * stories260K and on SmolLM2-135M (models/, fetched by `make models`). */
+ * stories260K and on SmolLM2-135M (models/, fetched by `make models`), and
+ * greedy on a random file of each other architecture and Gemma 3 270M. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,4 +239,58 @@ static void test_smollm2_greedy(void) {
     battery(&c, smol_prompts, smol_max, 8, mask);
 }
 
-TEST_MAIN(T(test_stories260k_greedy), T(test_stories260k_seeded_sampling), T(test_smollm2_greedy))
+/* The same battery on a random-weight file of every other architecture
+ * (mkmodel --arch; gemma3 with a 16-token window, so later positions of
+ * the longer requests attend through it) and on Gemma 3 270M's real
+ * weights (`make models`). */
+static void test_architectures_greedy(void) {
+    static const struct {
+        const char *arch;
+        int head_dim, window, rope_freqs;
+    } archs[] = {{"qwen2", 0, 0, 0}, {"qwen3", 48, 0, 0}, {"gemma3", 48, 16, 0}, {"phi3", 0, 0, 0},
+                 {"llama", 0, 0, 1}};
+    const char *path = harness_tmp_path("invariance", "arch", ".gguf");
+    for (size_t a = 0; a < KV_ARRAY_LEN(archs); a++) {
+        kv_mkmodel_params p = test_tiny_model(128, 256);
+        p.arch = archs[a].arch;
+        p.head_dim = archs[a].head_dim;
+        p.n_swa = archs[a].window;
+        p.rope_freqs = archs[a].rope_freqs;
+        p.n_layers = 6;
+        p.untied = 1;
+        kv_err err;
+        if (kv_mkmodel_write(&p, path, &err) != 0) {
+            CHECKF(0, "mkmodel %s: %s", p.arch, err.msg);
+            continue;
+        }
+        printf("    %s (random weights):\n", p.arch);
+        kv_config c;
+        test_engine_config(&c, path, 2, 512, 32, 512);
+        c.sampling.temperature = 0;
+#if defined(__SANITIZE_ADDRESS__)
+        battery(&c, stories_prompts, stories_max, 12, 1u << 0);
+#else
+        battery(&c, stories_prompts, stories_max, 12, ~0u);
+#endif
+    }
+    unlink(path);
+    const char *gemma = "models/gemma-3-270m-Q4_K_M.gguf";
+    if (access(gemma, R_OK) != 0) {
+        printf("  (skipped: %s not present; make models)\n", gemma);
+        return;
+    }
+    printf("    gemma3 270M (Q4_K_M):\n");
+    kv_config c;
+    test_engine_config(&c, gemma, 2, 256, 32, 256);
+    c.sampling.temperature = 0;
+    /* a 262,144-token vocabulary on two cores: batched with sharing and
+     * chunk 7 (preemption is exercised on the random gemma3 file above) */
+#if defined(__SANITIZE_ADDRESS__)
+    battery(&c, smol_prompts, smol_max, 8, 1u << 0);
+#else
+    battery(&c, smol_prompts, smol_max, 8, (1u << 0) | (1u << 3));
+#endif
+}
+
+TEST_MAIN(T(test_stories260k_greedy), T(test_stories260k_seeded_sampling), T(test_smollm2_greedy),
+          T(test_architectures_greedy))

@@ -167,12 +167,15 @@ typedef struct attn_case {
     int bs, hd, n_heads, n_kv, threads;
     kv_cpu_isa isa;
     int grouped; /* 1: each sequence's tokens contiguous in the batch (long chunks); 0: interleaved */
+    int window;  /* > 0: the attention_window op (a token sees its last `window` positions) */
 } attn_case;
 
 /* The oracle: plain softmax attention over contiguous per-sequence K/V, in
- * double. kc/vc: (seq, pos, n_kv, hd). */
+ * double; a token at position p sees p0..p, p0 = p - window + 1 (window >
+ * 0) or 0. kc/vc: (seq, pos, n_kv, hd). */
 static void ref_attention(const float *q, const float *kc, const float *vc, int max_len, const int32_t *pos,
-                          const int32_t *seq, int n_tokens, int n_heads, int n_kv, int hd, float scale, float *out) {
+                          const int32_t *seq, int n_tokens, int n_heads, int n_kv, int hd, float scale, int window,
+                          float *out) {
     const int group = n_heads / n_kv;
     double *sc = malloc(sizeof(double) * (size_t)max_len);
     for (int i = 0; i < n_tokens; i++)
@@ -180,17 +183,18 @@ static void ref_attention(const float *q, const float *kc, const float *vc, int 
             const int g = h / group;
             const float *qh = q + ((size_t)i * n_heads + h) * hd;
             double m = -INFINITY, sum = 0.0;
-            for (int p = 0; p <= pos[i]; p++) {
+            const int p0 = window > 0 ? KV_MAX(0, pos[i] - window + 1) : 0;
+            for (int p = p0; p <= pos[i]; p++) {
                 const float *k = kc + (((size_t)seq[i] * max_len + p) * n_kv + g) * hd;
                 double d = 0.0;
                 for (int e = 0; e < hd; e++) d += (double)qh[e] * k[e];
                 sc[p] = d * scale;
                 if (sc[p] > m) m = sc[p];
             }
-            for (int p = 0; p <= pos[i]; p++) sum += (sc[p] = exp(sc[p] - m));
+            for (int p = p0; p <= pos[i]; p++) sum += (sc[p] = exp(sc[p] - m));
             for (int e = 0; e < hd; e++) {
                 double acc = 0.0;
-                for (int p = 0; p <= pos[i]; p++)
+                for (int p = p0; p <= pos[i]; p++)
                     acc += sc[p] * vc[(((size_t)seq[i] * max_len + p) * n_kv + g) * hd + e];
                 out[((size_t)i * n_heads + h) * hd + e] = (float)(acc / sum);
             }
@@ -359,7 +363,10 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
     }
     const float scale = 1.0f / sqrtf((float)hd);
     b->ops->kv_store(b, &pg, layer, &ab, kb, vb);
-    b->ops->attention(b, &pg, layer, &ab, q, out, nh, scale);
+    if (tc->window)
+        b->ops->attention_window(b, &pg, layer, &ab, q, out, nh, scale, tc->window);
+    else
+        b->ops->attention(b, &pg, layer, &ab, q, out, nh, scale);
     /* batch invariance: each token computed alone gives the same bits (the
      * engine's greedy output must not depend on what else is batched) */
     for (int i = 0; i < n_tokens; i++) {
@@ -367,7 +374,10 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
         kv_attn_batch ai = {.n_tokens = 1, .pos = pos + i, .seq = sq + i, .slot = slot + i, .n_seqs = NSEQ,
                             .tables = ctab};
         if ((size_t)nh * hd > KV_ARRAY_LEN(one)) break;
-        b->ops->attention(b, &pg, layer, &ai, q + (size_t)i * nh * hd, one, nh, scale);
+        if (tc->window)
+            b->ops->attention_window(b, &pg, layer, &ai, q + (size_t)i * nh * hd, one, nh, scale, tc->window);
+        else
+            b->ops->attention(b, &pg, layer, &ai, q + (size_t)i * nh * hd, one, nh, scale);
         if (memcmp(one, out + (size_t)i * nh * hd, sizeof(float) * nh * hd)) {
             CHECKF(0, "%s %s: token %d alone differs from the batch", kv_cpu_isa_name(tc->isa),
                    kv_cache_dtype_name(tc->dtype), i);
@@ -384,9 +394,9 @@ static int run_case(const attn_case *tc, double *err_kernel, double *err_dtype, 
                 kv_dtype_decode_row(tc->dtype, pg.k + off, kd + o, hd);
                 kv_dtype_decode_row(tc->dtype, pg.v + off, vd + o, hd);
             }
-    ref_attention(q, kd, vd, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, ref);
+    ref_attention(q, kd, vd, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, tc->window, ref);
     *err_kernel = rel_l2(out, ref, qn);
-    ref_attention(q, kc, vc, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, ref);
+    ref_attention(q, kc, vc, max_len, pos, sq, n_tokens, nh, nkv, hd, scale, tc->window, ref);
     *err_dtype = rel_l2(out, ref, qn);
     if (out_copy) {
         *out_copy = malloc(sizeof(float) * qn);
@@ -426,7 +436,7 @@ static void test_attention_shapes(void) {
             for (size_t h = 0; h < 3; h++)
                 for (size_t s = 0; s < 3; s++) {
                     attn_case tc = {(kv_cache_dtype)d, bss[s], hds[h], 2 * gqa[g], 2, 1 + (int)((g + h + s) & 1), best,
-                                    (int)((g + s) & 1)};
+                                    (int)((g + s) & 1), 0};
                     check_case(&tc);
                 }
 }
@@ -436,13 +446,13 @@ static void test_attention_shapes(void) {
  * and grouped batches. */
 static void test_attention_dtypes_isas(void) {
     static const attn_case shapes[] = {
-        {0, 16, 64, 12, 12, 2, 0, 1}, /* the 110M shape (MHA), chunks as the scheduler makes them */
-        {0, 16, 64, 12, 12, 2, 0, 0},
-        {0, 16, 64, 9, 3, 1, 0, 1},   /* SmolLM2: GQA 3 */
-        {0, 32, 128, 8, 2, 2, 0, 0},  /* GQA 4 */
-        {0, 1, 20, 8, 1, 2, 0, 1},    /* GQA 8, head_dim with a tail */
-        {0, 16, 40, 4, 4, 1, 0, 0},
-        {0, 16, 36, 6, 2, 2, 0, 1},
+        {0, 16, 64, 12, 12, 2, 0, 1, 0}, /* the 110M shape (MHA), chunks as the scheduler makes them */
+        {0, 16, 64, 12, 12, 2, 0, 0, 0},
+        {0, 16, 64, 9, 3, 1, 0, 1, 0},   /* SmolLM2: GQA 3 */
+        {0, 32, 128, 8, 2, 2, 0, 0, 0},  /* GQA 4 */
+        {0, 1, 20, 8, 1, 2, 0, 1, 0},    /* GQA 8, head_dim with a tail */
+        {0, 16, 40, 4, 4, 1, 0, 0, 0},
+        {0, 16, 36, 6, 2, 2, 0, 1, 0},
     };
     for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
         for (int d = 0; d < KV_CACHE_DTYPE_COUNT; d++)
@@ -458,6 +468,36 @@ static void test_attention_dtypes_isas(void) {
                dtype_bound((kv_cache_dtype)d));
 }
 
+/* Sliding-window attention (attention_window) against the windowed oracle:
+ * windows of 1 (a token sees only itself), shorter than a block, a few
+ * blocks, and longer than every context (the same as plain attention), on
+ * every ISA, f32 / f16 / int8 caches, interleaved and grouped batches, GQA
+ * and MHA, 1 and 2 threads; blocks wholly before a window are skipped. */
+static void test_attention_window(void) {
+    static const int windows[] = {1, 5, 16, 37, 100000};
+    static const kv_cache_dtype dts[] = {KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_INT8};
+    for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++)
+        for (size_t w = 0; w < KV_ARRAY_LEN(windows); w++)
+            for (size_t d = 0; d < KV_ARRAY_LEN(dts); d++) {
+                attn_case tc = {dts[d], w & 1 ? 16 : 4, 64, w & 1 ? 8 : 4, 2, 1 + (int)(w & 1), (kv_cpu_isa)isa,
+                                (int)((w + d) & 1), windows[w]};
+                check_case(&tc);
+            }
+    /* the window really masks: window 1 differs from plain attention */
+    attn_case a = {KV_CACHE_F32, 16, 64, 4, 2, 1, kv_cpu_isa_best(), 1, 0}, b = a;
+    b.window = 3;
+    uint64_t seed = rng_state;
+    double e1, e2, d1, d2;
+    float *o1 = NULL, *o2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    int ran = run_case(&a, &e1, &d1, &o1, &n1);
+    rng_state = seed;
+    ran &= run_case(&b, &e2, &d2, &o2, &n2);
+    CHECK(ran && n1 == n2 && o1 && o2 && memcmp(o1, o2, sizeof(float) * n1) != 0);
+    free(o1);
+    free(o2);
+}
+
 /* The same batch on 1 and 2 threads gives the same bits (the items, and
  * so each thread's share, depend on the thread count; a row's arithmetic
  * does not). */
@@ -468,7 +508,7 @@ static void test_attention_threads_agree(void) {
         float *o1 = NULL, *o2 = NULL;
         size_t n1 = 0, n2 = 0;
         attn_case tc = {rep & 2 ? KV_CACHE_INT8 : KV_CACHE_F16, 16, 64, rep & 4 ? 12 : 8, rep & 4 ? 12 : 2, 1,
-                        kv_cpu_isa_best(), rep & 1};
+                        kv_cpu_isa_best(), rep & 1, 0};
         run_case(&tc, &e1, &d1, &o1, &n1);
         rng_state = seed;
         tc.threads = 2;
@@ -536,12 +576,12 @@ static void test_attention_many_tokens(void) {
     }
     kv_attn_batch dec = {NS, dpos, dsq, dslot, NS, tabs};
     b->ops->attention(b, &pg, 0, &dec, q, out, NH, 0.25f);
-    ref_attention(q, kc, vc, MAXLEN, dpos, dsq, NS, NH, NKV, HD, 0.25f, ref);
+    ref_attention(q, kc, vc, MAXLEN, dpos, dsq, NS, NH, NKV, HD, 0.25f, 0, ref);
     double e = rel_l2(out, ref, (size_t)NS * NH * HD);
     CHECKF(e < 1e-6, "decode of %d sequences: err %.3g", NS, e);
     /* every token of every sequence: chunks */
     b->ops->attention(b, &pg, 0, &all, q, out, NH, 0.25f);
-    ref_attention(q, kc, vc, MAXLEN, pos, sq, n, NH, NKV, HD, 0.25f, ref);
+    ref_attention(q, kc, vc, MAXLEN, pos, sq, n, NH, NKV, HD, 0.25f, 0, ref);
     e = rel_l2(out, ref, (size_t)n * NH * HD);
     CHECKF(e < 1e-6, "%d tokens in chunks: err %.3g", n, e);
     FREE_ALL(q, out, ref, dpos, dsq, dslot, kb, vb, pos, sq, slot, kc, vc, tab, tabs);
@@ -776,4 +816,4 @@ static void test_attention_decode_timing(void) {
 
 TEST_MAIN(T(test_dtype_names_sizes), T(test_fp8_conversions), T(test_row_formats), T(test_batch_check),
           T(test_store_rows), T(test_copy_block), T(test_attention_shapes), T(test_attention_dtypes_isas),
-          T(test_attention_threads_agree), T(test_attention_many_tokens), T(test_attention_decode_timing))
+          T(test_attention_threads_agree), T(test_attention_window), T(test_attention_many_tokens), T(test_attention_decode_timing))

@@ -1,0 +1,193 @@
+/* test_arch.c - the architectures past llama in the loader: every
+ * `mkmodel --arch` file loads with its particular hyper-parameters and
+ * tensors bound, the engine runs it, and files of a known architecture
+ * with a missing or misshapen tensor or inconsistent metadata are refused
+ * by the loader (and so by `kvtop info` and the engine, which use it)
+ * with the tensor or key named. The forward pass of each architecture is
+ * checked against llama.cpp by tests/e2e/arch_oracle.sh. */
+#include <math.h>
+
+#include "../../engine/engine.h"
+#include "../../engine/gguf.h"
+#include "../../engine/mkmodel.h"
+#include "../../engine/model.h"
+#include "../harness.h"
+
+static const char *tmp(const char *tag) { return harness_tmp_path("arch", tag, ".gguf"); }
+
+/* Writes a small random model of arch (extra settings by the caller's
+ * mutator, may be NULL) to path; 0 or the writer's code. */
+static int make(const char *arch, const char *path, void (*mut)(kv_mkmodel_params *)) {
+    kv_mkmodel_params p = kv_mkmodel_default_params();
+    p.arch = arch;
+    p.dim = 128;
+    p.n_layers = 6;
+    p.ffn_dim = 256;
+    if (mut) mut(&p);
+    kv_err err;
+    int rc = kv_mkmodel_write(&p, path, &err);
+    if (rc) fprintf(stderr, "  mkmodel %s: %s\n", arch, err.msg);
+    return rc;
+}
+
+static void gemma_shape(kv_mkmodel_params *p) {
+    p->head_dim = 64;
+    p->n_swa = 16;
+}
+
+static void llama3_shape(kv_mkmodel_params *p) {
+    p->rope_freqs = 1;
+    p->rope_base = 500000.0f;
+}
+
+/* Each architecture's file loads with what is particular to it. */
+static void test_load_each(void) {
+    const char *pa = tmp("each");
+    kv_err err;
+    REQUIRE(make("gemma3", pa, gemma_shape) == 0);
+    kv_model *m = kv_model_load(pa, NULL, &err);
+    REQUIRE(m);
+    CHECK(m->hp.arch_id == KV_ARCH_GEMMA3 && m->hp.act == KV_ACT_GELU_TANH && m->hp.rope_neox == 1);
+    CHECK(m->hp.head_dim == 64 && m->hp.n_swa == 16 && m->hp.n_swa_layers == 5); /* layer 5 of 6 is global */
+    CHECK(m->layers[0].swa && !m->layers[5].swa);
+    CHECK(m->layers[0].rope_base == 10000.0f && m->layers[5].rope_base == m->hp.rope_base);
+    CHECK(fabsf(m->hp.embd_scale - sqrtf(128.0f)) < 1e-5f && fabsf(m->hp.attn_scale - 0.125f) < 1e-7f);
+    CHECK(m->layers[2].q_norm && m->layers[2].k_norm && m->layers[2].post_attn_norm && m->layers[2].post_ffn_norm);
+    kv_model_free(m);
+
+    REQUIRE(make("qwen2", pa, NULL) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    CHECK(m->hp.qkv_bias && m->layers[3].bq && m->layers[3].bk && m->layers[3].bv && !m->layers[3].q_norm);
+    kv_model_free(m);
+
+    REQUIRE(make("qwen3", pa, NULL) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    CHECK(m->hp.qk_norm && m->layers[1].q_norm && !m->layers[1].bq && !m->hp.n_swa);
+    kv_model_free(m);
+
+    REQUIRE(make("phi3", pa, NULL) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    const kv_layer *L = &m->layers[0];
+    /* the fused views: Q, K, V one after the other in attn_qkv, gate then up in ffn_up */
+    CHECK(L->wq.ne1 == 128 && L->wk.ne1 == 64 && L->wv.ne1 == 64);
+    CHECK((const char *)L->wk.data == (const char *)L->wq.data + 128 * L->wq.nb1);
+    CHECK((const char *)L->wv.data == (const char *)L->wk.data + 64 * L->wk.nb1);
+    CHECK((const char *)L->w_up.data == (const char *)L->w_gate.data + 256 * L->w_gate.nb1);
+    kv_model_free(m);
+
+    REQUIRE(make("llama", pa, llama3_shape) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    CHECK(m->rope_freqs && m->rope_freqs[0] == 1.0f && m->rope_freqs[m->hp.rot_dim / 2 - 1] == 8.0f);
+    kv_model_free(m);
+    unlink(pa);
+}
+
+/* Rewrites src to dst without tensor `drop` (NULL: none) and with the u32
+ * key `key` set to val (NULL: none), or the string key skey set to sval. */
+typedef struct rewrite {
+    const char *drop, *key, *skey, *sval;
+    uint32_t val;
+} rewrite;
+
+static int skip_key(const char *key, void *ctx) {
+    const rewrite *r = ctx;
+    return (r->key && !strcmp(key, r->key)) || (r->skey && !strcmp(key, r->skey));
+}
+
+static int rewrite_file(const char *src, const char *dst, const rewrite *r) {
+    kv_err err;
+    kv_gguf *g = kv_gguf_open(src, &err);
+    if (!g) return -1;
+    kv_gguf_writer *w = kv_gguf_writer_new();
+    kv_gguf_writer_copy_kv(w, g, skip_key, (void *)r);
+    if (r->key) kv_gguf_writer_add_u32(w, r->key, r->val);
+    if (r->skey) kv_gguf_writer_add_str(w, r->skey, r->sval);
+    for (int64_t i = 0; i < kv_gguf_n_tensors(g); i++) {
+        const kv_gguf_tensor *t = kv_gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        if (r->drop && !strcmp(name, r->drop)) continue;
+        kv_gguf_writer_add_tensor_ref(w, name, t->type, t->n_dims, t->ne, t->data, t->size);
+    }
+    int rc = kv_gguf_writer_write(w, dst, &err);
+    kv_gguf_writer_free(w);
+    kv_gguf_close(g);
+    return rc;
+}
+
+/* The loader and the engine both refuse dst with a message holding want. */
+static void expect_refused(const char *what, const char *path, const char *want) {
+    kv_err err;
+    kv_err_clear(&err);
+    kv_model *m = kv_model_load(path, NULL, &err);
+    if (!want) { /* a consistent change: it loads */
+        CHECKF(m, "%s: %s", what, err.msg);
+        kv_model_free(m);
+        return;
+    }
+    CHECKF(!m && strstr(err.msg, want), "%s: loaded, or the message '%s' does not name '%s'", what, err.msg, want);
+    kv_model_free(m);
+    kv_config c;
+    kv_config_default(&c);
+    snprintf(c.model.path, sizeof c.model.path, "%s", path);
+    c.threads = 1;
+    kv_err_clear(&err);
+    kv_engine *e = kv_engine_new(&c, &err);
+    CHECKF(!e && strstr(err.msg, want), "%s: engine started, or '%s' does not name '%s'", what, err.msg, want);
+    kv_engine_free(e);
+}
+
+static void test_bad_files(void) {
+    const char *src = tmp("src"), *dst = tmp("dst");
+    static const struct {
+        const char *arch;
+        void (*mut)(kv_mkmodel_params *);
+        rewrite r;
+        const char *want;
+    } cases[] = {
+        {"gemma3", gemma_shape, {.drop = "blk.0.attn_q_norm.weight"}, "blk.0.attn_q_norm.weight"},
+        {"gemma3", gemma_shape, {.drop = "blk.4.post_ffw_norm.weight"}, "blk.4.post_ffw_norm.weight"},
+        {"qwen3", NULL, {.drop = "blk.2.attn_k_norm.weight"}, "blk.2.attn_k_norm.weight"},
+        {"qwen2", NULL, {.drop = "blk.1.attn_v.bias"}, "blk.1.attn_v.bias"},
+        {"phi3", NULL, {.drop = "blk.3.attn_qkv.weight"}, "blk.3.attn_qkv.weight"},
+        /* one K/V head fewer than the tensors were made for: shapes no longer fit */
+        {"phi3", NULL, {.key = "phi3.attention.head_count_kv", .val = 1}, "blk.0.attn_qkv.weight"},
+        {"qwen2", NULL, {.key = "qwen2.attention.head_count_kv", .val = 1}, "blk.0.attn_k.weight"},
+        {"gemma3", gemma_shape, {.key = "gemma3.attention.key_length", .val = 48}, "rope.dimension_count"},
+        {"gemma3", gemma_shape, {.key = "gemma3.rope.dimension_count", .val = 32}, NULL},
+        /* heads not dividing the width; a window larger than the context */
+        {"qwen3", NULL, {.key = "qwen3.attention.head_count", .val = 3}, "head_count"},
+        {"gemma3", gemma_shape, {.key = "gemma3.attention.sliding_window", .val = 4096},
+         "gemma3.attention.sliding_window"},
+        {"gemma3", gemma_shape, {.key = "gemma3.attention.sliding_window_pattern", .val = 0},
+         "sliding_window_pattern"},
+        {"llama", NULL, {.skey = "llama.rope.scaling.type", .sval = "yarn"}, "llama.rope.scaling.type"},
+    };
+    for (size_t i = 0; i < KV_ARRAY_LEN(cases); i++) {
+        if (make(cases[i].arch, src, cases[i].mut) || rewrite_file(src, dst, &cases[i].r)) {
+            CHECKF(0, "case %zu: cannot write the file", i);
+            continue;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%s, case %zu", cases[i].arch, i);
+        expect_refused(what, dst, cases[i].want);
+    }
+    unlink(src);
+    unlink(dst);
+}
+
+/* mkmodel refuses what it cannot write, naming the parameter. */
+static void test_mkmodel_params(void) {
+    kv_mkmodel_params p = kv_mkmodel_default_params();
+    kv_err err;
+    p.arch = "mamba";
+    CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "mamba"));
+    p.arch = "gemma3";
+    p.n_swa = p.ctx_len + 1;
+    CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "window"));
+    p.n_swa = 0;
+    p.head_dim = 7;
+    CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "head-dim"));
+}
+
+TEST_MAIN(T(test_load_each), T(test_bad_files), T(test_mkmodel_params))
