@@ -9,6 +9,7 @@
  * on the LRU list, evictable). A block is registered when it is full and
  * committed; its content then never changes until it is evicted. */
 #include "kv_cache.h"
+#include "kv_cache_internal.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -19,56 +20,6 @@
 #include "../base/hash.h"
 #include "../base/vec.h"
 
-/* Root of every hash chain (the "parent hash" of a sequence's first block). */
-#define KV_HASH_ROOT 0x6b76746f702d6b76ull
-
-struct kv_cache {
-    kv_cache_params p;
-    kv_backend *b;            /* borrowed */
-    kv_pages pages;           /* k, v from b->ops->alloc */
-    size_t blk_bytes;         /* bytes of one block in one layer of K (or V): one contiguous range
-                               * whatever the row order inside (backend.h), so copy-on-write and
-                               * swap move whole blocks */
-
-    /* per physical block, (n_blocks) each */
-    int32_t *ref;             /* references from sequence tables */
-    uint8_t *state;           /* kv_block_state */
-    uint16_t *fill;           /* tokens written (block_size for registered blocks) */
-    int32_t *owner, *owner_tag;
-    uint64_t *last_use;       /* LRU clock value of the latest ref/unref */
-
-    int32_t *free_stack;      /* (n_blocks) free block ids, top at n_free - 1 */
-    int n_free;
-
-    int32_t *lru_prev, *lru_next; /* doubly linked LRU list of CACHED blocks, -1 ends */
-    int lru_head, lru_tail;       /* head = least recently used = next to evict */
-    int n_cached;
-
-    /* prefix index: registered (full, committed, immutable) blocks */
-    uint8_t *registered;
-    uint64_t *hash;           /* chain hash = H(parent hash, tokens) */
-    uint64_t *parent_hash;    /* hash of the previous block of the chain (root for the first) */
-    int32_t *parent;          /* previous block's physical id when registered, -1 for the first */
-    uint32_t *parent_gen;     /* gen[parent] at registration: a re-used parent id never matches */
-    uint32_t *gen;            /* bumped every time the block is evicted */
-    int32_t *tokens;          /* (n_blocks, block_size) token ids of registered blocks */
-    int32_t *hnext;           /* next block in the same bucket, -1 ends */
-    int32_t *buckets;         /* (n_buckets) first block of each bucket, -1 if empty */
-    uint64_t bucket_mask;     /* n_buckets - 1 (power of two) */
-    uint64_t hash_mask;       /* bits of chain hashes kept (all but in collision tests) */
-    int n_registered;
-
-    int n_shared;             /* blocks with ref >= 2 */
-    uint64_t clock;           /* LRU clock, ticks on every ref/unref */
-
-    /* host swap pool */
-    uint8_t *swap;            /* (n_swap_blocks, n_layers, 2 (K, V), blk_bytes) */
-    int32_t *swap_free;       /* (n_swap_blocks) free swap ids */
-    int n_swap_free;
-    int32_t *swap_tokens;     /* (n_swap_blocks, block_size) token ids of swapped registered blocks */
-
-    uint64_t lookups, hit_blocks, hit_tokens, evictions, cow_copies, swapped_out, swapped_in;
-};
 
 /* ---- sizes ---- */
 
@@ -115,7 +66,7 @@ int kv_cache_blocks_for_bytes(const kv_cache_params *p, uint64_t bytes) {
 /* Chain hash of one block: depends on every token of the prefix through
  * the parent hash. Collisions are harmless (lookups compare tokens and the
  * parent block), they only cost a comparison. */
-static uint64_t chain_hash(const kv_cache *c, uint64_t parent, const int32_t *t, int n) {
+uint64_t kvc_chain_hash(const kv_cache *c, uint64_t parent, const int32_t *t, int n) {
     uint64_t h = kv_hash_mix64(parent ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 0x100000001b3ull + (h >> 29);
     return kv_hash_mix64(h ^ (uint64_t)n) & c->hash_mask;
@@ -123,7 +74,7 @@ static uint64_t chain_hash(const kv_cache *c, uint64_t parent, const int32_t *t,
 
 /* Finds the registered block holding tokens t under parent block `par`
  * (-1: first block) whose generation is pg. -1 if none. */
-static int index_find(const kv_cache *c, uint64_t h, int par, uint32_t pg, const int32_t *t) {
+int kvc_index_find(const kv_cache *c, uint64_t h, int par, uint32_t pg, const int32_t *t) {
     const int bs = c->p.block_size;
     for (int b = c->buckets[h & c->bucket_mask]; b >= 0; b = c->hnext[b]) {
         if (c->hash[b] == h && c->parent[b] == par && c->parent_gen[b] == pg &&
@@ -133,15 +84,14 @@ static int index_find(const kv_cache *c, uint64_t h, int par, uint32_t pg, const
     return -1;
 }
 
-static uint32_t gen_of(const kv_cache *c, int blk) { return blk >= 0 ? c->gen[blk] : 0; }
 
-static void index_insert(kv_cache *c, int blk, uint64_t h, uint64_t ph, int par, const int32_t *t) {
+void kvc_index_insert(kv_cache *c, int blk, uint64_t h, uint64_t ph, int par, const int32_t *t) {
     const int bs = c->p.block_size;
     c->registered[blk] = 1;
     c->hash[blk] = h;
     c->parent_hash[blk] = ph;
     c->parent[blk] = par;
-    c->parent_gen[blk] = gen_of(c, par);
+    c->parent_gen[blk] = kvc_gen_of(c, par);
     memcpy(c->tokens + (size_t)blk * bs, t, (size_t)bs * sizeof(int32_t));
     uint64_t bk = h & c->bucket_mask;
     c->hnext[blk] = c->buckets[bk];
@@ -188,7 +138,7 @@ static void lru_remove(kv_cache *c, int b) {
 }
 
 /* Takes one reference on a USED or CACHED block for s. */
-static void block_ref(kv_cache *c, int b, const kv_seq *s) {
+void kvc_block_ref(kv_cache *c, int b, const kv_seq *s) {
     if (c->ref[b] == 0 && c->state[b] == KV_BLOCK_CACHED) lru_remove(c, b);
     c->state[b] = KV_BLOCK_USED;
     if (++c->ref[b] == 2) c->n_shared++;
@@ -199,7 +149,7 @@ static void block_ref(kv_cache *c, int b, const kv_seq *s) {
 
 /* Drops one reference; an unreferenced block becomes CACHED when it is
  * registered (kept for reuse), FREE otherwise. */
-static void block_unref(kv_cache *c, int b) {
+void kvc_block_unref(kv_cache *c, int b) {
     if (--c->ref[b] == 1) c->n_shared--;
     c->last_use[b] = ++c->clock;
     if (c->ref[b] > 0) return;
@@ -217,7 +167,7 @@ static void block_unref(kv_cache *c, int b) {
 
 /* A block for s with one reference: from the free stack, else by evicting
  * the least recently used cached block. Callers check capacity first. */
-static int block_alloc(kv_cache *c, const kv_seq *s) {
+int kvc_block_alloc(kv_cache *c, const kv_seq *s) {
     int b;
     if (c->n_free > 0) {
         b = c->free_stack[--c->n_free];
@@ -405,7 +355,7 @@ static int seq_needs_cow(const kv_cache *c, const kv_seq *s) {
 /* n_reserved: slots writable without a copy. When the partial last block is
  * shared or registered nothing past n_tokens is writable until reserve()
  * copied it. */
-static void seq_update_reserved(const kv_cache *c, kv_seq *s) {
+void kvc_seq_update_reserved(const kv_cache *c, kv_seq *s) {
     s->n_reserved = seq_needs_cow(c, s) ? s->n_tokens : s->n_blocks * c->p.block_size;
 }
 
@@ -417,7 +367,7 @@ void kv_cache_seq_release(kv_cache *c, kv_seq *s) {
         } else {
             /* Tail first, so the head of a prefix is the most recently used and a
              * chain is evicted from its end (a child before its parent). */
-            for (int i = s->n_blocks - 1; i >= 0; i--) block_unref(c, s->blocks[i]);
+            for (int i = s->n_blocks - 1; i >= 0; i--) kvc_block_unref(c, s->blocks[i]);
         }
     }
     free(s->blocks);
@@ -440,8 +390,8 @@ static int match_blocks(const kv_cache *c, const int32_t *tokens, int n, int max
     int par = -1, k = 0;
     for (; k < nfull; k++) {
         const int32_t *t = tokens + (size_t)k * bs;
-        uint64_t h = chain_hash(c, ph, t, bs);
-        int b = index_find(c, h, par, gen_of(c, par), t);
+        uint64_t h = kvc_chain_hash(c, ph, t, bs);
+        int b = kvc_index_find(c, h, par, kvc_gen_of(c, par), t);
         if (b < 0) break;
         if (out_blocks) out_blocks[k] = b;
         if (out_hashes) out_hashes[k] = h;
@@ -480,11 +430,11 @@ int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, in
     c->lookups++;
     if (k == 0) return 0;
     match_blocks(c, tokens, n, k, s->blocks, s->hashes);
-    for (int i = 0; i < k; i++) block_ref(c, s->blocks[i], s);
+    for (int i = 0; i < k; i++) kvc_block_ref(c, s->blocks[i], s);
     s->n_blocks = k;
     s->n_tokens = n_tok;
     s->n_hashed = n_tok / bs;
-    seq_update_reserved(c, s);
+    kvc_seq_update_reserved(c, s);
     c->hit_blocks += (uint64_t)k;
     c->hit_tokens += (uint64_t)n_tok;
     return n_tok;
@@ -524,14 +474,14 @@ int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new) {
     /* From here on nothing can fail. */
     if (cow) {
         int idx = s->n_tokens / bs, src = s->blocks[idx];
-        int dst = block_alloc(c, s);
+        int dst = kvc_block_alloc(c, s);
         c->b->ops->copy_block(c->b, &c->pages, dst, src);
         c->fill[dst] = (uint16_t)(s->n_tokens % bs);
         s->blocks[idx] = dst;
-        block_unref(c, src);
+        kvc_block_unref(c, src);
         c->cow_copies++;
     }
-    for (int i = 0; i < new_blocks; i++) s->blocks[s->n_blocks++] = block_alloc(c, s);
+    for (int i = 0; i < new_blocks; i++) s->blocks[s->n_blocks++] = kvc_block_alloc(c, s);
     s->n_reserved = s->n_blocks * bs;
     return 0;
 }
@@ -549,8 +499,8 @@ int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, in
         int par = -1;
         for (int i = 0; i < k; i++) {
             const int32_t *t = tokens + (size_t)i * bs;
-            uint64_t h = chain_hash(c, ph, t, bs);
-            int b = index_find(c, h, par, gen_of(c, par), t);
+            uint64_t h = kvc_chain_hash(c, ph, t, bs);
+            int b = kvc_index_find(c, h, par, kvc_gen_of(c, par), t);
             if (c->ref[b] == 0) taken++;
             ph = h;
             par = b;
@@ -588,29 +538,29 @@ void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_to
         uint64_t ph = i ? s->hashes[i - 1] : KV_HASH_ROOT;
         int par = i ? s->blocks[i - 1] : -1;
         const int32_t *t = tokens + (size_t)i * bs;
-        uint64_t h = chain_hash(c, ph, t, bs);
+        uint64_t h = kvc_chain_hash(c, ph, t, bs);
         int b = s->blocks[i];
         if (c->registered[b]) {
             /* already in the index (attached, or kept by a truncate): it must be
              * exactly this content, else stop registering this sequence */
-            if (index_find(c, h, par, gen_of(c, par), t) != b) break;
+            if (kvc_index_find(c, h, par, kvc_gen_of(c, par), t) != b) break;
         } else {
-            int r = index_find(c, h, par, gen_of(c, par), t);
+            int r = kvc_index_find(c, h, par, kvc_gen_of(c, par), t);
             if (r >= 0) {
                 /* Same content computed twice (two sequences prefilling one prefix
                  * at once, or a recomputed last block): keep the registered copy,
                  * free ours. */
-                block_ref(c, r, s);
+                kvc_block_ref(c, r, s);
                 s->blocks[i] = r;
-                block_unref(c, b);
+                kvc_block_unref(c, b);
             } else {
-                index_insert(c, b, h, ph, par, t);
+                kvc_index_insert(c, b, h, ph, par, t);
             }
         }
         s->hashes[i] = h;
         s->n_hashed = i + 1;
     }
-    seq_update_reserved(c, s);
+    kvc_seq_update_reserved(c, s);
 }
 
 void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens) {
@@ -619,7 +569,7 @@ void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens) {
     int n = n_tokens < 0 ? 0 : n_tokens;
     if (n > s->n_blocks * bs) n = s->n_blocks * bs;
     int keep = (n + bs - 1) / bs;
-    for (int i = s->n_blocks - 1; i >= keep; i--) block_unref(c, s->blocks[i]);
+    for (int i = s->n_blocks - 1; i >= keep; i--) kvc_block_unref(c, s->blocks[i]);
     s->n_blocks = keep;
     if (s->n_tokens > n) s->n_tokens = n;
     if (s->n_hashed > s->n_tokens / bs) s->n_hashed = s->n_tokens / bs;
@@ -628,321 +578,11 @@ void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens) {
         int b = s->blocks[i];
         if (!c->registered[b] && c->ref[b] == 1) c->fill[b] = (uint16_t)KV_MAX(0, s->n_tokens - i * bs);
     }
-    seq_update_reserved(c, s);
-}
-
-/* ---- swap ---- */
-
-static uint8_t *swap_block(kv_cache *c, int sid, int layer, int v) {
-    return c->swap + (((size_t)sid * c->p.n_layers + layer) * 2 + v) * c->blk_bytes;
-}
-
-static void copy_to_host(kv_cache *c, int sid, int blk) {
-    kv_backend *b = c->b;
-    for (int l = 0; c->p.no_storage && b->ops->download && l < c->p.n_layers; l++) { /* charged, not copied */
-        b->ops->download(b, NULL, NULL, c->blk_bytes);
-        b->ops->download(b, NULL, NULL, c->blk_bytes);
-    }
-    for (int l = 0; !c->p.no_storage && l < c->p.n_layers; l++) {
-        size_t off = (size_t)l * c->pages.layer_bytes + (size_t)blk * c->blk_bytes;
-        if (b->ops->download) {
-            b->ops->download(b, swap_block(c, sid, l, 0), c->pages.k + off, c->blk_bytes);
-            b->ops->download(b, swap_block(c, sid, l, 1), c->pages.v + off, c->blk_bytes);
-        } else { /* NOTE: a backend without download keeps its buffers in host memory */
-            memcpy(swap_block(c, sid, l, 0), c->pages.k + off, c->blk_bytes);
-            memcpy(swap_block(c, sid, l, 1), c->pages.v + off, c->blk_bytes);
-        }
-    }
-}
-
-static void copy_to_device(kv_cache *c, int blk, int sid) {
-    kv_backend *b = c->b;
-    for (int l = 0; c->p.no_storage && b->ops->upload && l < c->p.n_layers; l++) {
-        b->ops->upload(b, NULL, NULL, c->blk_bytes);
-        b->ops->upload(b, NULL, NULL, c->blk_bytes);
-    }
-    for (int l = 0; !c->p.no_storage && l < c->p.n_layers; l++) {
-        size_t off = (size_t)l * c->pages.layer_bytes + (size_t)blk * c->blk_bytes;
-        if (b->ops->upload) {
-            b->ops->upload(b, c->pages.k + off, swap_block(c, sid, l, 0), c->blk_bytes);
-            b->ops->upload(b, c->pages.v + off, swap_block(c, sid, l, 1), c->blk_bytes);
-        } else {
-            memcpy(c->pages.k + off, swap_block(c, sid, l, 0), c->blk_bytes);
-            memcpy(c->pages.v + off, swap_block(c, sid, l, 1), c->blk_bytes);
-        }
-    }
-}
-
-int kv_cache_seq_swap_out(kv_cache *c, kv_seq *s) {
-    if (!c || !s || s->swapped) return KV_ERR_INVAL;
-    if (s->n_blocks > c->n_swap_free) return KV_AGAIN;
-    const int bs = c->p.block_size;
-    for (int i = s->n_blocks - 1; i >= 0; i--) {
-        int blk = s->blocks[i];
-        int sid = c->swap_free[--c->n_swap_free];
-        copy_to_host(c, sid, blk);
-        if (i < s->n_hashed) /* the ids let swap_in find the block again if it survives */
-            memcpy(c->swap_tokens + (size_t)sid * bs, c->tokens + (size_t)blk * bs, (size_t)bs * sizeof(int32_t));
-        block_unref(c, blk);
-        s->blocks[i] = sid;
-    }
-    c->swapped_out += (uint64_t)s->n_blocks;
-    s->swapped = 1;
-    return 0;
-}
-
-/* Leading hashed blocks of a swapped sequence that are still registered on
- * the device (shared with others or cached). With out != NULL records ids;
- * *n_cached counts how many of them are CACHED (taking them shrinks the
- * evictable pool). */
-static int swap_in_matches(const kv_cache *c, const kv_seq *s, int32_t *out, int *n_cached) {
-    const int bs = c->p.block_size;
-    int par = -1, k = 0, nc = 0;
-    if (c->p.prefix_sharing) {
-        for (; k < s->n_hashed; k++) {
-            const int32_t *t = c->swap_tokens + (size_t)s->blocks[k] * bs;
-            int b = index_find(c, s->hashes[k], par, gen_of(c, par), t);
-            if (b < 0) break;
-            if (c->ref[b] == 0) nc++;
-            if (out) out[k] = b;
-            par = b;
-        }
-    }
-    if (n_cached) *n_cached = nc;
-    return k;
-}
-
-int kv_cache_seq_swap_in(kv_cache *c, kv_seq *s) {
-    if (!c || !s || !s->swapped) return KV_ERR_INVAL;
-    const int bs = c->p.block_size;
-    int nc = 0;
-    int k = swap_in_matches(c, s, NULL, &nc);
-    int need = s->n_blocks - k;
-    if (need > c->n_free + c->n_cached - nc) return KV_AGAIN;
-    /* Blocks still on the device: reference them first so the allocations
-     * below cannot evict them; no copy needed. */
-    int par = -1;
-    for (int i = 0; i < k; i++) {
-        int sid = s->blocks[i];
-        int b = index_find(c, s->hashes[i], par, gen_of(c, par), c->swap_tokens + (size_t)sid * bs);
-        block_ref(c, b, s);
-        s->blocks[i] = b;
-        c->swap_free[c->n_swap_free++] = sid;
-        par = b;
-    }
-    for (int i = k; i < s->n_blocks; i++) {
-        int sid = s->blocks[i];
-        int b = block_alloc(c, s);
-        copy_to_device(c, b, sid);
-        if (i < s->n_hashed && c->p.prefix_sharing)
-            index_insert(c, b, s->hashes[i], i ? s->hashes[i - 1] : KV_HASH_ROOT, i ? s->blocks[i - 1] : -1,
-                         c->swap_tokens + (size_t)sid * bs);
-        else
-            c->fill[b] = (uint16_t)KV_MAX(0, KV_MIN(bs, s->n_tokens - i * bs));
-        s->blocks[i] = b;
-        c->swap_free[c->n_swap_free++] = sid;
-    }
-    c->swapped_in += (uint64_t)need;
-    s->swapped = 0;
-    seq_update_reserved(c, s);
-    return 0;
+    kvc_seq_update_reserved(c, s);
 }
 
 int kv_cache_set_hash_bits(kv_cache *c, int bits) {
     if (!c || bits < 1 || bits > 64 || c->n_registered) return KV_ERR_INVAL;
     c->hash_mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
     return 0;
-}
-
-/* ---- introspection ---- */
-
-void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out) {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!c) return;
-    out->n_blocks = c->p.n_blocks;
-    out->n_free = c->n_free;
-    out->n_cached = c->n_cached;
-    out->n_used = c->p.n_blocks - c->n_free - c->n_cached;
-    out->n_shared = c->n_shared;
-    out->n_swap_blocks = c->p.n_swap_blocks;
-    out->n_swap_used = c->p.n_swap_blocks - c->n_swap_free;
-    out->lookups = c->lookups;
-    out->hit_blocks = c->hit_blocks;
-    out->hit_tokens = c->hit_tokens;
-    out->evictions = c->evictions;
-    out->cow_copies = c->cow_copies;
-    out->swapped_out = c->swapped_out;
-    out->swapped_in = c->swapped_in;
-}
-
-void kv_cache_block_map(const kv_cache *c, kv_block_info *out) {
-    if (!c || !out) return;
-    for (int i = 0; i < c->p.n_blocks; i++) {
-        kv_block_info *o = &out[i];
-        o->state = c->state[i];
-        o->refcount = (uint16_t)KV_MIN(c->ref[i], 65535);
-        o->fill = c->fill[i];
-        o->owner = c->owner[i];
-        o->owner_tag = c->owner_tag[i];
-        o->last_use = c->last_use[i];
-    }
-}
-
-static int check_fail(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int check_fail(char *msg, size_t cap, const char *fmt, ...) {
-    if (msg && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return KV_ERR_INVAL;
-}
-
-#define FAIL(...)                                  \
-    do {                                           \
-        rc = check_fail(msg, cap, __VA_ARGS__);    \
-        goto done;                                 \
-    } while (0)
-
-int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg, size_t cap) {
-    if (msg && cap) msg[0] = 0;
-    if (!c) return check_fail(msg, cap, "no cache");
-    const int nb = c->p.n_blocks, bs = c->p.block_size, nsw = c->p.n_swap_blocks;
-    int rc = 0;
-    int32_t *refs = calloc((size_t)nb, sizeof *refs);
-    uint8_t *seen = calloc((size_t)nb, 1);
-    uint8_t *swap_seen = calloc((size_t)(nsw > 0 ? nsw : 1), 1);
-    if (!refs || !seen || !swap_seen) FAIL("check: out of memory");
-
-    /* sequence tables */
-    for (int q = 0; q < n_seqs; q++) {
-        const kv_seq *s = seqs[q];
-        if (!s) continue;
-        if (s->n_blocks < 0 || s->n_blocks > s->cap) FAIL("seq %d: n_blocks %d, cap %d", s->id, s->n_blocks, s->cap);
-        if (s->n_tokens < 0 || s->n_tokens > s->n_reserved || s->n_reserved > s->n_blocks * bs)
-            FAIL("seq %d: n_tokens %d, n_reserved %d, %d blocks of %d", s->id, s->n_tokens, s->n_reserved,
-                 s->n_blocks, bs);
-        if (s->n_hashed < 0 || s->n_hashed > s->n_tokens / bs)
-            FAIL("seq %d: %d hashed blocks but %d committed tokens", s->id, s->n_hashed, s->n_tokens);
-        for (int i = 0; i < s->n_blocks; i++) {
-            int b = s->blocks[i];
-            if (s->swapped) {
-                if (b < 0 || b >= nsw) FAIL("seq %d: swap block %d out of range", s->id, b);
-                if (swap_seen[b]) FAIL("seq %d: swap block %d held twice", s->id, b);
-                swap_seen[b] = 1;
-                continue;
-            }
-            if (b < 0 || b >= nb) FAIL("seq %d: block[%d] = %d out of range", s->id, i, b);
-            refs[b]++;
-            if (i < s->n_hashed) {
-                if (!c->registered[b] || c->hash[b] != s->hashes[i])
-                    FAIL("seq %d: hashed block[%d] = %d is not registered with its hash", s->id, i, b);
-                int par = i ? s->blocks[i - 1] : -1;
-                if (c->parent[b] != par || c->parent_gen[b] != gen_of(c, par))
-                    FAIL("seq %d: block[%d] = %d is not chained to block[%d]", s->id, i, b, i - 1);
-            }
-        }
-        /* writable slots past n_tokens must be private */
-        if (!s->swapped && s->n_reserved > s->n_tokens && s->n_tokens % bs) {
-            int b = s->blocks[s->n_tokens / bs];
-            if (c->registered[b] || refs[b] > 1 || c->ref[b] > 1)
-                FAIL("seq %d: writable slots in shared or registered block %d", s->id, b);
-        }
-    }
-
-    /* reference counts and states */
-    int n_used = 0, n_shared = 0, n_reg = 0;
-    for (int b = 0; b < nb; b++) {
-        if (c->ref[b] != refs[b]) FAIL("block %d: refcount %d but %d table references", b, c->ref[b], refs[b]);
-        if (c->ref[b] > 0) {
-            if (c->state[b] != KV_BLOCK_USED) FAIL("block %d: referenced but state %d", b, c->state[b]);
-            n_used++;
-            if (c->ref[b] > 1) n_shared++;
-        } else if (c->state[b] == KV_BLOCK_USED) {
-            FAIL("block %d: state used with no reference", b);
-        }
-        if (c->registered[b]) n_reg++;
-        if (c->state[b] == KV_BLOCK_CACHED && !c->registered[b]) FAIL("block %d: cached but not registered", b);
-        if (c->state[b] == KV_BLOCK_FREE && c->registered[b]) FAIL("block %d: free but registered", b);
-    }
-    if (n_shared != c->n_shared) FAIL("n_shared %d, counted %d", c->n_shared, n_shared);
-    if (n_reg != c->n_registered) FAIL("n_registered %d, counted %d", c->n_registered, n_reg);
-
-    /* free stack */
-    if (c->n_free < 0 || c->n_free > nb) FAIL("n_free %d", c->n_free);
-    for (int i = 0; i < c->n_free; i++) {
-        int b = c->free_stack[i];
-        if (b < 0 || b >= nb) FAIL("free list: block %d out of range", b);
-        if (seen[b]) FAIL("free list: block %d twice", b);
-        seen[b] = 1;
-        if (c->state[b] != KV_BLOCK_FREE || c->ref[b] != 0) FAIL("free list: block %d state %d ref %d", b,
-                                                                  c->state[b], c->ref[b]);
-    }
-    /* LRU list: cached blocks in last-use order */
-    int n_lru = 0, prev = -1;
-    for (int b = c->lru_head; b >= 0; b = c->lru_next[b]) {
-        if (b >= nb) FAIL("lru: block %d out of range", b);
-        if (seen[b]) FAIL("lru: block %d also free or listed twice", b);
-        seen[b] = 1;
-        if (c->state[b] != KV_BLOCK_CACHED || c->ref[b] != 0) FAIL("lru: block %d state %d ref %d", b,
-                                                                    c->state[b], c->ref[b]);
-        if (c->lru_prev[b] != prev) FAIL("lru: block %d has a broken back link", b);
-        if (prev >= 0 && c->last_use[prev] > c->last_use[b]) FAIL("lru: block %d out of LRU order", b);
-        prev = b;
-        if (++n_lru > nb) FAIL("lru: cycle");
-    }
-    if (prev != c->lru_tail) FAIL("lru: tail %d, walked to %d", c->lru_tail, prev);
-    if (n_lru != c->n_cached) FAIL("lru: %d listed, n_cached %d", n_lru, c->n_cached);
-    for (int b = 0; b < nb; b++) {
-        if (c->state[b] == KV_BLOCK_USED) {
-            if (seen[b]) FAIL("block %d: used and on a list", b);
-        } else if (!seen[b]) {
-            FAIL("block %d: state %d but on no list", b, c->state[b]);
-        }
-    }
-    if (c->n_free + c->n_cached + n_used != nb)
-        FAIL("free %d + cached %d + used %d != %d blocks", c->n_free, c->n_cached, n_used, nb);
-
-    /* prefix index */
-    int n_indexed = 0;
-    for (uint64_t k = 0; k <= c->bucket_mask; k++) {
-        for (int b = c->buckets[k]; b >= 0; b = c->hnext[b]) {
-            if (b >= nb) FAIL("index: block %d out of range", b);
-            if (++n_indexed > nb) FAIL("index: cycle");
-            if (!c->registered[b]) FAIL("index: block %d not registered", b);
-            if ((c->hash[b] & c->bucket_mask) != k) FAIL("index: block %d in the wrong bucket", b);
-            if (c->fill[b] != bs) FAIL("index: block %d not full (%d)", b, c->fill[b]);
-            if (chain_hash(c, c->parent_hash[b], c->tokens + (size_t)b * bs, bs) != c->hash[b])
-                FAIL("index: block %d hash does not match its tokens", b);
-            int par = c->parent[b];
-            if (par >= nb) FAIL("index: block %d parent %d out of range", b, par);
-            if (par < 0 && c->parent_hash[b] != KV_HASH_ROOT) FAIL("index: first block %d has a parent hash", b);
-            if (par >= 0 && c->parent_gen[b] == c->gen[par] &&
-                (!c->registered[par] || c->hash[par] != c->parent_hash[b]))
-                FAIL("index: block %d parent %d hash mismatch", b, par);
-            if (index_find(c, c->hash[b], par, c->parent_gen[b], c->tokens + (size_t)b * bs) != b)
-                FAIL("index: block %d content registered twice", b);
-        }
-    }
-    if (n_indexed != c->n_registered) FAIL("index: %d entries, %d registered", n_indexed, c->n_registered);
-
-    /* swap pool */
-    if (nsw > 0) {
-        if (c->n_swap_free < 0 || c->n_swap_free > nsw) FAIL("swap: n_free %d", c->n_swap_free);
-        for (int i = 0; i < c->n_swap_free; i++) {
-            int sid = c->swap_free[i];
-            if (sid < 0 || sid >= nsw) FAIL("swap: free id %d out of range", sid);
-            if (swap_seen[sid]) FAIL("swap: block %d both free and held (or free twice)", sid);
-            swap_seen[sid] = 1;
-        }
-        for (int i = 0; i < nsw; i++)
-            if (!swap_seen[i]) FAIL("swap: block %d neither free nor held by a live sequence", i);
-    }
-done:
-    free(refs);
-    free(seen);
-    free(swap_seen);
-    return rc;
 }
