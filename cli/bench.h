@@ -104,6 +104,10 @@ void kv_bench_print_failure(FILE *f, const kv_bench_result *r);
  * are the metrics summary's and come with it (kv_metrics_write_json). */
 void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r);
 
+/* The name of value v of enum key `key` ("scheduler.policy"), "?" when
+ * the key or the value is unknown. */
+const char *kv_bench_enum_name(const char *key, int v);
+
 /* The table of one run (stdout of `kvtop bench`). */
 void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r);
 /* Runs side by side: one column per run, each cell with its ratio to the

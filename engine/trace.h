@@ -102,6 +102,13 @@ const char *kv_trace_end_note(const kv_trace *t);
  * requests lie inside the tables array and strings are NUL-terminated
  * whatever the file held. */
 const kv_snapshot *kv_trace_frame(kv_trace *t, int i);
+/* The frame kv_trace_frame last returned, -1 none. */
+int kv_trace_shown(const kv_trace *t);
+/* The step records and decisions frame i added to the history (those after
+ * frame i - 1's): *steps (OUT) [0, *n_steps (OUT)), *decisions (OUT)
+ * [0, *n_decisions (OUT)); valid until kv_trace_free. Empty for a bad i. */
+void kv_trace_frame_news(const kv_trace *t, int i, const kv_step_record **steps, size_t *n_steps,
+                         const kv_decision **decisions, size_t *n_decisions);
 /* The profile text stored in the header ("" when none). */
 const char *kv_trace_profile(const kv_trace *t);
 
