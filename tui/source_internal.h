@@ -35,6 +35,7 @@ struct kv_source {
     /* the source thread's own (no lock) */
     kv_snapshot *cur;           /* what frames are parsed into */
     void *adapter;              /* source_metrics.c's state */
+    double slots_t;             /* monotonic time of the last /slots answer */
 };
 
 /* Options for a call to this source (its key, its stop flag). */

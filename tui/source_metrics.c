@@ -317,6 +317,20 @@ int kv_metrics_parse_slots(const char *text, size_t len, kv_source_slot *out, in
     return rc ? rc : n;
 }
 
+double kv_metrics_slots_rate(const kv_source_slot *prev, int n_prev, const kv_source_slot *cur, int n_cur, double dt_s) {
+    if (dt_s <= 0) return 0;
+    double tokens = 0;
+    for (int i = 0; i < n_cur; i++) {
+        const kv_source_slot *c = &cur[i];
+        if (!c->busy || c->n_decoded <= 0) continue;
+        int before = 0;
+        for (int k = 0; k < n_prev; k++)
+            if (prev[k].id == c->id && prev[k].task == c->task && prev[k].n_decoded <= c->n_decoded) before = prev[k].n_decoded;
+        tokens += c->n_decoded - before;
+    }
+    return tokens / dt_s;
+}
+
 static void stat3(kv_stat *s, const double *v) {
     s->valid = 1;
     s->p50 = v[0];
@@ -419,6 +433,16 @@ int source_metrics_poll(kv_source *s) {
                 n_slots = 0;
             } else {
                 m.have |= KV_RM_SLOTS;
+                /* live decode rate from the slots (the counters lag: they move at request end) */
+                double now = mono_s();
+                double rate = s->slots_t > 0 ? kv_metrics_slots_rate(s->st.slots, s->st.n_slots, slots, n_slots,
+                                                                     now - s->slots_t)
+                                             : 0;
+                s->slots_t = now;
+                if (rate > 0 || !(m.have & KV_RM_TOKS)) {
+                    m.gen_tok_s = rate;
+                    m.have |= KV_RM_TOKS;
+                }
                 if (rc) { /* no /metrics: busy slots are the running ones */
                     m.running = 0;
                     for (int i = 0; i < n_slots; i++) m.running += slots[i].busy;

@@ -36,6 +36,13 @@ kv_source_kind kv_metrics_detect_kind(const char *text, size_t len);
 int kv_metrics_parse_slots(const char *text, size_t len, kv_source_slot *out /* OUT: (cap) */, int cap,
                            kv_err *err);
 
+/* Tokens decoded per second between two /slots answers dt_s apart: a slot
+ * on the same task adds n_decoded - its earlier n_decoded, a slot on a new
+ * task its whole n_decoded (what a task decoded and finished between the
+ * two is missed). Live, where llama.cpp's counters move only when a
+ * request ends. 0 when dt_s <= 0. */
+double kv_metrics_slots_rate(const kv_source_slot *prev, int n_prev, const kv_source_slot *cur, int n_cur, double dt_s);
+
 /* Copies what maps onto the engine snapshot: the latency stats (ms) of
  * metrics, the token rates, the prefix hit rate, preemptions and speculative
  * acceptance. Nothing it does not know is touched (the block map stays

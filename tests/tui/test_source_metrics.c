@@ -46,6 +46,14 @@ static void test_llama_server(void) {
     for (int i = 0; i < n; i++) busy += slots[i].busy;
     CHECK(busy == 16 && slots[0].id == 0 && slots[0].task == 88 && slots[0].n_ctx == 1024);
     CHECK(slots[0].n_remaining == 64 && !slots[0].speculative);
+    /* half a second later every slot decoded 10 more tokens, and slot 0 is on a new task with 3 */
+    kv_source_slot later[KV_SOURCE_MAX_SLOTS];
+    memcpy(later, slots, sizeof later);
+    for (int i = 0; i < n; i++) later[i].n_decoded += 10;
+    later[0].task = 999;
+    later[0].n_decoded = 3;
+    CHECK(near(kv_metrics_slots_rate(slots, n, later, n, 0.5), (15 * 10 + 3) / 0.5));
+    CHECK(kv_metrics_slots_rate(slots, n, later, n, 0) == 0);
     CHECK(kv_metrics_parse_slots("{}", 2, slots, 4, &err) == KV_ERR_FORMAT);
     CHECK(kv_metrics_parse_slots("[{\"id\":\"x\"}]", 12, slots, 4, &err) == KV_ERR_FORMAT);
     CHECK(kv_metrics_parse_slots("[1", 2, slots, 4, &err) == KV_ERR_FORMAT);
