@@ -237,6 +237,10 @@ int loader_start(app *a, const kv_config *cfg, const char *path);
  * engine that ran (its replies in flight marked cancelled), starts the new
  * one and sends what waited for it. */
 void loader_check(app *a);
+/* What the app reads off a new engine a->eng under config a->cfg: its
+ * model, chat template (or none: prompts as-is), context and the panels'
+ * settings. */
+void loader_adopt(app *a);
 /* Stops the load (waiting for one still loading and freeing it), frees the
  * engine and marks the replies in flight cancelled; a recording goes on
  * with the next engine. */

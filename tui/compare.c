@@ -108,21 +108,15 @@ static void share_of(const int *ids, int n_ids, int j, int n, cpu_set_t *set, cm
     else snprintf(col->cpus, sizeof col->cpus, "cpu %d-%d", ids[lo], ids[lo + cnt - 1]);
 }
 
-/* Fills column app a for engine e (what loader_check does for the app),
- * with one tab named after the value. 0 or KV_ERR_NOMEM. */
+/* Fills column app a for engine e (as loader_check does for the app),
+ * with one tab named after the value (no autosave: no state dir). 0 or
+ * KV_ERR_NOMEM. */
 static int col_setup(app *a, kv_engine *e, const kv_config *cfg, const char *value) {
     memset(a, 0, sizeof *a);
     a->cfg = *cfg;
     a->eng = e;
     a->zoom = -1;
-    a->model = kv_engine_model(e);
-    a->plain = a->model->chat_template == NULL || !a->model->chat_template[0];
-    a->tmpl = kv_chat_detect(a->model->chat_template);
-    a->v.template_name = a->plain ? "as-is" : kv_chat_tmpl_name(a->tmpl);
-    a->max_ctx = cfg->scheduler.max_seq_len > 0 ? cfg->scheduler.max_seq_len : a->model->hp.ctx_len;
-    if (a->max_ctx <= 0 || a->max_ctx > a->model->hp.ctx_len) a->max_ctx = a->model->hp.ctx_len;
-    a->v.config_max_batched = cfg->scheduler.max_batched_tokens;
-    a->v.show_token_source = cfg->ui.show_token_source;
+    loader_adopt(a);
     a->v.phase = KV_PHASE_READY;
     snprintf(a->v.load_msg, sizeof a->v.load_msg, "%s", a->model->name);
     a->snap = kv_snapshot_new();

@@ -101,6 +101,17 @@ static void load_failed(app *a) {
         if (a->sessions[i]->waiting_engine) app_note(a->sessions[i], "no engine: %s", a->v.load_msg);
 }
 
+void loader_adopt(app *a) {
+    a->model = kv_engine_model(a->eng);
+    a->plain = a->model->chat_template == NULL || !a->model->chat_template[0];
+    a->tmpl = kv_chat_detect(a->model->chat_template);
+    a->v.template_name = a->plain ? "as-is" : kv_chat_tmpl_name(a->tmpl);
+    a->max_ctx = a->cfg.scheduler.max_seq_len > 0 ? a->cfg.scheduler.max_seq_len : a->model->hp.ctx_len;
+    if (a->max_ctx <= 0 || a->max_ctx > a->model->hp.ctx_len) a->max_ctx = a->model->hp.ctx_len;
+    a->v.config_max_batched = a->cfg.scheduler.max_batched_tokens;
+    a->v.show_token_source = a->cfg.ui.show_token_source;
+}
+
 void loader_check(app *a) {
     if (!a->loader_running || !atomic_load(&a->loader_done)) return;
     pthread_join(a->loader, NULL);
@@ -117,14 +128,7 @@ void loader_check(app *a) {
     a->cfg = a->load_cfg;
     snprintf(a->profile_path, sizeof a->profile_path, "%s", a->load_path);
     snprintf(a->v.profile_path, sizeof a->v.profile_path, "%.250s", a->load_path);
-    a->model = kv_engine_model(a->eng);
-    a->plain = a->model->chat_template == NULL || !a->model->chat_template[0];
-    a->tmpl = kv_chat_detect(a->model->chat_template);
-    a->v.template_name = a->plain ? "as-is" : kv_chat_tmpl_name(a->tmpl);
-    a->max_ctx = a->cfg.scheduler.max_seq_len > 0 ? a->cfg.scheduler.max_seq_len : a->model->hp.ctx_len;
-    if (a->max_ctx <= 0 || a->max_ctx > a->model->hp.ctx_len) a->max_ctx = a->model->hp.ctx_len;
-    a->v.config_max_batched = a->cfg.scheduler.max_batched_tokens;
-    a->v.show_token_source = a->cfg.ui.show_token_source;
+    loader_adopt(a);
     int slow = commands_slow_ms(a);
     kv_engine_set_step_delay(a->eng, slow ? slow : a->cfg.ui.step_delay_ms);
     if (a->paused) kv_engine_pause(a->eng);
