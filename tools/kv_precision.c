@@ -366,7 +366,8 @@ static int run_greedy(const kv_model *m, const backends *b, const opts *o, kv_er
         n_div++;
         if (g.diff > 0) worst_ratio = fmaxf(worst_ratio, (g.ref.v1 - g.ref.v2) / g.diff);
     }
-    if (!rc)
+    if (!rc && n_div == 0) printf("%d of %d prompts differ within %d tokens\n", n_div, n, o->n);
+    if (!rc && n_div > 0)
         printf("%d of %d prompts differ within %d tokens; at every flip the %s run's top-2 margin is at most %.2fx "
                "the two caches' largest logit difference there\n",
                n_div, n, o->n, rn, worst_ratio);

@@ -14,7 +14,10 @@
 # go to build/kv_precision_llama/. Exits 0 with a note when llama.cpp is
 # not found (LLAMA_CPP_BIN unset and none under build/llama.cpp/bin).
 # KL=0 skips the perplexity part, GREEDY=0 the greedy part; FA="on off"
-# (the default) picks the flash-attention settings.
+# (the default) picks the flash-attention settings. THREADS (default 2) sets -t;
+# on a loaded machine use THREADS=1 OMP_WAIT_POLICY=passive (two spinning
+# OpenMP threads with one descheduled ran 20x slower). The README's greedy
+# count: KL=0 FA=off THREADS=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${LLAMA_CPP_BIN:-build/llama.cpp/bin}
