@@ -5,6 +5,7 @@
  * is written down as a kv_decision so the TUI can show why. */
 #include "scheduler.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +123,8 @@ void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int c
     p->max_wait_ms = cfg->scheduler.max_wait_ms;
     p->max_seq_len = cfg->scheduler.max_seq_len > 0 ? KV_MIN(cfg->scheduler.max_seq_len, ctx_len) : ctx_len;
     p->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
-    p->watermark_blocks = (int)(cfg->scheduler.watermark * n_blocks);
+    /* the epsilon keeps 0.01 * 2900 at 29, as n_blocks / 100 gave before the key existed */
+    p->watermark_blocks = (int)floor(cfg->scheduler.watermark * n_blocks + 1e-9);
     p->admission = cfg->scheduler.admission;
     p->admission_quantile = cfg->scheduler.admission_quantile;
     p->preempt_victim = cfg->scheduler.preempt_victim;

@@ -153,6 +153,51 @@ static const char *state_name(kv_req_state st) {
     }
 }
 
+/* TTFT of the finished requests the snapshot keeps, split at the widest
+ * jump in job size (prompt + max_tokens): "TTFT by job size: short (<= N
+ * tok) mean .. max .. | long ..". Shown when that jump is at least 4x (a
+ * workload with two request classes, demo-starvation.yaml), so that a
+ * starved short class shows as a short-job TTFT close to the long jobs'.
+ * Returns 0 when there is nothing to show. */
+static int class_ttft_line(const kv_snapshot *s, char *line, size_t cap) {
+    enum { MAXN = 256 };
+    int size[MAXN];
+    double ttft[MAXN];
+    int n = 0;
+    for (int i = 0; i < s->n_requests && n < MAXN; i++) {
+        const kv_snap_request *q = &s->requests[i];
+        if (q->state != KV_REQ_FINISHED || q->ttft_ms < 0) continue;
+        size[n] = q->n_prompt + q->max_tokens;
+        ttft[n++] = q->ttft_ms;
+    }
+    if (n < 4) return 0;
+    /* insertion sort by job size (n <= 256) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && size[j] < size[j - 1]; j--) {
+            int t = size[j];
+            size[j] = size[j - 1], size[j - 1] = t;
+            double d = ttft[j];
+            ttft[j] = ttft[j - 1], ttft[j - 1] = d;
+        }
+    /* split at the widest jump in size; two classes when it is >= 4x */
+    int h = 0;
+    for (int i = 1; i < n; i++)
+        if (!h || (double)size[i] / size[i - 1] > (double)size[h] / size[h - 1]) h = i;
+    if (size[h] < 4 * size[h - 1]) return 0;
+    int k = snprintf(line, cap, "TTFT by job size:");
+    for (int part = 0; part < 2 && k < (int)cap; part++) {
+        int lo = part ? h : 0, hi = part ? n : h;
+        double sum = 0, mx = 0;
+        for (int i = lo; i < hi; i++) sum += ttft[i], mx = ttft[i] > mx ? ttft[i] : mx;
+        char mean[16], top[16];
+        kv_format_ms(mean, sizeof mean, sum / (hi - lo), 1);
+        kv_format_ms(top, sizeof top, mx, 1);
+        k += snprintf(line + k, cap - (size_t)k, "%s %s (<= %d tok) mean %s max %s", part ? "  |" : "",
+                      part ? "long" : "short", size[hi - 1], mean, top);
+    }
+    return 1;
+}
+
 void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     char extra[96] = "";
     if (s) {
@@ -198,6 +243,11 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
             snprintf(line + n, sizeof line - (size_t)n, "%sbatch cap %d", n ? "  " : "", m->batch_cap);
         panel_text(w, y++, 1, iw, panel_pair(v, m->preemption_chains ? KV_PAIR_PREFILL : KV_PAIR_TITLE, A_NORMAL),
                    line, -1);
+    }
+    /* Short vs long jobs' TTFT (the starvation demo). */
+    if (y <= ih) {
+        char line[192];
+        if (class_ttft_line(s, line, sizeof line)) panel_text(w, y++, 1, iw, A_NORMAL, line, -1);
     }
     /* Queues: running requests in one line, then each waiting one with its reason. */
     if (y <= ih) {
