@@ -242,6 +242,9 @@ const char *kv_config_key_type_name(kv_key_type t);
 int kv_config_key_parse(const kv_config_key *k, kv_config *c, const char *text, kv_err *err);
 /* The sub-fields of a DIST value, NULL-terminated: dist, value, min, max, mean, sigma. */
 const char *const *kv_config_dist_fields(void);
+/* The KV dtype names the table's dtype keys take (their kv_config_key names
+ * point here); NULL-terminated. */
+const char *const *kv_config_dtype_names(void);
 /* Parses one sub-field (`field` from kv_config_dist_fields()) of DIST key k
  * into d; same contract as kv_config_key_parse (d unchanged on error). */
 int kv_config_dist_parse(const kv_config_key *k, kv_dist *d, const char *field, const char *text,

@@ -17,33 +17,10 @@
 # trace replayed with its fill, and the
 # tour's stations (captions, F11/F12). Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
+TMUX_NAME=c
+. "$(dirname "$0")/lib/tmux.sh"
 M=$S/models/stories260K.gguf
 P=profiles/demo-paging.yaml
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 50 | sed 's/^/     | /'; }
-if ! command -v tmux >/dev/null; then
-  echo "FAIL tmux is not installed (make setup)"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-tmp=$(mktemp -d)
-sock=kvtop-cmp-$$
-tm() { tmux -L "$sock" -f /dev/null "$@"; }
-trap 'tm kill-server 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_STATE_HOME=$tmp/state
-cap() { tm capture-pane -p -t "${1:-c}"; }
-wait_for() { # PATTERN [SECONDS] [SESSION]
-  local pat=$1 t=${2:-5} ses=${3:-c} i
-  for ((i = 0; i < t * 10; i++)); do
-    cap "$ses" | grep -Eq -- "$pat" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-tm new-session -d -s keep "sleep 600"
 
 # ---- refused before anything starts ----
 check_refused() { # NAME WANT ARGS...
@@ -177,5 +154,4 @@ else
 fi
 tm send-keys -t t C-c
 wait_for 'EXITED rc=0' 5 t && ok "the tour exits on Ctrl-C" || bad "the tour exits on Ctrl-C" "$(cap t)"
-echo "$pass passed, $fail failed"
-((fail == 0))
+finish
