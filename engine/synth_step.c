@@ -29,7 +29,8 @@ struct kv_synth {
     double kv_row_bytes;     /* one (token, kv head) row in kv.dtype */
     int block_size;
     int max_tokens, max_logits;
-    int32_t *seq_ctx;        /* (max_tokens) scratch of kv_sim_attention_sums */
+    int seq_cap;             /* sequences a batch may have: max(max_tokens, scheduler.max_seqs) */
+    int32_t *seq_ctx;        /* (seq_cap) scratch of kv_sim_attention_sums */
     /* disaggregated prefill/decode (sim.disaggregated) */
     int disagg;              /* bool */
     int prefill_groups;      /* tensor-parallel groups in the prefill pool */
@@ -156,7 +157,8 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     if (check_parallel(m, cfg, err)) return NULL;
     kv_synth *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->seq_ctx = calloc((size_t)max_tokens, sizeof *s->seq_ctx);
+    s->seq_cap = max_tokens > cfg->scheduler.max_seqs ? max_tokens : cfg->scheduler.max_seqs;
+    s->seq_ctx = calloc((size_t)s->seq_cap, sizeof *s->seq_ctx);
     if (!s->seq_ctx) goto oom;
     const kv_hparams *hp = &m->hp;
     s->m = m;
@@ -189,7 +191,7 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
         /* the decode pool is one group of tp devices and holds the KV
          * cache; the prefill pool adds prefill_groups more */
         p->n_devices = p->tp * (1 + s->prefill_groups);
-        if (!(s->scratch = calloc((size_t)max_tokens * 5, sizeof *s->scratch))) goto oom;
+        if (!(s->scratch = calloc((size_t)s->seq_cap + (size_t)max_tokens * 4, sizeof *s->scratch))) goto oom;
     }
     if (plan_memory(s, cfg, block_bytes, err)) {
         kv_synth_free(s);
@@ -337,7 +339,7 @@ static double ops_seconds(const kv_synth *s, const kv_sim_cost *ops, int nops, d
 static void disagg_layers(kv_synth *s, const kv_batch *bt) {
     const kv_hparams *hp = &s->m->hp;
     const int n = bt->n_tokens;
-    int32_t *cnt = s->scratch, *pp_ = s->scratch + n, *sp = pp_ + n, *pd = sp + n, *sd = pd + n;
+    int32_t *cnt = s->scratch, *pp_ = s->scratch + s->seq_cap, *sp = pp_ + n, *pd = sp + n, *sd = pd + n;
     for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]] = 0;
     for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]]++;
     int np = 0, nd = 0;
@@ -375,10 +377,17 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     if (!s || !bt) return kv_err_set(err, KV_ERR_INVAL, "synthetic step: bad arguments");
     const kv_hparams *hp = &s->m->hp;
     const int n = bt->n_tokens;
-    if (n <= 0 || n > s->max_tokens || bt->n_logits < 0 || bt->n_logits > s->max_logits || bt->ab.n_seqs > n ||
-        bt->ab.n_seqs < 0 || !bt->ab.pos || !bt->ab.seq)
-        return kv_err_set(err, KV_ERR_INVAL, "synthetic step: %d tokens, %d logits, %d sequences (limits %d, %d)", n,
-                          bt->n_logits, bt->ab.n_seqs, s->max_tokens, s->max_logits);
+    if (n <= 0 || n > s->max_tokens || bt->n_logits < 0 || bt->n_logits > s->max_logits ||
+        bt->ab.n_seqs > s->seq_cap || bt->ab.n_seqs < 0 || !bt->ab.pos || !bt->ab.seq ||
+        (bt->n_logits > 0 && !bt->logit_rows))
+        return kv_err_set(err, KV_ERR_INVAL, "synthetic step: %d tokens, %d logits, %d sequences (limits %d, %d, %d)",
+                          n, bt->n_logits, bt->ab.n_seqs, s->max_tokens, s->max_logits, s->seq_cap);
+    for (int i = 0; i < n; i++)
+        if (bt->ab.pos[i] < 0 || bt->ab.seq[i] < 0 || bt->ab.seq[i] >= bt->ab.n_seqs)
+            return kv_err_set(err, KV_ERR_RANGE, "synthetic step: token %d has bad position/sequence", i);
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= n)
+            return kv_err_set(err, KV_ERR_RANGE, "synthetic step: logit row %d out of range", bt->logit_rows[i]);
     kv_backend *b = s->b;
     const kv_sim_device *d = s->plan.dev;
     int pp = s->plan.pp, mb = pp > 1 ? s->microbatches : 1;

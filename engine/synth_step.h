@@ -55,8 +55,9 @@ void kv_synth_free(kv_synth *s); /* NULL is a no-op */
 /* The plan (borrowed; valid until kv_synth_free). */
 const kv_synth_plan *kv_synth_plan_of(const kv_synth *s);
 /* Charges one step over batch bt to the clock (the forward pass's place).
- * Checks the batch's sizes like kv_forward_run: KV_ERR_INVAL with err on a
- * batch beyond the limits, and then charges nothing. */
+ * Checks the batch like kv_forward_run: KV_ERR_INVAL with err on a batch
+ * beyond the limits, KV_ERR_RANGE on a bad position, sequence or logit
+ * row, and then charges nothing. */
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "../../engine/engine.h"
 #include "../../engine/sampler.h"
+#include "../../engine/synth_step.h"
 #include "../../engine/synthetic.h"
 #include "../engine_helpers.h"
 #include "../harness.h"
@@ -298,6 +299,46 @@ static void test_synthetic_step_time(void) {
     CHECKF(tp4 > 141e9 / 4 / (3.35e12 * 0.8), "TP=4 %.2f ms is below the weight-read floor", tp4 * 1e3);
 }
 
+/* A bad batch is refused and charges nothing; a good one charges. */
+static void test_synthetic_step_checks(void) {
+    kv_config c;
+    synth_config(&c, "llama-3-8b", "fp16", "h100", 1);
+    kv_err err = {0};
+    kv_model *m = kv_synth_model_new(&c, &err);
+    kv_backend *b = kv_backend_create_on("sim", "h100", 1, &err);
+    REQUIRE(m && b);
+    kv_synth *s = kv_synth_new(m, &c, b, kv_model_kv_bytes_per_token(m, KV_CACHE_F16) * 16, 16, 8, 2, &err);
+    REQUIRE(s);
+    int32_t tok[3] = {300, 301, 302}, pos[3] = {0, 1, 0}, seq[3] = {0, 0, 1}, rows[2] = {1, 2};
+    kv_batch bt = {.n_tokens = 3, .tokens = tok, .ab = {.n_tokens = 3, .pos = pos, .seq = seq, .n_seqs = 2},
+                   .n_logits = 2, .logit_rows = rows};
+    kv_backend_clock clk;
+    kv_backend_clock_get(b, &clk);
+    double t0 = clk.elapsed_s;
+    seq[2] = 2; /* no such sequence */
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_RANGE && strstr(err.msg, "sequence"));
+    seq[2] = 1;
+    rows[1] = 3;
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_RANGE && strstr(err.msg, "logit row"));
+    rows[1] = 2;
+    bt.n_tokens = 9; /* beyond max_tokens */
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_INVAL);
+    bt.n_tokens = 3;
+    kv_backend_clock_get(b, &clk);
+    CHECK(clk.elapsed_s == t0);
+    CHECK(kv_synth_step(s, &bt, &err) == 0);
+    kv_backend_clock_get(b, &clk);
+    CHECK(clk.elapsed_s > t0 + 16e9 / 3.35e12); /* at least the weights' read */
+    /* a synthetic model needs a backend with a clock to charge */
+    kv_backend *cpu = kv_backend_create("cpu", 1, &err);
+    REQUIRE(cpu);
+    CHECK(kv_synth_new(m, &c, cpu, 1 << 20, 16, 8, 2, &err) == NULL && strstr(err.msg, "backend: sim"));
+    kv_backend_free(cpu);
+    kv_synth_free(s);
+    kv_backend_free(b);
+    kv_model_free(m);
+}
+
 /* Disaggregated: a second TP group for prefill (twice the devices and the
  * price); a pure decode step costs what it costs co-located, a step mixing
  * a prefill chunk with decode tokens costs the longer pool, not the sum. */
@@ -336,4 +377,5 @@ static void test_synthetic_disaggregated(void) {
 }
 
 TEST_MAIN(T(test_synthetic_matches_cpu_sim), T(test_synthetic_matches_cpu_sim_swap), T(test_synthetic_shapes),
-          T(test_synthetic_memory_plan), T(test_synthetic_step_time), T(test_synthetic_disaggregated))
+          T(test_synthetic_memory_plan), T(test_synthetic_step_time),
+          T(test_synthetic_step_checks), T(test_synthetic_disaggregated))
