@@ -231,9 +231,10 @@ static void test_synthetic_memory_plan(void) {
     CHECK(s->kv_bytes_per_token == 327680 && g->usd_per_hour == 2 * 1.79);
     kv_snapshot_free(s);
     kv_engine_free(e);
-    /* speculative decoding is refused, not ignored; so is expert parallel on a dense model */
+    /* a draft model file is refused, not ignored; so is expert parallel on a dense model */
     synth_config(&c, "llama-3-8b", "fp16", "h100", 1);
-    c.spec.method = KV_SPEC_NGRAM;
+    c.spec.method = KV_SPEC_DRAFT_MODEL;
+    snprintf(c.spec.draft_model, sizeof c.spec.draft_model, "x.gguf");
     CHECK(kv_engine_new(&c, &err) == NULL && strstr(err.msg, "spec.method"));
     synth_config(&c, "llama-3-8b", "fp16", "h100", 2);
     c.sim.ep = 2;
@@ -297,6 +298,51 @@ static void test_synthetic_step_time(void) {
     double pp4 = decode_step_s(&c, 8, 256);
     CHECKF(tp4 > 0 && pp4 > 2.0 * tp4, "70B decode: TP=4 %.2f ms, PP=4 %.2f ms", tp4 * 1e3, pp4 * 1e3);
     CHECKF(tp4 > 141e9 / 4 / (3.35e12 * 0.8), "TP=4 %.2f ms is below the weight-read floor", tp4 * 1e3);
+}
+
+/* Synthetic speculative decoding: drafts accepted per position with
+ * probability p give (1 - p^(k+1)) / (1 - p) tokens per verify, the same
+ * tokens as plain decoding, and a speed-up when p is high; a self draft of
+ * 8 of 80 layers makes a low p a slow-down. */
+static double spec_run(int method, double p, double *mean_len, uint64_t *out_tokens) {
+    kv_config c;
+    synth_config(&c, "llama-3-70b", "fp16", "h100", 4);
+    c.sim.cuda_graphs = 1;
+    c.spec.method = (kv_spec_method)method;
+    c.spec.k = 4;
+    c.spec.adaptive = 0;
+    c.spec.min_acceptance = 0;
+    c.spec.draft_layers = 8;
+    c.sim.spec_acceptance = p;
+    kv_engine *e = test_engine_new(&c);
+    if (!e) return -1;
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = 400 + i;
+    for (int r = 0; r < 4; r++) {
+        ids[0] = 300 + r;
+        test_submit(e, NULL, ids, 64, 200, 1, 0);
+    }
+    kv_engine_run_until_idle(e);
+    kv_metrics_summary m;
+    kv_engine_metrics(e, &m);
+    *mean_len = m.spec_mean_accepted_len;
+    *out_tokens = m.output_tokens;
+    kv_engine_free(e);
+    return m.sim_device_s;
+}
+
+static void test_synthetic_spec(void) {
+    double len, len_hi, len_lo;
+    uint64_t n0, n1, n2;
+    double t_off = spec_run(KV_SPEC_OFF, 0, &len, &n0);
+    double t_hi = spec_run(KV_SPEC_SELF, 0.9, &len_hi, &n1);
+    double t_lo = spec_run(KV_SPEC_SELF, 0.2, &len_lo, &n2);
+    CHECK(n0 == 800 && n1 == 800 && n2 == 800);
+    double want_hi = (1 - pow(0.9, 5)) / 0.1, want_lo = (1 - pow(0.2, 5)) / 0.8;
+    CHECKF(fabs(len_hi - want_hi) < 0.25 && fabs(len_lo - want_lo) < 0.15, "accepted length %.2f (%.2f), %.2f (%.2f)",
+           len_hi, want_hi, len_lo, want_lo);
+    CHECKF(t_hi > 0 && t_off / t_hi > 2.0, "p = 0.9: %.2fx", t_off / t_hi);
+    CHECKF(t_lo > t_off, "p = 0.2: %.2fx (a slow-down)", t_off / t_lo);
 }
 
 /* A bad batch is refused and charges nothing; a good one charges. */
@@ -378,4 +424,4 @@ static void test_synthetic_disaggregated(void) {
 
 TEST_MAIN(T(test_synthetic_matches_cpu_sim), T(test_synthetic_matches_cpu_sim_swap), T(test_synthetic_shapes),
           T(test_synthetic_memory_plan), T(test_synthetic_step_time),
-          T(test_synthetic_step_checks), T(test_synthetic_disaggregated))
+          T(test_synthetic_step_checks), T(test_synthetic_disaggregated), T(test_synthetic_spec))
