@@ -202,7 +202,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     if (kv_backend_reserve(e->be, &alim, err) != 0) goto fail;
     e->sched = kv_sched_new(&e->sp, e->cache, err);
     if (!e->sched) goto fail;
-    if (cfg->spec.method != KV_SPEC_OFF) {
+    if (cfg->spec.method != KV_SPEC_OFF && !e->synth) { /* a synthetic model drafts in synth_step.c */
         e->spec = kv_spec_new(cfg, e->model, e->be, e->cache, cfg->scheduler.max_seqs, T, err);
         if (!e->spec) goto fail;
         e->items = malloc((size_t)cfg->scheduler.max_seqs * sizeof *e->items);

@@ -259,7 +259,51 @@ static void process_cancels(kv_engine *e) {
  * NOTE: only requests that were drafted for can hold draft-cache blocks,
  * and they are kept on a list (spec_hold), so giving blocks back costs
  * those, not the whole waiting queue. */
+/* A synthetic model's drafts (spec.method on a synthetic model): every
+ * decoding request proposes spec.k ids (kv_synth_draft_token) before the
+ * schedule; the scheduler keeps what fits. */
+static void synth_plan_drafts(kv_engine *e) {
+    kv_sreq *const *run;
+    int nrun = kv_sched_running(e->sched, &run);
+    for (int i = 0; i < nrun; i++) {
+        kv_sreq *r = run[i];
+        r->n_draft = 0;
+        if (r->state != KV_REQ_RUNNING || r->n_tokens - r->n_computed != 1 || kv_sreq_n_generated(r) == 0) continue;
+        int k = KV_MIN(e->spec_k, r->cap_draft);
+        for (int j = 0; j < k; j++) r->draft[j] = kv_synth_draft_token(e->synth, e->cfg.workload.seed, r->id, r->n_tokens + j);
+        r->n_draft = k;
+    }
+}
+
+/* Charges drafting for what the scheduler kept of the synthetic drafts. */
+static void synth_draft_cost(kv_engine *e, const kv_sched_out *o) {
+    int n = 0, k = 0;
+    double ctx = 0;
+    for (int i = 0; i < o->n_reqs; i++)
+        if (o->reqs[i]->n_sched_draft > 0) {
+            n++;
+            k = KV_MAX(k, o->reqs[i]->n_sched_draft);
+            ctx += o->reqs[i]->n_computed + 1;
+        }
+    kv_synth_draft_cost(e->synth, n, ctx, k);
+}
+
+/* Greedy verification of a synthetic model's drafts: the target's id at
+ * each drafted position is known (kv_synth_token), so drafts are accepted
+ * while they match; the first mismatch gives the target's id instead, and
+ * all matching gives a bonus id after them. Returns the ids written. */
+static int synth_verify(kv_engine *e, const kv_sreq *s, int32_t *out) {
+    int j = 0;
+    for (; j < s->n_sched_draft; j++) {
+        out[j] = kv_synth_token(e->model, e->cfg.workload.seed, s->id, s->n_tokens + j);
+        if (s->draft[j] != out[j]) return j + 1;
+    }
+    out[j] = kv_synth_token(e->model, e->cfg.workload.seed, s->id, s->n_tokens + j);
+    return j + 1;
+}
+
 static int spec_plan(kv_engine *e) {
+    if (e->synth && e->spec_k > 0) synth_plan_drafts(e);
     if (!e->spec) return 0;
     for (ereq *r = e->spec_held, *next; r; r = next) {
         next = r->held_next;
@@ -303,6 +347,7 @@ static int logits_finite(const kv_engine *e, const kv_sreq *s) {
 static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
     kv_sreq *s = &r->s;
     if (e->synth) { /* a synthetic model: the id follows from the seed, the request and the position */
+        if (s->n_sched_draft > 0) return synth_verify(e, s, out);
         out[0] = kv_synth_token(e->model, e->cfg.workload.seed, s->id, s->n_tokens);
         return 1;
     }
@@ -387,6 +432,7 @@ static int step_locked(kv_engine *e) {
         rc = n;
         n = 0;
     }
+    if (e->synth && e->spec_k > 0) synth_draft_cost(e, o);
     if (n_items > 0) {
         /* model drafts for exactly what the scheduler kept, batched over
          * every speculating sequence */

@@ -29,13 +29,18 @@ struct kv_synth {
     double kv_row_bytes;     /* one (token, kv head) row in kv.dtype */
     int block_size;
     int max_tokens, max_logits;
-    int32_t *seq_ctx;        /* (max_tokens) scratch of kv_sim_attention_sums */
+    int seq_cap;             /* sequences a batch may have: max(max_tokens, scheduler.max_seqs) */
+    int32_t *seq_ctx;        /* (seq_cap) scratch of kv_sim_attention_sums */
     /* disaggregated prefill/decode (sim.disaggregated) */
     int disagg;              /* bool */
     int prefill_groups;      /* tensor-parallel groups in the prefill pool */
     double kv_token_bytes;   /* one token's KV, all layers (what a hand-over moves) */
-    int32_t *scratch;        /* (5 * max_tokens) token counts per sequence, then the two
-                                pools' positions and sequences */
+    int32_t *scratch;        /* (seq_cap + 4 * max_tokens) token counts per sequence, then the
+                                two pools' positions and sequences */
+    /* synthetic speculative decoding */
+    kv_spec_method spec;     /* spec.method (never draft_model) */
+    int draft_layers;        /* self: layers a draft token runs */
+    double acceptance;       /* sim.spec_acceptance */
 };
 
 /* ceil(a / b) for positive ints */
@@ -69,10 +74,13 @@ static int check_parallel(const kv_model *m, const kv_config *cfg, kv_err *err) 
         return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d devices for %d experts", cfg->sim.ep, m->n_experts);
     if (cfg->sim.disaggregated && cfg->sim.pp > 1)
         return kv_err_set(err, KV_ERR_INVAL, "sim.disaggregated: pools of pipelines are not modelled (sim.pp must be 1)");
-    if (cfg->spec.method != KV_SPEC_OFF)
+    if (cfg->spec.method == KV_SPEC_DRAFT_MODEL)
         return kv_err_set(err, KV_ERR_INVAL,
-                          "spec.method: speculative decoding is not modelled on a synthetic model yet (drafts need a "
-                          "draft model's logits)");
+                          "spec.method: a synthetic model drafts with self (its first spec.draft_layers layers) or "
+                          "ngram (free drafts); draft_model needs a second model file");
+    if (cfg->spec.method == KV_SPEC_SELF && cfg->spec.draft_layers >= hp->n_layers)
+        return kv_err_set(err, KV_ERR_INVAL, "spec.draft_layers: %d of %d layers is no cheaper draft",
+                          cfg->spec.draft_layers, hp->n_layers);
     return 0;
 }
 
@@ -156,7 +164,8 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     if (check_parallel(m, cfg, err)) return NULL;
     kv_synth *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->seq_ctx = calloc((size_t)max_tokens, sizeof *s->seq_ctx);
+    s->seq_cap = max_tokens > cfg->scheduler.max_seqs ? max_tokens : cfg->scheduler.max_seqs;
+    s->seq_ctx = calloc((size_t)s->seq_cap, sizeof *s->seq_ctx);
     if (!s->seq_ctx) goto oom;
     const kv_hparams *hp = &m->hp;
     s->m = m;
@@ -182,6 +191,9 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     s->ffn_t = cdiv(hp->ffn_dim, p->tp);
     s->ffn_e = p->ep > 1 ? hp->ffn_dim : s->ffn_t;
     s->vocab_t = cdiv(hp->n_vocab, p->tp);
+    s->spec = cfg->spec.method;
+    s->draft_layers = cfg->spec.draft_layers;
+    s->acceptance = cfg->sim.spec_acceptance;
     s->disagg = cfg->sim.disaggregated;
     s->prefill_groups = cfg->sim.prefill_devices > 0 ? cfg->sim.prefill_devices : 1;
     s->kv_token_bytes = (double)block_bytes / block_size;
@@ -189,7 +201,7 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
         /* the decode pool is one group of tp devices and holds the KV
          * cache; the prefill pool adds prefill_groups more */
         p->n_devices = p->tp * (1 + s->prefill_groups);
-        if (!(s->scratch = calloc((size_t)max_tokens * 5, sizeof *s->scratch))) goto oom;
+        if (!(s->scratch = calloc((size_t)s->seq_cap + (size_t)max_tokens * 4, sizeof *s->scratch))) goto oom;
     }
     if (plan_memory(s, cfg, block_bytes, err)) {
         kv_synth_free(s);
@@ -337,7 +349,7 @@ static double ops_seconds(const kv_synth *s, const kv_sim_cost *ops, int nops, d
 static void disagg_layers(kv_synth *s, const kv_batch *bt) {
     const kv_hparams *hp = &s->m->hp;
     const int n = bt->n_tokens;
-    int32_t *cnt = s->scratch, *pp_ = s->scratch + n, *sp = pp_ + n, *pd = sp + n, *sd = pd + n;
+    int32_t *cnt = s->scratch, *pp_ = s->scratch + s->seq_cap, *sp = pp_ + n, *pd = sp + n, *sd = pd + n;
     for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]] = 0;
     for (int i = 0; i < n; i++) cnt[bt->ab.seq[i]]++;
     int np = 0, nd = 0;
@@ -375,10 +387,17 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     if (!s || !bt) return kv_err_set(err, KV_ERR_INVAL, "synthetic step: bad arguments");
     const kv_hparams *hp = &s->m->hp;
     const int n = bt->n_tokens;
-    if (n <= 0 || n > s->max_tokens || bt->n_logits < 0 || bt->n_logits > s->max_logits || bt->ab.n_seqs > n ||
-        bt->ab.n_seqs < 0 || !bt->ab.pos || !bt->ab.seq)
-        return kv_err_set(err, KV_ERR_INVAL, "synthetic step: %d tokens, %d logits, %d sequences (limits %d, %d)", n,
-                          bt->n_logits, bt->ab.n_seqs, s->max_tokens, s->max_logits);
+    if (n <= 0 || n > s->max_tokens || bt->n_logits < 0 || bt->n_logits > s->max_logits ||
+        bt->ab.n_seqs > s->seq_cap || bt->ab.n_seqs < 0 || !bt->ab.pos || !bt->ab.seq ||
+        (bt->n_logits > 0 && !bt->logit_rows))
+        return kv_err_set(err, KV_ERR_INVAL, "synthetic step: %d tokens, %d logits, %d sequences (limits %d, %d, %d)",
+                          n, bt->n_logits, bt->ab.n_seqs, s->max_tokens, s->max_logits, s->seq_cap);
+    for (int i = 0; i < n; i++)
+        if (bt->ab.pos[i] < 0 || bt->ab.seq[i] < 0 || bt->ab.seq[i] >= bt->ab.n_seqs)
+            return kv_err_set(err, KV_ERR_RANGE, "synthetic step: token %d has bad position/sequence", i);
+    for (int i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= n)
+            return kv_err_set(err, KV_ERR_RANGE, "synthetic step: logit row %d out of range", bt->logit_rows[i]);
     kv_backend *b = s->b;
     const kv_sim_device *d = s->plan.dev;
     int pp = s->plan.pp, mb = pp > 1 ? s->microbatches : 1;
@@ -425,4 +444,31 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
                                                  : (double)nl * sizeof(int32_t));
     }
     return 0;
+}
+
+/* ---- speculative decoding ------------------------------------------------ */
+
+int32_t kv_synth_draft_token(const kv_synth *s, uint64_t seed, int64_t request, int pos) {
+    int32_t t = kv_synth_token(s->m, seed, request, pos);
+    /* accepted with probability sim.spec_acceptance, drawn per position
+     * from its own stream (the same whatever the batch) */
+    uint64_t z = kv_synth_token(s->m, seed ^ 0x5DEECE66Dull, request, pos) * 0x9E3779B97F4A7C15ull;
+    z ^= z >> 29;
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    if (u < s->acceptance) return t;
+    int n = s->m->hp.n_vocab - 259;
+    return n > 1 ? 259 + (t - 259 + 1) % n : t; /* any other id: rejected */
+}
+
+void kv_synth_draft_cost(kv_synth *s, int n_seqs, double kv_rows, int k) {
+    if (!s || n_seqs <= 0 || k <= 0 || s->spec != KV_SPEC_SELF) return; /* ngram drafts cost nothing */
+    const kv_hparams *hp = &s->m->hp;
+    kv_sim_cost ops[LAYER_OPS];
+    double comm;
+    /* each of the k draft tokens: one token per sequence through the first
+     * draft_layers layers and the head, reading each sequence's KV */
+    int nops = layer_ops(s, n_seqs, kv_rows * s->qh * (4.0 * hp->head_dim + 5.0), kv_rows, ops, &comm);
+    charge_ops(s, ops, nops, comm, s->draft_layers * k);
+    ops[0] = kv_sim_cost_matmul(kv_synth_row_bytes(s->dt, hp->dim) * s->vocab_t, hp->dim, s->vocab_t, n_seqs, s->peak);
+    charge_ops(s, ops, 1, 0.0, k);
 }

@@ -55,8 +55,19 @@ void kv_synth_free(kv_synth *s); /* NULL is a no-op */
 /* The plan (borrowed; valid until kv_synth_free). */
 const kv_synth_plan *kv_synth_plan_of(const kv_synth *s);
 /* Charges one step over batch bt to the clock (the forward pass's place).
- * Checks the batch's sizes like kv_forward_run: KV_ERR_INVAL with err on a
- * batch beyond the limits, and then charges nothing. */
+ * Checks the batch like kv_forward_run: KV_ERR_INVAL with err on a batch
+ * beyond the limits, KV_ERR_RANGE on a bad position, sequence or logit
+ * row, and then charges nothing. */
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err);
+
+/* Synthetic speculative decoding. The draft of position pos of a request:
+ * the target's own id there (kv_synth_token) with probability
+ * sim.spec_acceptance, drawn per position, else another id (rejected by
+ * greedy verification). */
+int32_t kv_synth_draft_token(const kv_synth *s, uint64_t seed, int64_t request, int pos);
+/* Charges drafting k tokens for n_seqs sequences whose contexts sum to
+ * kv_rows: spec.method self runs the first spec.draft_layers layers and the
+ * head per draft token; ngram drafts cost nothing. */
+void kv_synth_draft_cost(kv_synth *s, int n_seqs, double kv_rows, int k);
 
 #endif

@@ -8,7 +8,10 @@
  * (host <-> device copies: bytes / link bandwidth + launch). mem_info reports
  * the device's memory, and allocations beyond it fail as they would there.
  * The engine reads the clock through the table (ops.clock, backend.h), not
- * through this header; status and reserve forward to the inner backend. */
+ * through this header; status and reserve forward to the inner backend.
+ * The device table and the cost of each op are in sim_cost.h; a synthetic
+ * model (engine/synth_step.c) charges ops it does not compute through
+ * ops.charge, which adds the same costs to the same clock. */
 #ifndef KV_SIM_H
 #define KV_SIM_H
 

@@ -228,8 +228,12 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         char rate[24], sd[16];
         kv_format_rate(rate, sizeof rate, m->sim_output_tokens_per_s, "tok/s");
         kv_format_ms(sd, sizeof sd, last ? last->sim_ms : 0, last != NULL);
-        panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s",
-              s->sim_device[0] ? s->sim_device : "gpu", sd, rate);
+        char cost[48] = ""; /* a synthetic model's devices: what the output costs at this rate */
+        if (s->gpu.valid && s->gpu.usd_per_hour > 0 && m->sim_output_tokens_per_s > 0)
+            snprintf(cost, sizeof cost, ", $%.3f/M tok at $%.2f/h", s->gpu.usd_per_hour / 3600.0 /
+                     m->sim_output_tokens_per_s * 1e6, s->gpu.usd_per_hour);
+        panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s%s",
+              s->sim_device[0] ? s->sim_device : "gpu", sd, rate, cost);
     }
     /* Preemption chains (the KV cascade demo) and the dynamic batch size. */
     if (y <= ih && (m->preemptions > 0 || m->batch_cap > 0)) {

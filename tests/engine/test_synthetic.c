@@ -13,6 +13,7 @@
 
 #include "../../engine/engine.h"
 #include "../../engine/sampler.h"
+#include "../../engine/synth_step.h"
 #include "../../engine/synthetic.h"
 #include "../engine_helpers.h"
 #include "../harness.h"
@@ -230,9 +231,10 @@ static void test_synthetic_memory_plan(void) {
     CHECK(s->kv_bytes_per_token == 327680 && g->usd_per_hour == 2 * 1.79);
     kv_snapshot_free(s);
     kv_engine_free(e);
-    /* speculative decoding is refused, not ignored; so is expert parallel on a dense model */
+    /* a draft model file is refused, not ignored; so is expert parallel on a dense model */
     synth_config(&c, "llama-3-8b", "fp16", "h100", 1);
-    c.spec.method = KV_SPEC_NGRAM;
+    c.spec.method = KV_SPEC_DRAFT_MODEL;
+    snprintf(c.spec.draft_model, sizeof c.spec.draft_model, "x.gguf");
     CHECK(kv_engine_new(&c, &err) == NULL && strstr(err.msg, "spec.method"));
     synth_config(&c, "llama-3-8b", "fp16", "h100", 2);
     c.sim.ep = 2;
@@ -298,6 +300,91 @@ static void test_synthetic_step_time(void) {
     CHECKF(tp4 > 141e9 / 4 / (3.35e12 * 0.8), "TP=4 %.2f ms is below the weight-read floor", tp4 * 1e3);
 }
 
+/* Synthetic speculative decoding: drafts accepted per position with
+ * probability p give (1 - p^(k+1)) / (1 - p) tokens per verify, the same
+ * tokens as plain decoding, and a speed-up when p is high; a self draft of
+ * 8 of 80 layers makes a low p a slow-down. */
+static double spec_run(int method, double p, double *mean_len, uint64_t *out_tokens) {
+    kv_config c;
+    synth_config(&c, "llama-3-70b", "fp16", "h100", 4);
+    c.sim.cuda_graphs = 1;
+    c.spec.method = (kv_spec_method)method;
+    c.spec.k = 4;
+    c.spec.adaptive = 0;
+    c.spec.min_acceptance = 0;
+    c.spec.draft_layers = 8;
+    c.sim.spec_acceptance = p;
+    kv_engine *e = test_engine_new(&c);
+    if (!e) return -1;
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = 400 + i;
+    for (int r = 0; r < 4; r++) {
+        ids[0] = 300 + r;
+        test_submit(e, NULL, ids, 64, 200, 1, 0);
+    }
+    kv_engine_run_until_idle(e);
+    kv_metrics_summary m;
+    kv_engine_metrics(e, &m);
+    *mean_len = m.spec_mean_accepted_len;
+    *out_tokens = m.output_tokens;
+    kv_engine_free(e);
+    return m.sim_device_s;
+}
+
+static void test_synthetic_spec(void) {
+    double len, len_hi, len_lo;
+    uint64_t n0, n1, n2;
+    double t_off = spec_run(KV_SPEC_OFF, 0, &len, &n0);
+    double t_hi = spec_run(KV_SPEC_SELF, 0.9, &len_hi, &n1);
+    double t_lo = spec_run(KV_SPEC_SELF, 0.2, &len_lo, &n2);
+    CHECK(n0 == 800 && n1 == 800 && n2 == 800);
+    double want_hi = (1 - pow(0.9, 5)) / 0.1, want_lo = (1 - pow(0.2, 5)) / 0.8;
+    CHECKF(fabs(len_hi - want_hi) < 0.25 && fabs(len_lo - want_lo) < 0.15, "accepted length %.2f (%.2f), %.2f (%.2f)",
+           len_hi, want_hi, len_lo, want_lo);
+    CHECKF(t_hi > 0 && t_off / t_hi > 2.0, "p = 0.9: %.2fx", t_off / t_hi);
+    CHECKF(t_lo > t_off, "p = 0.2: %.2fx (a slow-down)", t_off / t_lo);
+}
+
+/* A bad batch is refused and charges nothing; a good one charges. */
+static void test_synthetic_step_checks(void) {
+    kv_config c;
+    synth_config(&c, "llama-3-8b", "fp16", "h100", 1);
+    kv_err err = {0};
+    kv_model *m = kv_synth_model_new(&c, &err);
+    kv_backend *b = kv_backend_create_on("sim", "h100", 1, &err);
+    REQUIRE(m && b);
+    kv_synth *s = kv_synth_new(m, &c, b, kv_model_kv_bytes_per_token(m, KV_CACHE_F16) * 16, 16, 8, 2, &err);
+    REQUIRE(s);
+    int32_t tok[3] = {300, 301, 302}, pos[3] = {0, 1, 0}, seq[3] = {0, 0, 1}, rows[2] = {1, 2};
+    kv_batch bt = {.n_tokens = 3, .tokens = tok, .ab = {.n_tokens = 3, .pos = pos, .seq = seq, .n_seqs = 2},
+                   .n_logits = 2, .logit_rows = rows};
+    kv_backend_clock clk;
+    kv_backend_clock_get(b, &clk);
+    double t0 = clk.elapsed_s;
+    seq[2] = 2; /* no such sequence */
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_RANGE && strstr(err.msg, "sequence"));
+    seq[2] = 1;
+    rows[1] = 3;
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_RANGE && strstr(err.msg, "logit row"));
+    rows[1] = 2;
+    bt.n_tokens = 9; /* beyond max_tokens */
+    CHECK(kv_synth_step(s, &bt, &err) == KV_ERR_INVAL);
+    bt.n_tokens = 3;
+    kv_backend_clock_get(b, &clk);
+    CHECK(clk.elapsed_s == t0);
+    CHECK(kv_synth_step(s, &bt, &err) == 0);
+    kv_backend_clock_get(b, &clk);
+    CHECK(clk.elapsed_s > t0 + 16e9 / 3.35e12); /* at least the weights' read */
+    /* a synthetic model needs a backend with a clock to charge */
+    kv_backend *cpu = kv_backend_create("cpu", 1, &err);
+    REQUIRE(cpu);
+    CHECK(kv_synth_new(m, &c, cpu, 1 << 20, 16, 8, 2, &err) == NULL && strstr(err.msg, "backend: sim"));
+    kv_backend_free(cpu);
+    kv_synth_free(s);
+    kv_backend_free(b);
+    kv_model_free(m);
+}
+
 /* Disaggregated: a second TP group for prefill (twice the devices and the
  * price); a pure decode step costs what it costs co-located, a step mixing
  * a prefill chunk with decode tokens costs the longer pool, not the sum. */
@@ -336,4 +423,5 @@ static void test_synthetic_disaggregated(void) {
 }
 
 TEST_MAIN(T(test_synthetic_matches_cpu_sim), T(test_synthetic_matches_cpu_sim_swap), T(test_synthetic_shapes),
-          T(test_synthetic_memory_plan), T(test_synthetic_step_time), T(test_synthetic_disaggregated))
+          T(test_synthetic_memory_plan), T(test_synthetic_step_time),
+          T(test_synthetic_step_checks), T(test_synthetic_disaggregated), T(test_synthetic_spec))
