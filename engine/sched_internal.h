@@ -181,4 +181,34 @@ int sched_cut_ok(const kv_sched *s, const wait_tail *t, const kv_sreq *r);
 /* Makes the queue from position i on the tail (one WAIT decision). */
 void sched_start_tail(kv_sched *s, const wait_tail *t, int i);
 
+/* ---- scheduler.c: what sched_admit.c uses ---- */
+
+/* Removes r from q[0..*n); 1 when it was there. */
+int sched_remove_from(kv_sreq **q, int *n, const kv_sreq *r);
+/* Adds the cache's hit and copy counts since `before` to r's and s's. */
+void sched_note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats *before);
+/* Reserves room for n_new more tokens of r, counting what it copied. */
+int sched_reserve_tracked(kv_sched *s, kv_sreq *r, int n_new);
+/* Sorts q[0..n) into scheduling order (guard: with the starvation guard). */
+void sched_sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard);
+void sched_running_add(kv_sched *s, kv_sreq *r);
+/* Preempts v (recompute or swap) to make room for for_req. */
+void sched_preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req);
+/* Puts r in this step's batch with n_new tokens, n_draft of them drafts. */
+void sched_put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft);
+/* Tokens r gets this step; *n_draft (OUT) how many of them are drafts. */
+int sched_plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft);
+static inline int sched_ceil_div(int a, int b) { return (a + b - 1) / b; }
+/* A static batch is running (no admission until it drains). */
+static inline int sched_batch_active(const kv_sched *s) {
+    return s->p.policy == KV_POLICY_STATIC && s->batch_live > 0;
+}
+
+/* ---- sched_admit.c ---- */
+
+/* Brings swapped requests back in while blocks allow. */
+void sched_schedule_swapped(kv_sched *s);
+/* Admits waiting requests in order under the step's budgets. */
+void sched_schedule_waiting(kv_sched *s);
+
 #endif

@@ -56,7 +56,7 @@ static int push(kv_sreq ***q, int *n, int *cap, kv_sreq *r) {
     return 0;
 }
 
-static int remove_from(kv_sreq **q, int *n, const kv_sreq *r) {
+int sched_remove_from(kv_sreq **q, int *n, const kv_sreq *r) {
     for (int i = 0; i < *n; i++)
         if (q[i] == r) {
             memmove(q + i, q + i + 1, (size_t)(*n - i - 1) * sizeof *q);
@@ -66,7 +66,6 @@ static int remove_from(kv_sreq **q, int *n, const kv_sreq *r) {
     return 0;
 }
 
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Records a decision of this step. The list only grows when it must; a
  * failed growth drops the decision rather than the step. */
@@ -85,7 +84,7 @@ void sched_decide(kv_sched *s, kv_decision_kind kind, int64_t req, const char *f
 
 /* Cache operations that may evict cached blocks or copy a shared one: the
  * counters' difference becomes EVICT / COW decisions naming the request. */
-static void note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats *before) {
+void sched_note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats *before) {
     kv_cache_stats after;
     kv_cache_get_stats(s->c, &after);
     uint64_t ev = after.evictions - before->evictions, cow = after.cow_copies - before->cow_copies;
@@ -101,12 +100,12 @@ static void note_cache_delta(kv_sched *s, const kv_sreq *r, const kv_cache_stats
     }
 }
 
-static int reserve_tracked(kv_sched *s, kv_sreq *r, int n_new) {
+int sched_reserve_tracked(kv_sched *s, kv_sreq *r, int n_new) {
     if (r->seq.n_reserved >= r->seq.n_tokens + n_new) return 0;
     kv_cache_stats before;
     kv_cache_get_stats(s->c, &before);
     int rc = kv_cache_seq_reserve(s->c, &r->seq, n_new);
-    note_cache_delta(s, r, &before);
+    sched_note_cache_delta(s, r, &before);
     return rc;
 }
 
@@ -248,7 +247,7 @@ static int before(const kv_sched *s, const kv_sreq *a, const kv_sreq *b, int gua
 
 /* Insertion sort for the short queues (running, swapped): nearly sorted
  * from step to step, and the comparison needs the scheduler. */
-static void sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
+void sched_sort_queue(const kv_sched *s, kv_sreq **q, int n, int guard) {
     for (int i = 1; i < n; i++) {
         kv_sreq *x = q[i];
         int j = i - 1;
@@ -275,13 +274,13 @@ kv_sreq *sched_victim_below(const kv_sched *s, int prio) {
  * what preempting them all frees: shared blocks stay). */
 int sched_blocks_below(const kv_sched *s, int prio) { return kv_vq_blocks_below(&s->victims, prio); }
 
-static void running_add(kv_sched *s, kv_sreq *r) {
+void sched_running_add(kv_sched *s, kv_sreq *r) {
     push(&s->running, &s->n_running, &s->cap_running, r); /* capacity ensured by kv_sched_add */
     kv_vq_insert(&s->victims, r);
 }
 
 static int running_remove(kv_sched *s, const kv_sreq *r) {
-    if (!remove_from(s->running, &s->n_running, r)) return 0;
+    if (!sched_remove_from(s->running, &s->n_running, r)) return 0;
     kv_vq_remove(&s->victims, r);
     return 1;
 }
@@ -289,11 +288,11 @@ static int running_remove(kv_sched *s, const kv_sreq *r) {
 /* ---- scheduling ---- */
 
 static void unschedule(kv_sched *s, kv_sreq *r) {
-    if (r->n_sched > 0 && remove_from(s->sched, &s->n_sched, r)) s->budget += r->n_sched;
+    if (r->n_sched > 0 && sched_remove_from(s->sched, &s->n_sched, r)) s->budget += r->n_sched;
     r->n_sched = r->n_sched_draft = 0;
 }
 
-static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
+void sched_preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
     char chain[40];
     sched_chain_preempt(s, v, for_req, chain, sizeof chain);
     unschedule(s, v);
@@ -350,7 +349,7 @@ static void preempt(kv_sched *s, kv_sreq *v, const kv_sreq *for_req) {
     if (!s->in_waiting_loop) v->wait_seq = s->n_calls - 1;
 }
 
-static void put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
+void sched_put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
     r->n_sched = n_new;
     r->n_sched_draft = n_draft;
     r->is_prefill = !(r->n_tokens - r->n_computed == 1 && kv_sreq_n_generated(r) > 0);
@@ -360,7 +359,7 @@ static void put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft) {
 }
 
 /* Tokens r would run this step within the budget, and its drafts. */
-static int plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft) {
+int sched_plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft) {
     int remaining = r->n_tokens - r->n_computed;
     *n_draft = 0;
     if (remaining <= 0 || s->budget <= 0) return 0;
@@ -380,10 +379,10 @@ static int plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft) {
  * tokens need blocks the pool does not have. */
 static void schedule_running(kv_sched *s, kv_sreq *r) {
     int n_draft;
-    int n_new = plan_tokens(s, r, &n_draft);
+    int n_new = sched_plan_tokens(s, r, &n_draft);
     if (n_new == 0) return;
     for (;;) {
-        int rc = reserve_tracked(s, r, n_new);
+        int rc = sched_reserve_tracked(s, r, n_new);
         if (rc == 0) break;
         if (rc < 0) { /* internal error from the cache: leave r out of this step */
             sched_decide(s, KV_DEC_WAIT, r->id, "#%lld: cache refused to grow (%d)", (long long)r->id, rc);
@@ -396,240 +395,10 @@ static void schedule_running(kv_sched *s, kv_sreq *r) {
         }
         kv_sreq *v = pick_victim(s);
         if (!v) return;
-        preempt(s, v, r);
+        sched_preempt(s, v, r);
         if (v == r) return;
     }
-    put_scheduled(s, r, n_new, n_draft);
-}
-
-static int batch_active(const kv_sched *s) { return s->p.policy == KV_POLICY_STATIC && s->batch_live > 0; }
-
-/* Tries to bring swapped requests back, oldest/highest first. */
-static void schedule_swapped(kv_sched *s) {
-    if (s->n_swapped == 0) return;
-    sort_queue(s, s->swapped, s->n_swapped, 1);
-    for (int i = 0; i < s->n_swapped;) {
-        kv_sreq *r = s->swapped[i];
-        if (s->n_running >= sched_max_seqs(s)) {
-            sched_wait_reason(s, r, why_of(r), W_SW_MAXSEQS, 0, 0);
-            i++;
-            continue;
-        }
-        if (s->budget <= 0) {
-            sched_wait_reason(s, r, why_of(r), W_SW_BUDGET, 0, 0);
-            i++;
-            continue;
-        }
-        /* its blocks, one more for the next token, and the watermark */
-        int need = r->seq.n_blocks + 1, avail = kv_cache_n_available(s->c);
-        if (need > avail || kv_cache_seq_swap_in(s->c, &r->seq) != 0) {
-            sched_wait_reason(s, r, why_of(r), W_SW_BLOCKS, avail, need);
-            i++;
-            continue;
-        }
-        remove_from(s->swapped, &s->n_swapped, r);
-        r->state = KV_REQ_RUNNING;
-        sched_put_reason(s, r, (why){W_NONE, 0, 0});
-        running_add(s, r);
-        s->cnt.swaps_in++;
-        s->rec.n_swapped_in++;
-        sched_decide(s, KV_DEC_SWAP_IN, r->id, "swap in #%lld: %d blocks back from host", (long long)r->id,
-                     r->seq.n_blocks);
-        int n_draft;
-        int n_new = plan_tokens(s, r, &n_draft);
-        if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
-    }
-}
-
-/* Blocks r still needs on admission: the prompt (minus a prefix hit) in the
- * paged layout, or more by scheduler.admission (sched_guard.c); max_seq_len
- * slots in the contiguous one. */
-static int admission_tokens(const kv_sched *s, const kv_sreq *r) { return sched_admission_tokens(s, r); }
-
-/* Tries to admit waiting request r. Returns 1 when admitted; otherwise 0
- * with *free_blocks / *need set when it failed on blocks. */
-static int try_admit(kv_sched *s, kv_sreq *r, int *free_blocks, int *need) {
-    const int bs = s->block_size;
-    int total = admission_tokens(s, r);
-    int avail = kv_cache_n_available(s->c);
-    int hit = s->p.prefix_sharing ? kv_cache_match_prefix(s->c, r->tokens, r->n_tokens) : 0;
-    /* Without attaching: blocks for positions [hit, total) plus a copy of a
-     * shared partial block. Attaching can only take blocks out of the
-     * evictable pool, so too little here is final. */
-    int est = ceil_div(total, bs) - hit / bs;
-    *free_blocks = avail - s->p.watermark_blocks;
-    *need = est;
-    if (est + s->p.watermark_blocks > avail) return 0;
-    kv_cache_stats before;
-    kv_cache_get_stats(s->c, &before);
-    int reused = 0;
-    if (hit > 0) {
-        reused = kv_cache_seq_attach_prefix(s->c, &r->seq, r->tokens, r->n_tokens);
-        int exact = kv_cache_blocks_needed(s->c, &r->seq, total - r->seq.n_tokens);
-        int avail2 = kv_cache_n_available(s->c);
-        if (exact + s->p.watermark_blocks > avail2) {
-            /* the matched blocks were evictable ones we were counting on */
-            kv_cache_seq_release(s->c, &r->seq);
-            kv_seq_init(&r->seq, (int)r->id, r->session);
-            *free_blocks = avail2 - s->p.watermark_blocks;
-            *need = exact;
-            return 0;
-        }
-    }
-    if (kv_cache_seq_reserve(s->c, &r->seq, total - r->seq.n_tokens) != 0) {
-        kv_cache_seq_release(s->c, &r->seq);
-        kv_seq_init(&r->seq, (int)r->id, r->session);
-        *free_blocks = kv_cache_n_available(s->c) - s->p.watermark_blocks;
-        *need = est;
-        return 0;
-    }
-    note_cache_delta(s, r, &before);
-    r->n_computed = r->seq.n_tokens;
-    r->n_prefix_hit = reused;
-    r->n_prefix_hit_total += reused;
-    if (s->p.prefix_sharing) {
-        s->cnt.prefix_lookups++;
-        s->cnt.prefix_hit_tokens += (uint64_t)reused;
-        s->cnt.prefix_hit_blocks += (uint64_t)ceil_div(reused, bs);
-    }
-    return 1;
-}
-
-/* Blocks r would take on admission, before looking at its prefix hit. */
-int sched_admission_estimate(const kv_sched *s, const kv_sreq *r) {
-    int hit = s->p.prefix_sharing ? kv_cache_match_prefix(s->c, r->tokens, r->n_tokens) : 0;
-    return ceil_div(admission_tokens(s, r), s->block_size) - hit / s->block_size;
-}
-
-static void schedule_waiting(kv_sched *s) {
-    wait_tail prev = s->tail; /* the reasons of the last tail, for the requests that leave it */
-    s->tail.seq = 0;
-    if (s->waiting.n == 0) {
-        s->tail_kind = W_NONE;
-        return;
-    }
-    int swapped_prio = INT32_MIN; /* swapped requests come back before these */
-    for (int i = 0; i < s->n_swapped; i++) swapped_prio = KV_MAX(swapped_prio, s->swapped[i]->priority);
-    kv_wq_order(&s->waiting, s->now_ms);
-    const kv_sreq *blocked = NULL; /* first request that did not fit in the blocks */
-    int static_mode = s->p.policy == KV_POLICY_STATIC;
-    int starting_batch = static_mode && !batch_active(s);
-    int cut = 0;
-    s->in_waiting_loop = 1;
-    /* The queue in order, as it was ordered: admission removes from it
-     * (the next one moves up), preemption adds after it. */
-    for (int i = 0, seen = 0; i < s->waiting.n_sorted; seen++) {
-        kv_sreq *r = kv_wq_at(&s->waiting, i);
-        if (seen >= (s->p.eager_waiting > 0 ? s->p.eager_waiting : KV_SCHED_EAGER_WAITING)) {
-            wait_tail t = sched_tail_now(s, swapped_prio, static_mode, starting_batch, blocked);
-            if (sched_cut_ok(s, &t, r)) {
-                sched_start_tail(s, &t, i);
-                cut = 1;
-                break;
-            }
-        }
-        /* what it was told at the last schedule */
-        why was = prev.seq && r->wait_seq < prev.seq ? sched_replay(s, &prev, r) : why_of(r);
-        if (s->n_swapped > 0 && r->priority <= swapped_prio) {
-            sched_wait_reason(s, r, was, W_SWAPPED_FIRST, 0, 0);
-            i++;
-            continue;
-        }
-        if (static_mode && !starting_batch && r->batch != s->cur_batch) {
-            sched_wait_reason(s, r, was, W_STATIC, 0, 0);
-            i++;
-            continue;
-        }
-        if (s->n_running >= sched_max_seqs(s)) {
-            /* A higher-priority request takes the place of a lower one,
-             * when the blocks they would free let it in. */
-            kv_sreq *v = static_mode ? NULL : sched_victim_below(s, r->priority);
-            if (!v || kv_cache_n_available(s->c) - s->p.watermark_blocks + sched_blocks_below(s, r->priority) <
-                          sched_admission_estimate(s, r)) {
-                sched_wait_reason(s, r, was, W_MAX_SEQS, 0, 0);
-                i++;
-                continue;
-            }
-            preempt(s, v, r);
-        }
-        /* continuous batching admits only what can start computing now;
-         * a static batch starts together and prefills over the next steps */
-        if (!static_mode && s->budget <= 0) {
-            sched_wait_reason(s, r, was, W_BUDGET, 0, 0);
-            i++;
-            continue;
-        }
-        if (blocked) {
-            /* Skip-ahead: a smaller request may use blocks the head cannot,
-             * unless the head starves or outranks it. */
-            if (sched_starving(s, blocked)) {
-                sched_wait_reason(s, r, was, W_STARVE, blocked->id, 0);
-                i++;
-                continue;
-            }
-            if (r->priority < blocked->priority) {
-                sched_wait_reason(s, r, was, W_PRIO, blocked->id, blocked->priority);
-                i++;
-                continue;
-            }
-        }
-        int free_blocks, need;
-        int ok = try_admit(s, r, &free_blocks, &need);
-        /* priority preemption: lower-priority running requests give way
-         * when what they hold would be enough */
-        while (!ok && !static_mode && free_blocks + sched_blocks_below(s, r->priority) >= need) {
-            kv_sreq *v = sched_victim_below(s, r->priority);
-            if (!v) break;
-            preempt(s, v, r);
-            ok = try_admit(s, r, &free_blocks, &need);
-        }
-        if (!ok) {
-            sched_wait_reason(s, r, was, W_BLOCKS, free_blocks < 0 ? 0 : free_blocks, need);
-            if (!blocked) blocked = r;
-            i++;
-            continue;
-        }
-        /* admitted */
-        int member = static_mode && s->cur_batch && r->batch == s->cur_batch;
-        kv_wq_remove_at(&s->waiting, i);
-        if (member && s->batch_waiting > 0) s->batch_waiting--;
-        running_add(s, r);
-        int first = !r->admitted;
-        if (first) {
-            r->admitted = 1;
-            r->first_admit_ms = s->now_ms;
-        }
-        r->state = KV_REQ_RUNNING;
-        sched_put_reason(s, r, (why){W_NONE, 0, 0});
-        s->cnt.admitted++;
-        s->rec.n_admitted++;
-        if (static_mode) {
-            if (starting_batch && s->batch_live == 0) {
-                s->cur_batch = ++s->batch_seq;
-                s->batch_size = 0;
-                s->batch_waiting = 0; /* the last batch is over: none of its members waits */
-            }
-            if (r->batch != s->cur_batch) {
-                r->batch = s->cur_batch;
-                s->batch_live++;
-                s->batch_size++;
-            }
-        }
-        if (first)
-            sched_decide(s, KV_DEC_ADMIT, r->id, "admit #%lld: %d prompt tokens, %d from prefix cache",
-                         (long long)r->id, r->n_prompt, r->n_prefix_hit);
-        else
-            sched_decide(s, KV_DEC_ADMIT, r->id, "readmit #%lld: %d tokens to recompute, %d from prefix cache",
-                         (long long)r->id, r->n_tokens, r->n_prefix_hit);
-        if (r->n_prefix_hit > 0)
-            sched_decide(s, KV_DEC_SHARE, r->id, "share: #%lld reuses %d cached tokens (%d blocks)", (long long)r->id,
-                         r->n_prefix_hit, ceil_div(r->n_prefix_hit, s->block_size));
-        int n_draft;
-        int n_new = plan_tokens(s, r, &n_draft);
-        if (n_new > 0 && reserve_tracked(s, r, n_new) == 0) put_scheduled(s, r, n_new, n_draft);
-    }
-    s->in_waiting_loop = 0;
-    if (!cut) s->tail_kind = W_NONE;
+    sched_put_scheduled(s, r, n_new, n_draft);
 }
 
 /* Lays the scheduled requests out as batch rows. */
@@ -713,7 +482,7 @@ int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
     if (s->n_running > 0) {
         int n = s->n_running;
         memcpy(s->order, s->running, (size_t)n * sizeof *s->order);
-        sort_queue(s, s->order, n, 0);
+        sched_sort_queue(s, s->order, n, 0);
         for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < n; i++) {
                 kv_sreq *r = s->order[i];
@@ -724,9 +493,9 @@ int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
             }
     }
     /* 2. swapped requests come back before anyone new is admitted. */
-    schedule_swapped(s);
+    sched_schedule_swapped(s);
     /* 3. admission. */
-    schedule_waiting(s);
+    sched_schedule_waiting(s);
     if (s->n_running > s->cnt.max_running) s->cnt.max_running = s->n_running;
     int rc = build_batch(s);
     *out = &s->out;
@@ -780,10 +549,10 @@ void kv_sched_finish(kv_sched *s, kv_sreq *r, kv_finish why) {
             s->batch_waiting > 0)
             s->batch_waiting--;
     }
-    if (!gone && !running_remove(s, r) && !remove_from(s->swapped, &s->n_swapped, r) &&
+    if (!gone && !running_remove(s, r) && !sched_remove_from(s->swapped, &s->n_swapped, r) &&
         r->state != KV_REQ_WAITING && r->state != KV_REQ_PREEMPTED)
         kv_wq_remove(&s->waiting, r);
-    if (r->n_sched > 0) remove_from(s->sched, &s->n_sched, r);
+    if (r->n_sched > 0) sched_remove_from(s->sched, &s->n_sched, r);
     kv_cache_seq_release(s->c, &r->seq);
     kv_seq_init(&r->seq, (int)r->id, r->session);
     if (s->p.policy == KV_POLICY_STATIC && r->batch != 0 && r->batch == s->cur_batch && s->batch_live > 0)
