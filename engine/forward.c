@@ -1,7 +1,10 @@
-/* forward.c - the llama forward pass for a batch of tokens from many
- * sequences: embeddings, then per layer RMSNorm, Q/K/V projections, RoPE,
- * paged K/V store and attention, output projection, SwiGLU feed-forward, and
- * finally the output head for the requested rows only. Every buffer is sized
+/* forward.c - the forward pass for a batch of tokens from many sequences:
+ * embeddings (scaled for gemma3), then per layer RMSNorm, Q/K/V projections
+ * (+ biases), per-head Q/K norms, RoPE (Llama 3 frequencies, per-layer
+ * bases), paged K/V store and attention (windowed on local layers), output
+ * projection (+ post norm), SwiGLU or GeGLU feed-forward (+ post norm), and
+ * finally the output head for the requested rows only. What an
+ * architecture has is read from the model's hparams and layer fields. Every buffer is sized
  * at creation, the backend's scratch too (ops.reserve); a run allocates
  * nothing. A run asks the backend once, at its end, whether an op failed
  * (ops.status) and fails with the op's name when one did. */

@@ -1,4 +1,5 @@
-/* forward.h - the llama forward pass over a batch of tokens from many
+/* forward.h - the forward pass (llama and the architectures of arch.c:
+ * qwen2, qwen3, gemma3, phi3) over a batch of tokens from many
  * sequences at once (prefill chunks and decode tokens together), reading and
  * writing K/V through the paged cache. It calls only the backend table. */
 #ifndef KV_FORWARD_H

@@ -1,5 +1,5 @@
-/* mkmodel.c - random-weight llama models as GGUF: llama.cpp's tensor names
- * and shapes, llama.* metadata, a synthetic SentencePiece-style vocabulary,
+/* mkmodel.c - random-weight models as GGUF (llama, qwen2, qwen3, gemma3,
+ * phi3): llama.cpp's tensor names and shapes, <arch>.* metadata, a synthetic SentencePiece-style vocabulary,
  * and weights produced row by row at write time (seeded per tensor and row,
  * quantized with kv_quantize_row), so a 110M model takes seconds and little
  * memory and the same seed always gives the same bytes; and a model's first
@@ -298,6 +298,98 @@ static int check_disk(const kv_mkmodel_params *p, const char *path, kv_err *err)
     return 0;
 }
 
+/* Adds every tensor of the model to w: weights produced at write time by
+ * fills (room for MK_FILLS_PER_LAYER per layer + 4), norms all ones for
+ * llama (`ones`: dim floats) and around 1 for the others, Llama 3's
+ * rope_freqs table when asked for. */
+static void mk_add_tensors(kv_gguf_writer *w, const kv_mkmodel_params *pp, int arch, int hd, mk_fill *fills,
+                           float *scratch, const float *ones, const float *rope_freqs) {
+    const kv_mkmodel_params p = *pp;
+    /* tensors: ne[0] is the input (row) length, as llama.cpp stores them */
+    int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads;
+    const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
+    int nf = 0;
+#define WEIGHT(name_, in, out, std)                                                                    \
+    do {                                                                                           \
+        mk_fill *f = &fills[nf++];                                                                 \
+        int64_t ne_[2] = {(in), (out)};                                                            \
+        f->type = p.type;                                                                          \
+        f->ne0 = (in);                                                                             \
+        f->row_bytes = kv_type_row_size(p.type, (in));                                             \
+        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
+        f->seed = splitmix64(&s_);                                                                 \
+        f->amp = (std) * 1.7320508f;                                                               \
+        f->scratch = scratch;                                                                      \
+        kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
+    } while (0)
+    /* an f32 vector of n values around center (norm weights, biases) */
+#define VECTOR(name_, n, center_, std)                                                             \
+    do {                                                                                           \
+        mk_fill *f = &fills[nf++];                                                                 \
+        int64_t ne_[1] = {(n)};                                                                    \
+        f->type = KV_TYPE_F32;                                                                     \
+        f->ne0 = (n);                                                                              \
+        f->row_bytes = (size_t)(n) * sizeof(float);                                                \
+        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
+        f->seed = splitmix64(&s_);                                                                 \
+        f->amp = (std) * 1.7320508f;                                                               \
+        f->center = (center_);                                                                     \
+        f->scratch = scratch;                                                                      \
+        kv_gguf_writer_add_tensor_fn(w, name_, KV_TYPE_F32, 1, ne_, mk_fill_rows, f);              \
+    } while (0)
+    /* llama keeps all-ones norms (its files stay as they were); the other
+     * architectures get norms around 1 so a norm read wrongly shows */
+#define NORM(name_, n)                                                                             \
+    do {                                                                                           \
+        if (arch == MK_LLAMA)                                                                      \
+            kv_gguf_writer_add_tensor_ref(w, name_, KV_TYPE_F32, 1, (int64_t[1]){(n)}, ones,       \
+                                          (size_t)(n) * sizeof(float));                            \
+        else                                                                                       \
+            VECTOR(name_, n, 1.0f, 0.2f);                                                          \
+    } while (0)
+    WEIGHT("token_embd.weight", p.dim, p.n_vocab, MK_STD);
+    NORM("output_norm.weight", p.dim);
+    if (p.untied) WEIGHT("output.weight", p.dim, p.n_vocab, MK_STD);
+    if (p.rope_freqs) kv_gguf_writer_add_tensor_ref(w, "rope_freqs.weight", KV_TYPE_F32, 1, (int64_t[1]){hd / 2},
+                                                    rope_freqs, (size_t)(hd / 2) * sizeof(float));
+    for (int l = 0; l < p.n_layers; l++) {
+        char nm[64];
+#define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
+        NORM(NAME("attn_norm.weight"), p.dim);
+        if (arch == MK_PHI3) {
+            WEIGHT(NAME("attn_qkv.weight"), p.dim, qd + 2 * kvd, layer_std);
+        } else {
+            WEIGHT(NAME("attn_q.weight"), p.dim, qd, layer_std);
+            WEIGHT(NAME("attn_k.weight"), p.dim, kvd, layer_std);
+            WEIGHT(NAME("attn_v.weight"), p.dim, kvd, layer_std);
+        }
+        if (arch == MK_QWEN2) {
+            VECTOR(NAME("attn_q.bias"), qd, 0.0f, 0.1f);
+            VECTOR(NAME("attn_k.bias"), kvd, 0.0f, 0.1f);
+            VECTOR(NAME("attn_v.bias"), kvd, 0.0f, 0.1f);
+        }
+        if (arch == MK_QWEN3 || arch == MK_GEMMA3) {
+            NORM(NAME("attn_q_norm.weight"), hd);
+            NORM(NAME("attn_k_norm.weight"), hd);
+        }
+        WEIGHT(NAME("attn_output.weight"), qd, p.dim, resid_std);
+        if (arch == MK_GEMMA3) NORM(NAME("post_attention_norm.weight"), p.dim);
+        NORM(NAME("ffn_norm.weight"), p.dim);
+        if (arch == MK_PHI3) {
+            WEIGHT(NAME("ffn_up.weight"), p.dim, 2 * p.ffn_dim, layer_std);
+        } else {
+            WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
+            WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
+        }
+        WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
+        if (arch == MK_GEMMA3) NORM(NAME("post_ffw_norm.weight"), p.dim);
+#undef NAME
+    }
+#undef NORM
+#undef VECTOR
+#undef WEIGHT
+}
+
 int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err) {
     int rc = kv_mkmodel_validate(pin, err);
     if (rc) return rc;
@@ -391,89 +483,7 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
         kv_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", 0);
     }
 
-    /* tensors: ne[0] is the input (row) length, as llama.cpp stores them */
-    int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads;
-    const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
-    int nf = 0;
-#define WEIGHT(name_, in, out, std)                                                                    \
-    do {                                                                                           \
-        mk_fill *f = &fills[nf++];                                                                 \
-        int64_t ne_[2] = {(in), (out)};                                                            \
-        f->type = p.type;                                                                          \
-        f->ne0 = (in);                                                                             \
-        f->row_bytes = kv_type_row_size(p.type, (in));                                             \
-        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
-        f->seed = splitmix64(&s_);                                                                 \
-        f->amp = (std) * 1.7320508f;                                                               \
-        f->scratch = scratch;                                                                      \
-        kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
-    } while (0)
-    /* an f32 vector of n values around center (norm weights, biases) */
-#define VECTOR(name_, n, center_, std)                                                             \
-    do {                                                                                           \
-        mk_fill *f = &fills[nf++];                                                                 \
-        int64_t ne_[1] = {(n)};                                                                    \
-        f->type = KV_TYPE_F32;                                                                     \
-        f->ne0 = (n);                                                                              \
-        f->row_bytes = (size_t)(n) * sizeof(float);                                                \
-        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
-        f->seed = splitmix64(&s_);                                                                 \
-        f->amp = (std) * 1.7320508f;                                                               \
-        f->center = (center_);                                                                     \
-        f->scratch = scratch;                                                                      \
-        kv_gguf_writer_add_tensor_fn(w, name_, KV_TYPE_F32, 1, ne_, mk_fill_rows, f);              \
-    } while (0)
-    /* llama keeps all-ones norms (its files stay as they were); the other
-     * architectures get norms around 1 so a norm read wrongly shows */
-#define NORM(name_, n)                                                                             \
-    do {                                                                                           \
-        if (arch == MK_LLAMA)                                                                      \
-            kv_gguf_writer_add_tensor_ref(w, name_, KV_TYPE_F32, 1, (int64_t[1]){(n)}, ones,       \
-                                          (size_t)(n) * sizeof(float));                            \
-        else                                                                                       \
-            VECTOR(name_, n, 1.0f, 0.2f);                                                          \
-    } while (0)
-    WEIGHT("token_embd.weight", p.dim, p.n_vocab, MK_STD);
-    NORM("output_norm.weight", p.dim);
-    if (p.untied) WEIGHT("output.weight", p.dim, p.n_vocab, MK_STD);
-    if (p.rope_freqs) kv_gguf_writer_add_tensor_ref(w, "rope_freqs.weight", KV_TYPE_F32, 1, (int64_t[1]){hd / 2},
-                                                    rope_freqs, (size_t)(hd / 2) * sizeof(float));
-    for (int l = 0; l < p.n_layers; l++) {
-        char nm[64];
-#define NAME(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
-        NORM(NAME("attn_norm.weight"), p.dim);
-        if (arch == MK_PHI3) {
-            WEIGHT(NAME("attn_qkv.weight"), p.dim, qd + 2 * kvd, layer_std);
-        } else {
-            WEIGHT(NAME("attn_q.weight"), p.dim, qd, layer_std);
-            WEIGHT(NAME("attn_k.weight"), p.dim, kvd, layer_std);
-            WEIGHT(NAME("attn_v.weight"), p.dim, kvd, layer_std);
-        }
-        if (arch == MK_QWEN2) {
-            VECTOR(NAME("attn_q.bias"), qd, 0.0f, 0.1f);
-            VECTOR(NAME("attn_k.bias"), kvd, 0.0f, 0.1f);
-            VECTOR(NAME("attn_v.bias"), kvd, 0.0f, 0.1f);
-        }
-        if (arch == MK_QWEN3 || arch == MK_GEMMA3) {
-            NORM(NAME("attn_q_norm.weight"), hd);
-            NORM(NAME("attn_k_norm.weight"), hd);
-        }
-        WEIGHT(NAME("attn_output.weight"), qd, p.dim, resid_std);
-        if (arch == MK_GEMMA3) NORM(NAME("post_attention_norm.weight"), p.dim);
-        NORM(NAME("ffn_norm.weight"), p.dim);
-        if (arch == MK_PHI3) {
-            WEIGHT(NAME("ffn_up.weight"), p.dim, 2 * p.ffn_dim, layer_std);
-        } else {
-            WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
-            WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
-        }
-        WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
-        if (arch == MK_GEMMA3) NORM(NAME("post_ffw_norm.weight"), p.dim);
-#undef NAME
-    }
-#undef NORM
-#undef VECTOR
-#undef WEIGHT
+    mk_add_tensors(w, &p, arch, hd, fills, scratch, ones, rope_freqs);
     /* any add that failed above is remembered by the writer and reported here */
     rc = kv_gguf_writer_write(w, path, err);
 

@@ -1,7 +1,7 @@
-/* mkmodel.h - writes a deterministic random-weight llama model of any shape
- * and weight type as a GGUF file, with the tensor names, shapes and metadata
- * llama.cpp uses, and a SentencePiece-style vocabulary (or one copied from
- * another GGUF). For benchmarks and tests that need a model of a given size;
+/* mkmodel.h - writes a deterministic random-weight model (llama, qwen2,
+ * qwen3, gemma3, phi3) of any shape and weight type as a GGUF file, with
+ * the tensor names, shapes and metadata llama.cpp uses, and a
+ * SentencePiece-style vocabulary (or one copied from another GGUF). For benchmarks and tests that need a model of a given size;
  * and the first layers of a GGUF model as a same-vocabulary draft. */
 #ifndef KV_MKMODEL_H
 #define KV_MKMODEL_H

@@ -1,6 +1,7 @@
-/* model.h - a llama-architecture model in memory: hyper-parameters from GGUF
- * metadata (or a llama2.c header), weight views into the file mapping, and
- * the tokenizer and chat template that came with it. */
+/* model.h - a model in memory (llama, qwen2, qwen3, gemma3, phi3):
+ * hyper-parameters from GGUF metadata (or a llama2.c header), weight views
+ * into the file mapping, and the tokenizer and chat template that came with
+ * it. What each architecture adds is read by arch.c. */
 #ifndef KV_MODEL_H
 #define KV_MODEL_H
 

@@ -51,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     if (e.len) sink += (unsigned char)e.data[0] + (unsigned char)e.data[e.len - 1];
                 }
             } else {
-                sink += (unsigned)kv_gguf_arr_i64(g, key, 0) + (unsigned)kv_gguf_arr_f64(g, key, n - 1);
+                /* a float element may be negative, huge or NaN: no conversion to unsigned */
+                sink += (unsigned)kv_gguf_arr_i64(g, key, 0) + (kv_gguf_arr_f64(g, key, n - 1) > 0.0);
             }
         }
     }
