@@ -112,7 +112,9 @@ typedef struct kv_encode_opts {
     int max_tokens;            /* > 0: the most ids wanted (BOS included). A text that needs more fails
                                   with KV_ERR_RANGE as soon as that is certain, after work bounded by
                                   max_tokens rather than by the text's length (a 10 MB text against a
-                                  4096 limit is refused without being encoded). 0: no limit */
+                                  4096 limit is refused without being encoded). NOTE: WordPiece drops
+                                  whitespace, so no byte count bounds its ids: it stops at the limit
+                                  but scans the text for special tokens first (linear). 0: no limit */
 } kv_encode_opts;
 
 /* kv_tokenizer_encode with options. The ids are exactly kv_tokenizer_encode's
