@@ -1,6 +1,7 @@
-/* pretokenize.h - the pre-tokenizers of byte-level BPE: the GPT-2 family
- * of splitting rules (hand-written matchers over generated Unicode
- * classes, no regex library) that cut text into words before the merges.
+/* pretokenize.h - the pre-tokenizers of BPE: the GPT-2 family of splitting
+ * rules and the DeepSeek and Gemma 4 ones (hand-written matchers over
+ * generated Unicode classes, no regex library) that cut text into words
+ * before the merges.
  * Private to engine/ (the tokenizer's loader picks the kind, its encoder
  * runs it). */
 #ifndef KV_PRETOKENIZE_H

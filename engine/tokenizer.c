@@ -1,6 +1,7 @@
-/* tokenizer.c - SentencePiece-style and byte-level BPE encoding (BPE's
- * words come from pretokenize.c), special-token splitting, decoding and
- * the streaming detokenizer. The algorithms follow llama.cpp's so ids match
+/* tokenizer.c - SentencePiece-style and BPE encoding (byte-level, or over
+ * raw UTF-8 for Gemma 4; BPE's words come from pretokenize.c; WordPiece is
+ * tokenizer_wpm.c), special-token splitting, decoding and the streaming
+ * detokenizer. The algorithms follow llama.cpp's so ids match
  * its reference outputs; see tokenizer.h for the contract. Loading is in
  * tokenizer_load.c, the struct in tokenizer_internal.h. */
 #include <limits.h>

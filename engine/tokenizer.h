@@ -1,12 +1,13 @@
-/* tokenizer.h - text <-> token ids for the two vocabulary families kvtop
- * runs: SentencePiece-style (GGUF tokenizer.ggml.model "llama", and llama2.c
- * tokenizer.bin files) with score-driven merges and byte fallback, and
- * byte-level BPE (model "gpt2") with ranked merges and a GPT-2 style
- * pre-tokenizer chosen by tokenizer.ggml.pre. Also a streaming detokenizer
+/* tokenizer.h - text <-> token ids for the vocabulary families kvtop
+ * reads: SentencePiece-style (GGUF tokenizer.ggml.model "llama", and
+ * llama2.c tokenizer.bin files) with score-driven merges and byte fallback;
+ * byte-level BPE (model "gpt2") with ranked merges and a pre-tokenizer
+ * chosen by tokenizer.ggml.pre; Gemma 4's BPE over raw UTF-8 (model
+ * "gemma4"); and WordPiece (model "bert"). Also a streaming detokenizer
  * that never emits half a UTF-8 character.
  *
- * The output matches llama.cpp's tokenizer on the reference vocabularies in
- * ../shared/vocab. A kv_tokenizer is immutable after creation, so one handle
+ * The output matches the reference ids of every vocabulary test set
+ * llama.cpp ships (tools/vocab_score.py) and of ../shared/vocab. A kv_tokenizer is immutable after creation, so one handle
  * may be used from several threads at once. */
 #ifndef KV_TOKENIZER_H
 #define KV_TOKENIZER_H
@@ -56,7 +57,8 @@ void kv_tokenizer_free(kv_tokenizer *t); /* NULL is a no-op */
 
 kv_tok_type kv_tokenizer_type(const kv_tokenizer *t);
 /* One-line description for display: "SentencePiece (llama)", "SentencePiece
- * (llama2.c)", "byte-level BPE (gpt2, pre smollm)". Borrowed. */
+ * (llama2.c)", "byte-level BPE (gpt2, pre smollm)", "WordPiece (bert,
+ * lowercase, strip accents)". Borrowed. */
 const char *kv_tokenizer_kind(const kv_tokenizer *t);
 int kv_tokenizer_n_vocab(const kv_tokenizer *t);
 int32_t kv_tokenizer_bos(const kv_tokenizer *t); /* -1 if none */
@@ -66,13 +68,14 @@ int32_t kv_tokenizer_unk(const kv_tokenizer *t); /* -1 if none */
  * text (<|im_end|>, <|eot_id|>, <|end|>, <end_of_turn>, <|endoftext|>, ...). */
 int kv_tokenizer_is_eog(const kv_tokenizer *t, int32_t id);
 /* Whether prompts should start with BOS (tokenizer.ggml.add_bos_token;
- * default 1 for SPM and llama3-style BPE, 0 for other BPE). */
+ * default 1 for SPM and llama3-style BPE, 0 for other BPE; always 1 for
+ * Gemma 4; WordPiece: its [CLS]). */
 int kv_tokenizer_add_bos(const kv_tokenizer *t);
 /* Whether SPM text gets a leading space ("dummy prefix") before encoding
  * (tokenizer.ggml.add_space_prefix, default 1 for SPM; always 0 for BPE). */
 int kv_tokenizer_add_space_prefix(const kv_tokenizer *t);
-/* tokenizer.ggml.pre ("" when absent) and the model name ("llama", "gpt2",
- * "llama2.c"). Borrowed; valid until kv_tokenizer_free. */
+/* tokenizer.ggml.pre ("" when absent; "gemma4" for that model) and the
+ * model name ("llama", "gpt2", "gemma4", "bert", "llama2.c"). Borrowed; valid until kv_tokenizer_free. */
 const char *kv_tokenizer_pre(const kv_tokenizer *t);
 const char *kv_tokenizer_model(const kv_tokenizer *t);
 /* tokenizer.chat_template (NUL-terminated copy) or NULL when the file has
@@ -89,8 +92,10 @@ const char *kv_tokenizer_warning(const kv_tokenizer *t);
  * are matched either way, as llama.cpp does. Writes up to cap ids to out and
  * returns the total number of ids (> cap means: call again with a bigger
  * buffer), or a negative KV_ERR_* with err filled. Arbitrary bytes never
- * fail: invalid UTF-8 goes through SPM byte fallback or BPE byte-level
- * encoding and decodes back to the same bytes. */
+ * fail: invalid UTF-8 goes through SPM or Gemma 4 byte fallback or BPE
+ * byte-level encoding and decodes back to the same bytes. WordPiece is
+ * lossy by design (it lowercases, strips accents, drops whitespace,
+ * control and invalid bytes). */
 int kv_tokenizer_encode(const kv_tokenizer *t, const char *text, size_t len, int add_bos,
                         int parse_special, int32_t *out /* OUT: (cap) ids */, int cap, kv_err *err);
 
@@ -112,7 +117,9 @@ typedef struct kv_encode_opts {
     int max_tokens;            /* > 0: the most ids wanted (BOS included). A text that needs more fails
                                   with KV_ERR_RANGE as soon as that is certain, after work bounded by
                                   max_tokens rather than by the text's length (a 10 MB text against a
-                                  4096 limit is refused without being encoded). 0: no limit */
+                                  4096 limit is refused without being encoded). NOTE: WordPiece drops
+                                  whitespace, so no byte count bounds its ids: it stops at the limit
+                                  but scans the text for special tokens first (linear). 0: no limit */
 } kv_encode_opts;
 
 /* kv_tokenizer_encode with options. The ids are exactly kv_tokenizer_encode's
@@ -128,8 +135,8 @@ int kv_tokenizer_encode_ex(const kv_tokenizer *t, const char *text, size_t len, 
 /* The pre-tokenizer's view of text, for debugging and tests: the byte
  * lengths of the pieces encoding works on, in order and covering all of
  * text. A special token is one piece; for BPE each word of the split
- * pattern is one piece; for SPM (which has no pre-tokenizer) each stretch
- * of text between special tokens is one. Writes up to cap lengths and
+ * pattern is one piece; for SPM (which has no pre-tokenizer) and WordPiece
+ * each stretch of text between special tokens is one. Writes up to cap lengths and
  * returns the count, or a negative KV_ERR_*. */
 int kv_tokenizer_split(const kv_tokenizer *t, const char *text, size_t len, int parse_special,
                        int32_t *lens /* OUT: (cap) */, int cap, kv_err *err);

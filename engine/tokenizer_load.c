@@ -1,5 +1,6 @@
 /* tokenizer_load.c - building a tokenizer: from a GGUF file's tokenizer.*
- * metadata (SentencePiece "llama" or byte-level BPE "gpt2" with merges) or
+ * metadata (SentencePiece "llama", BPE "gpt2" or "gemma4" with merges,
+ * WordPiece "bert") or
  * from a llama2.c tokenizer.bin, then the indexes every lookup uses (text
  * hash, merges, special tokens grouped by first byte, byte tokens, the
  * end-of-generation set). A load leaves a complete tokenizer or frees

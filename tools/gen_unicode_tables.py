@@ -62,19 +62,18 @@ def nfd_pairs():
     return out
 
 
+def add_rows(lines, items, per_row):
+    """Appends the C initialiser items, per_row to a line, then the closing brace."""
+    for i in range(0, len(items), per_row):
+        lines.append("    " + " ".join(items[i:i + per_row]))
+    lines.append("};")
+
+
 def pair_table(lines, name, pairs, what):
     lines.append("/* %s: (code point, mapped) pairs sorted by code point. */" % what)
     lines.append("#define %s_N %d" % (name.upper(), len(pairs)))
     lines.append("static const uint32_t %s[%s_N][2] = {" % (name, name.upper()))
-    row = []
-    for a, b in pairs:
-        row.append("{0x%05x, 0x%05x}," % (a, b))
-        if len(row) == 4:
-            lines.append("    " + " ".join(row))
-            row = []
-    if row:
-        lines.append("    " + " ".join(row))
-    lines.append("};")
+    add_rows(lines, ["{0x%05x, 0x%05x}," % (a, b) for a, b in pairs], 4)
 
 
 def main():
@@ -98,15 +97,7 @@ def main():
     lines.append("#define KV_UNICODE_VERSION \"%s\"" % unicodedata.unidata_version)
     lines.append("#define KV_UNICODE_N_RUNS %d" % len(runs))
     lines.append("static const uint32_t kv_unicode_runs[KV_UNICODE_N_RUNS] = {")
-    row = []
-    for cp, f in runs:
-        row.append("0x%08x," % ((cp << 9) | f))
-        if len(row) == 7:
-            lines.append("    " + " ".join(row))
-            row = []
-    if row:
-        lines.append("    " + " ".join(row))
-    lines.append("};")
+    add_rows(lines, ["0x%08x," % ((cp << 9) | f) for cp, f in runs], 7)
     lines.append("/* Flags of U+0000..U+00FF, the hot path of kv_unicode_flags. */")
     lines.append("static const uint16_t kv_unicode_latin1[256] = {")
     for base in range(0, 256, 12):

@@ -1,8 +1,11 @@
 /* fuzz_tokenizer.c - libFuzzer target for the tokenizers and chat templates.
  * The first input byte picks a mode; the rest is the data:
- *   0: encode with the stories260K SPM vocab, 1: with the GPT-2 BPE vocab
- *      (bit 2 of the mode byte turns parse_special on): every id must be in
- *      range, and valid UTF-8 must decode (whole and streamed) back to itself;
+ *   0: encode with the stories260K SPM vocab, 1: with a BPE vocab: bits 3-6
+ *      of the mode byte pick GPT-2's real one or a tiny one (tests/tok_tiny.h)
+ *      for each pre-tokenizer, Gemma 4's raw-UTF-8 BPE or WordPiece (bit 2
+ *      turns parse_special on): every id must be in range, valid UTF-8 must
+ *      decode (whole and streamed) back to itself (not for lossy WordPiece),
+ *      and max_tokens must hold;
  *   2: the data as a chat template text and as message contents;
  *   3: the data as a GGUF file given to kv_tokenizer_from_gguf.
  * The vocabularies come from $KVTOP_SHARED (default ../shared), loaded once. */
@@ -15,6 +18,7 @@
 #include "../../engine/gguf.h"
 #include "../../engine/tokenizer.h"
 #include "../../engine/unicode.h"
+#include "../tok_tiny.h"
 
 static kv_tokenizer *load(const char *rel) {
     const char *dir = getenv("KVTOP_SHARED");
@@ -46,8 +50,15 @@ static void check_encode(const kv_tokenizer *t, const char *s, size_t n, int spe
      * symbol), and with parse_special it adds a dummy-prefix space after
      * each special token; BPE special texts decode as written. */
     int valid = kv_utf8_valid(s, n);
-    int spm = kv_tokenizer_type(t) == KV_TOK_SPM;
-    int roundtrip = strict && valid && !(spm && (special || memmem(s, n, "\xE2\x96\x81", 3)));
+    int spm = kv_tokenizer_type(t) == KV_TOK_SPM, raw = !strcmp(kv_tokenizer_model(t), "gemma4");
+    int wpm = kv_tokenizer_type(t) == KV_TOK_WPM;
+    int roundtrip = strict && valid && !wpm && !((spm || raw) && memmem(s, n, "\xE2\x96\x81", 3)) &&
+                    !(spm && special);
+    /* A limit below the count fails with KV_ERR_RANGE; at the count it holds. */
+    kv_encode_opts lo = {.parse_special = special, .max_tokens = m > 1 ? m - 1 : 0};
+    if (m > 1 && kv_tokenizer_encode_ex(t, s, n, &lo, NULL, 0, &err) != KV_ERR_RANGE) abort();
+    lo.max_tokens = m;
+    if (m > 0 && kv_tokenizer_encode_ex(t, s, n, &lo, NULL, 0, &err) != m) abort();
     if (roundtrip && ((size_t)d != n || memcmp(dec, s, n))) abort();
     /* Streaming gives the same bytes, in whole characters for valid text. */
     kv_detok dt;
@@ -76,7 +87,7 @@ static void check_chat(const char *s, size_t n) {
     kv_chat_msg msgs[3] = {{"system", parts[2]}, {"user", parts[1]}, {"assistant", parts[0]}};
     char sys[64];
     kv_chat_default_system(text, sys, sizeof sys);
-    for (int kind = KV_CHAT_PLAIN; kind <= KV_CHAT_DEEPSEEK_R1; kind++) {
+    for (int kind = KV_CHAT_PLAIN; kind <= KV_CHAT_COMMAND_R; kind++) {
         int need = kv_chat_format((kv_chat_tmpl)kind, text, msgs, 3, 1, NULL, 0);
         if (need < 0) abort();
         char *out = malloc((size_t)need + 1);
@@ -89,11 +100,30 @@ static void check_chat(const char *s, size_t n) {
     free(text);
 }
 
+/* Every pre-tokenizer pipeline on a tiny byte-level vocab, then the raw
+ * BPE and WordPiece ones. */
+static const char *const tiny_pres[] = {"default", "gpt-2", "starcoder", "llama-bpe", "qwen2", "falcon",
+                                        "qwen35", "deepseek-llm", "deepseek-coder", "gemma4"};
+enum { N_TINY = sizeof tiny_pres / sizeof tiny_pres[0] + 2 };
+
+static kv_tokenizer *tiny_or_die(const char *model, const char *pre) {
+    kv_err err = {0};
+    kv_tokenizer *t = tiny_tokenizer(model, pre, &err);
+    if (!t) {
+        fprintf(stderr, "fuzz_tokenizer: tiny %s/%s: %s\n", model, pre ? pre : "", err.msg);
+        abort();
+    }
+    return t;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static kv_tokenizer *spm, *bpe;
+    static kv_tokenizer *spm, *bpe, *tiny[N_TINY];
     if (!spm) {
         spm = load("models/stories260K.gguf");
         bpe = load("vocab/ggml-vocab-gpt-2.gguf");
+        for (int i = 0; i < N_TINY - 2; i++) tiny[i] = tiny_or_die("gpt2", tiny_pres[i]);
+        tiny[N_TINY - 2] = tiny_or_die("gemma4", NULL);
+        tiny[N_TINY - 1] = tiny_or_die("bert", NULL);
     }
     if (size < 1) return 0;
     int mode = data[0] & 3, special = (data[0] >> 2) & 1;
@@ -101,7 +131,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = size - 1;
     switch (mode) {
     case 0: check_encode(spm, s, n, special, 1); break;
-    case 1: check_encode(bpe, s, n, special, 1); break;
+    case 1: {
+        int pick = (data[0] >> 3) & 15; /* 0: GPT-2's vocab, then the tiny ones */
+        check_encode(pick == 0 || pick > N_TINY ? bpe : tiny[pick - 1], s, n, special, 1);
+        break;
+    }
     case 2: check_chat(s, n); break;
     default: {
         kv_err err = {0};
