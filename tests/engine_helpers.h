@@ -21,7 +21,8 @@
 /* kv_config's defaults on the model at `model` (NULL: stories260K of the
  * shared test data) with `threads` threads, a KV pool of `blocks` blocks
  * (0: sized from kv.memory) and at most max_seqs sequences and max_batched
- * tokens a step. A test sets what else it needs afterwards. */
+ * tokens a step (0: kv_config's default). A test sets what else it needs
+ * afterwards. */
 static inline void test_engine_config(kv_config *c, const char *model, int threads, int blocks, int max_seqs,
                                       int max_batched) {
     kv_config_default(c);
@@ -32,7 +33,7 @@ static inline void test_engine_config(kv_config *c, const char *model, int threa
     c->threads = threads;
     c->kv.blocks = blocks;
     c->scheduler.max_seqs = max_seqs;
-    c->scheduler.max_batched_tokens = max_batched;
+    if (max_batched > 0) c->scheduler.max_batched_tokens = max_batched;
 }
 
 /* kv_engine_new(c), or NULL with the reason printed. */

@@ -393,13 +393,9 @@ static void test_prompts_parse(void) {
 
 static void test_prompts_file_workload(void) {
     char path[512];
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvtop-prompts-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
-    int fd = mkstemps(path, 6);
-    REQUIRE(fd >= 0);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("workload", "prompts", ".jsonl"));
     const char *body = "{\"prompt\": \"one two three\"}\n{\"prompt\": \"four five\"}\n{\"prompt\": \"six\"}\n";
-    REQUIRE(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     kv_config c = base();
     c.workload.requests = 7;
     c.workload.system_prompt_len = 5;
@@ -423,18 +419,13 @@ static void test_prompts_file_workload(void) {
     kv_workload_free(w);
 
     /* Errors name the file and the line. */
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    fputs("{\"prompt\": \"ok\"}\n{\"prompt\": nope}\n", f);
-    fclose(f);
+    body = "{\"prompt\": \"ok\"}\n{\"prompt\": nope}\n";
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     CHECK(kv_workload_build(&c, &err) == NULL);
     char where[600];
     snprintf(where, sizeof where, "%s:2:12: ", path);
     CHECKF(strstr(err.msg, where) != NULL, "%s", err.msg);
-    f = fopen(path, "w");
-    REQUIRE(f);
-    fputs("\n\n", f);
-    fclose(f);
+    REQUIRE(harness_write_file(path, "\n\n", 2) == 0);
     CHECK(kv_workload_build(&c, &err) == NULL && strstr(err.msg, "no prompts"));
     unlink(path);
     CHECK(kv_workload_build(&c, &err) == NULL && err.code == KV_ERR_IO && strstr(err.msg, "workload.prompts_file"));
@@ -591,13 +582,9 @@ static void test_driver_requests(void) {
  * "</s>" in a prompt is those characters, not the end-of-sequence token. */
 static void test_driver_tokenization(void) {
     char path[512];
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvtop-driver-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
-    int fd = mkstemps(path, 6);
-    REQUIRE(fd >= 0);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("workload", "driver", ".jsonl"));
     const char *body = "{\"prompt\": \"hi </s> there\"}\n";
-    REQUIRE(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     kv_config c = driver_config();
     c.workload.requests = 1;
     snprintf(c.workload.prompts_file, sizeof c.workload.prompts_file, "%s", path);

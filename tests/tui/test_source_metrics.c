@@ -90,15 +90,28 @@ static char *scaled(const char *text, const char *prefix, double f) {
     return o;
 }
 
+/* The adapter of `kind` after its first scrape: the fixture at path read
+ * (OUT: *text, *len; the caller frees it), detected as kind and fed at
+ * time 0 into *m. NULL (after a failed CHECK) when any of it fails. */
+static kv_metrics_adapter *first_scrape(const char *path, kv_source_kind kind, char **text, size_t *len,
+                                        kv_remote_metrics *m) {
+    *text = slurp(path, len);
+    CHECKF(*text, "cannot read %s", path);
+    if (!*text) return NULL;
+    CHECK(kv_metrics_detect_kind(*text, *len) == kind);
+    kv_metrics_adapter *a = kv_metrics_adapter_new(kind, 60);
+    CHECK(a);
+    if (a) CHECK(kv_metrics_adapter_feed(a, *text, *len, 0, m, NULL, 0) == 0);
+    return a;
+}
+
 static void test_vllm(void) {
     size_t len;
-    char *t = slurp("tests/fixtures/attach/vllm_metrics.txt", &len);
-    REQUIRE(t);
-    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_VLLM);
-    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_VLLM, 60);
-    REQUIRE(a);
+    char *t;
     kv_remote_metrics m;
-    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
+    kv_metrics_adapter *a = first_scrape("tests/fixtures/attach/vllm_metrics.txt", KV_SOURCE_VLLM, &t, &len, &m);
+    if (!a) free(t);
+    REQUIRE(a);
     CHECK(m.running == 12 && m.waiting == 5 && near(m.kv_usage, 0.625));
     CHECK((m.have & KV_RM_WAIT_REASON) && m.wait_capacity == 4 && m.wait_deferred == 1);
     CHECK((m.have & KV_RM_CACHE_CFG) && m.block_size == 16 && m.num_blocks == 27000 && !strcmp(m.cache_dtype, "auto"));
@@ -137,13 +150,11 @@ static void test_vllm(void) {
 
 static void test_sglang(void) {
     size_t len;
-    char *t = slurp("tests/fixtures/attach/sglang_metrics.txt", &len);
-    REQUIRE(t);
-    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_SGLANG);
-    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_SGLANG, 60);
-    REQUIRE(a);
+    char *t;
     kv_remote_metrics m;
-    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
+    kv_metrics_adapter *a = first_scrape("tests/fixtures/attach/sglang_metrics.txt", KV_SOURCE_SGLANG, &t, &len, &m);
+    if (!a) free(t);
+    REQUIRE(a);
     CHECK(m.running == 7 && m.waiting == 2 && near(m.kv_usage, 0.28));
     CHECK((m.have & KV_RM_KV_TOKENS) && m.kv_used_tokens == 40000 && m.kv_total_tokens == 161721);
     CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.4));
