@@ -8,8 +8,7 @@ set -u
 GOT_CHARS=400
 . "$(dirname "$0")/lib/checks.sh"
 M=$S/models/stories260K.gguf
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+T=$tmp
 # py FILE EXPR: evaluates a Python expression over d = the JSON in FILE (or
 # lines = the JSONL records when FILE ends in .jsonl); exit 0 when true.
 py() {

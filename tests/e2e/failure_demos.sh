@@ -10,8 +10,7 @@ set -u
 GOT_CHARS=400
 . "$(dirname "$0")/lib/checks.sh"
 M=$S/models/stories260K.gguf
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+T=$tmp
 py() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; }
 if [[ ! -f $M ]]; then echo "  (skipped: $M not present)"; echo "0 passed, 0 failed"; exit 0; fi
 m=(--set model.path="$M" --set threads=1)

@@ -8,8 +8,6 @@
 # Prints "N passed, N failed"; without gguf-py it says so and counts a skip.
 set -u
 . "$(dirname "$0")/lib/checks.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export PYTHONPATH=build/pydeps${PYTHONPATH:+:$PYTHONPATH}
 if ! python3 -c 'import gguf, numpy' 2>/dev/null; then
   echo "  skipped: gguf-py not installed (make pydeps)"

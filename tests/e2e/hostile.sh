@@ -6,8 +6,6 @@
 set -u
 GOT_CHARS=300
 . "$(dirname "$0")/lib/checks.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 T() { timeout 20 "$@"; }
 
 # Model paths that are not model files: each command says what the path is.
