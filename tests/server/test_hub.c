@@ -72,12 +72,19 @@ static srv_hub *open_hub(int max_seqs, int max_waiting, kv_engine **e) {
     return h;
 }
 
-/* Waits (2 s at most) until the hub has nothing pending. */
-static void wait_not_pending(srv_hub *h) {
+/* Waits (2 s at most) until the hub has nothing pending; 1 when so. */
+static int hub_drained(srv_hub *h) {
     for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    return srv_hub_pending(h) == 0;
+}
+
+/* Frees what open_hub made. */
+static void close_hub(srv_hub *h, kv_engine *e) {
+    srv_hub_free(h);
+    kv_engine_free(e);
 }
 
 /* The Prometheus text of s and *st (model "my \"model\"") when st is not
@@ -124,8 +131,7 @@ static void test_jobs_and_text(void) {
     CHECK(st.generation_tokens == 12 + 13 + 14 && st.prompt_tokens == 15 && st.finished[SRV_FIN_LENGTH] == 3);
     CHECK(st.ttft.count == 3 && st.e2e.count == 3 && st.itl.count == 11 + 12 + 13 && st.queue.count == 3);
     CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 static void test_queue_bound_and_cancel(void) {
@@ -162,8 +168,7 @@ static void test_queue_bound_and_cancel(void) {
     uint64_t seen = 0;
     for (int i = 0; i < 100 && a->choices[0].n_tokens < 3; i++) srv_job_wait(a, &seen, 50);
     srv_hub_release(h, a, 1);
-    wait_not_pending(h);
-    CHECK(srv_hub_pending(h) == 0);
+    CHECK(hub_drained(h));
     kv_snapshot *s = kv_snapshot_new();
     REQUIRE(s && kv_engine_snapshot(e, s) == 0);
     CHECKF(s->n_running == 0 && s->blocks_used == 0, "running %d, blocks used %d", s->n_running, s->blocks_used);
@@ -179,8 +184,7 @@ static void test_queue_bound_and_cancel(void) {
     CHECK(srv_hub_submit(h, c, p, &se) == -1 && se.status == 400 && strstr(se.message, "exceeds"));
     srv_hub_release(h, c, 0);
     CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 /* What the free batch slots take is not waiting: a burst of 4 into an idle
@@ -213,10 +217,8 @@ static void test_queue_bound_is_waiting(void) {
     srv_hub_release(h, over, 0);
     srv_hub_release(h, more, 0);
     srv_hub_release(h, run2, 0);
-    wait_not_pending(h);
-    CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    CHECK(hub_drained(h));
+    close_hub(h, e);
 }
 
 static void test_seed_exact(void) {
@@ -239,8 +241,7 @@ static void test_seed_exact(void) {
     }
     CHECK(!strcmp(texts[0], texts[1]));
     CHECK(strcmp(texts[0], texts[2]));
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 static void test_metrics_and_snapshot_text(void) {
@@ -312,8 +313,7 @@ static void test_metrics_and_snapshot_text(void) {
     kv_json_free(doc);
     free(buf);
     kv_snapshot_free(s);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 
@@ -376,8 +376,7 @@ static void test_logprobs_routed(void) {
     }
     free(txt);
     srv_hub_release(h, job, 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_queue_bound_is_waiting), T(test_seed_exact), T(test_metrics_and_snapshot_text))
