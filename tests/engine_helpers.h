@@ -44,6 +44,14 @@ static inline kv_engine *test_engine_new(const kv_config *c) {
     return e;
 }
 
+/* The engine's request defaults for the prompt `text` and max_tokens
+ * tokens, into *p (OUT). */
+static inline void test_text_params(const kv_engine *e, kv_request_params *p, const char *text, int max_tokens) {
+    kv_engine_request_defaults(e, p);
+    p->text = text;
+    p->max_tokens = max_tokens;
+}
+
 /* Submits the prompt `text`, or when it is NULL the n_ids token ids, for
  * max_tokens tokens (ignore_eos: exactly that many) tagged with `session`,
  * with the engine's default sampling. Returns the id, or <= 0 with the

@@ -126,9 +126,7 @@ static void test_text_prompt(void) {
     kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.text = "Once upon a time";
-    p.max_tokens = 40;
+    test_text_params(e, &p, "Once upon a time", 40);
     seen s;
     REQUIRE(run_alone(e, &p, &s) == 0);
     /* the text prompt tokenizes to the golden ids: same continuation */
