@@ -21,7 +21,8 @@
 /* kv_config's defaults on the model at `model` (NULL: stories260K of the
  * shared test data) with `threads` threads, a KV pool of `blocks` blocks
  * (0: sized from kv.memory) and at most max_seqs sequences and max_batched
- * tokens a step. A test sets what else it needs afterwards. */
+ * tokens a step (0: kv_config's default). A test sets what else it needs
+ * afterwards. */
 static inline void test_engine_config(kv_config *c, const char *model, int threads, int blocks, int max_seqs,
                                       int max_batched) {
     kv_config_default(c);
@@ -32,7 +33,7 @@ static inline void test_engine_config(kv_config *c, const char *model, int threa
     c->threads = threads;
     c->kv.blocks = blocks;
     c->scheduler.max_seqs = max_seqs;
-    c->scheduler.max_batched_tokens = max_batched;
+    if (max_batched > 0) c->scheduler.max_batched_tokens = max_batched;
 }
 
 /* kv_engine_new(c), or NULL with the reason printed. */
@@ -41,6 +42,14 @@ static inline kv_engine *test_engine_new(const kv_config *c) {
     kv_engine *e = kv_engine_new(c, &err);
     if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
     return e;
+}
+
+/* The engine's request defaults for the prompt `text` and max_tokens
+ * tokens, into *p (OUT). */
+static inline void test_text_params(const kv_engine *e, kv_request_params *p, const char *text, int max_tokens) {
+    kv_engine_request_defaults(e, p);
+    p->text = text;
+    p->max_tokens = max_tokens;
 }
 
 /* Submits the prompt `text`, or when it is NULL the n_ids token ids, for

@@ -28,6 +28,20 @@ static inline void tiny_add(tiny_vocab *v, const char *s, int32_t type) {
     v->types[v->n++] = type;
 }
 
+/* Writes w to the scratch file at path, builds the tokenizer of that file
+ * (opened, read and closed again) and removes the file: the tokenizer, or
+ * NULL with err set. w stays the caller's. */
+static inline kv_tokenizer *tiny_writer_tokenizer(kv_gguf_writer *w, const char *path, kv_err *err) {
+    kv_tokenizer *t = NULL;
+    if (kv_gguf_writer_write(w, path, err) == 0) {
+        kv_gguf *g = kv_gguf_open(path, err);
+        if (g) t = kv_tokenizer_from_gguf(g, err);
+        kv_gguf_close(g);
+    }
+    remove(path);
+    return t;
+}
+
 /* A tokenizer of model "gpt2" (the 256 byte-level characters, then "ab"
  * and "abc" with their merges; ids 0..255 are the bytes' characters in
  * byte order), "gemma4" (ids: 0 <unk>, 1 <bos>, 2 <eos>, 3..258 <0x00>..
@@ -90,13 +104,7 @@ static inline kv_tokenizer *tiny_tokenizer(const char *model, const char *pre, k
     char path[256];
     const char *dir = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/kvtop_tiny_tok_%d.gguf", dir && *dir ? dir : "/tmp", (int)getpid());
-    kv_tokenizer *t = NULL;
-    if (kv_gguf_writer_write(w, path, err) == 0) {
-        kv_gguf *g = kv_gguf_open(path, err);
-        if (g) t = kv_tokenizer_from_gguf(g, err);
-        kv_gguf_close(g);
-    }
-    remove(path);
+    kv_tokenizer *t = tiny_writer_tokenizer(w, path, err);
     kv_gguf_writer_free(w);
     return t;
 }

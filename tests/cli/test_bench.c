@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../harness.h"
+#include "../bench_helpers.h"
 #include "../../engine/json.h"
 #include "../../cli/bench.h"
 
@@ -22,19 +23,9 @@ static char *mem_text(void (*fill)(FILE *, void *), void *arg, size_t *len) {
 }
 
 static void small_config(kv_config *c) {
-    kv_config_default(c);
-    snprintf(c->model.path, sizeof c->model.path, "%.1000s", harness_shared_path("models/stories260K.gguf"));
-    c->threads = 1;
-    c->kv.memory = 4u << 20;
-    c->kv.prefix_sharing = 0;
-    c->scheduler.max_seqs = 4;
+    test_bench_config(c, 4, 6, 12);
     c->scheduler.max_seq_len = 512;
-    c->sampling.temperature = 0;
-    c->workload.requests = 6;
-    c->workload.arrival = KV_ARRIVAL_BURST;
-    c->workload.prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 12};
     c->workload.output_len = (kv_dist){.kind = KV_DIST_UNIFORM, .min = 4, .max = 20};
-    c->workload.ignore_eos = 1;
     c->workload.seed = 3;
     c->workload.system_prompt_len = 0;
     c->workload.prompts_file[0] = 0;

@@ -12,6 +12,7 @@
 #include "../../cli/bench.h"
 #include "../../profiles/profile.h"
 #include "../harness.h"
+#include "../bench_helpers.h"
 
 /* The cascade demo with `set` applied (NULL: as it is), run to the end. */
 static int run_cascade(const char *set, kv_bench_result *r) {
@@ -112,22 +113,12 @@ static void test_class_ttft(void) {
  * short ones wait for the long ones; short_first and a priority class let
  * them in first (counted in admission order, not wall time). */
 static void starve_config(kv_config *c) {
-    kv_config_default(c);
-    harness_shared_copy(c->model.path, sizeof c->model.path, "models/stories260K.gguf");
-    c->threads = 1;
-    c->kv.memory = 4u << 20;
-    c->kv.prefix_sharing = 0;
-    c->scheduler.max_seqs = 2;
+    test_bench_config(c, 2, 12, 64);
     c->scheduler.max_wait_ms = 0;
-    c->sampling.temperature = 0;
-    c->workload.requests = 12;
-    c->workload.arrival = KV_ARRIVAL_BURST;
-    c->workload.prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 64};
     c->workload.output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 96};
     c->workload.short_fraction = 0.5;
     c->workload.short_prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 8};
     c->workload.short_output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 8};
-    c->workload.ignore_eos = 1;
     c->workload.seed = 5;
 }
 

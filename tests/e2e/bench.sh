@@ -5,14 +5,10 @@
 # closed-loop concurrency, --compare columns, and clean exit-2 errors.
 # Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
+GOT_CHARS=400
+. "$(dirname "$0")/lib/checks.sh"
 M=$S/models/stories260K.gguf
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 400)"; }
+T=$tmp
 # py FILE EXPR: evaluates a Python expression over d = the JSON in FILE (or
 # lines = the JSONL records when FILE ends in .jsonl); exit 0 when true.
 py() {

@@ -7,14 +7,10 @@
 # TPOT caps the batch; bad guard values are refused naming the key.
 # Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
+GOT_CHARS=400
+. "$(dirname "$0")/lib/checks.sh"
 M=$S/models/stories260K.gguf
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 400)"; }
+T=$tmp
 py() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; }
 if [[ ! -f $M ]]; then echo "  (skipped: $M not present)"; echo "0 passed, 0 failed"; exit 0; fi
 m=(--set model.path="$M" --set threads=1)
@@ -53,5 +49,4 @@ for s in scheduler.watermark=0.95 scheduler.admission=maybe scheduler.admission_
   out=$($K bench profiles/demo-kv-cascade.yaml "${m[@]}" --set "$s" 2>&1); rc=$?
   [[ $rc == 2 && $out == *"${s%%=*}"* ]] && ok "bad $s refused (exit 2, names the key)" || bad "bad $s (exit $rc)" "$out"
 done
-echo "$pass passed, $fail failed"
-(( fail == 0 ))
+finish

@@ -7,13 +7,7 @@
 # the K-quants and mixes on a random model with 256-multiple rows.
 # Prints "N passed, N failed"; without gguf-py it says so and counts a skip.
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 600)"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib/checks.sh"
 export PYTHONPATH=build/pydeps${PYTHONPATH:+:$PYTHONPATH}
 if ! python3 -c 'import gguf, numpy' 2>/dev/null; then
   echo "  skipped: gguf-py not installed (make pydeps)"
@@ -55,5 +49,4 @@ PY
 out=$(python3 tools/gguf_interop.py "$tmp/kquant-q6_k.gguf" "$tmp/kquant-q6_k-f32.gguf" 2>&1)
 [[ $? == 1 ]] && ok "a corrupted block is reported as a difference" || bad "a corrupted block is reported" "$out"
 
-echo "$pass passed, $fail failed"
-(( fail == 0 ))
+finish

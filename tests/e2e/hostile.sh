@@ -4,13 +4,8 @@
 # model too large for the disk. Every command is bounded by a timeout, so a
 # hang fails the check instead of the run. Prints "N passed, N failed".
 set -u
-K=${KVTOP_BIN:-./kvtop}
-S=${KVTOP_SHARED:-../shared}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && echo "     got: $(echo "$2" | head -c 300)"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+GOT_CHARS=300
+. "$(dirname "$0")/lib/checks.sh"
 T() { timeout 20 "$@"; }
 
 # Model paths that are not model files: each command says what the path is.
@@ -60,5 +55,4 @@ else
   bad "SmolLM2 model missing (run make models)"
 fi
 
-echo "$pass passed, $fail failed"
-(( fail == 0 ))
+finish

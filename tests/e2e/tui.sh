@@ -114,15 +114,14 @@ sleep 0.4
 cap | grep -q 'Prefix sharing' && ok "Esc unzooms" || bad "Esc unzooms" "$(cap)"
 
 # Resize: 80x24 keeps the main panels, smaller shows a message, back again.
-tm resize-window -t $s -x 80 -y 24
-sleep 0.6
+# resize_to W H: the session's window to W x H, then a moment to redraw.
+resize_to() { tm resize-window -t $s -x "$1" -y "$2"; sleep 0.6; }
+resize_to 80 24
 r=$(cap)
 [[ $r == *"KV blocks"* && $r == *"Chat"* && $r == *"Sched"* ]] && ok "80x24 layout" || bad "80x24 layout" "$r"
-tm resize-window -t $s -x 70 -y 20
-sleep 0.6
+resize_to 70 20
 cap | grep -q 'needs at least 80x24' && ok "too small: a clear message" || bad "too small: a clear message" "$(cap)"
-tm resize-window -t $s -x 120 -y 40
-sleep 0.6
+resize_to 120 40
 r=$(cap)
 [[ $r == *"TPOT"* && $r == *"Mem"* && $r == *"Prefix"* ]] && ok "back to 120x40" || bad "back to 120x40" "$r"
 

@@ -79,6 +79,17 @@ static int drain(kv_engine *e, seen *s, int n, seen *other) {
     return total;
 }
 
+/* Submits p alone, runs e until idle and drains its events into *s (OUT,
+ * cleared first). Returns 0, or -1 when the request is refused. */
+static int run_alone(kv_engine *e, const kv_request_params *p, seen *s) {
+    memset(s, 0, sizeof *s);
+    s->id = kv_engine_submit(e, p, NULL);
+    if (s->id <= 0) return -1;
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    drain(e, s, 1, NULL);
+    return 0;
+}
+
 static int64_t submit_ids(kv_engine *e, const int32_t *ids, int n, int max_tokens, int ignore_eos) {
     return test_submit(e, NULL, ids, n, max_tokens, ignore_eos, 0);
 }
@@ -115,14 +126,9 @@ static void test_text_prompt(void) {
     kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.text = "Once upon a time";
-    p.max_tokens = 40;
-    int64_t id = kv_engine_submit(e, &p, NULL);
-    REQUIRE(id > 0);
-    CHECK(kv_engine_run_until_idle(e) == 0);
-    seen s = {.id = id};
-    drain(e, &s, 1, NULL);
+    test_text_params(e, &p, "Once upon a time", 40);
+    seen s;
+    REQUIRE(run_alone(e, &p, &s) == 0);
     /* the text prompt tokenizes to the golden ids: same continuation */
     int match = 0;
     while (match < s.n_tokens && match < (int)KV_ARRAY_LEN(golden) && s.toks[match] == golden[match]) match++;
@@ -540,11 +546,8 @@ static void test_smollm2_chat_eos(void) {
              "of France?<|im_end|>\n<|im_start|>assistant\n";
     p.parse_special = 1; /* a trusted raw prompt: its markers are control tokens */
     p.max_tokens = 48;
-    int64_t id = kv_engine_submit(e, &p, NULL);
-    REQUIRE(id > 0);
-    CHECK(kv_engine_run_until_idle(e) == 0);
-    seen s = {.id = id};
-    drain(e, &s, 1, NULL);
+    seen s;
+    REQUIRE(run_alone(e, &p, &s) == 0);
     CHECKF(s.finish == KV_FINISH_EOS && s.n_tokens < 48, "finish %d after %d tokens", s.finish, s.n_tokens);
     CHECK(s.n_tokens > 0 && kv_tokenizer_is_eog(kv_engine_model(e)->tok, s.toks[s.n_tokens - 1]));
     CHECKF(strstr(s.text, "Paris") != NULL && strstr(s.text, "<|im_end|>") == NULL, "'%s'", s.text);

@@ -171,9 +171,24 @@ static const char *const stories_prompts[NP] = {
 };
 static const int stories_max[NP] = {24, 40, 17, 33, 29, 48, 21, 36};
 
-static void stories_config(kv_config *c) {
-    test_engine_config(c, NULL, 2, 512, 32, 512);
+/* Greedy on `model` (NULL: stories260K), two threads, up to 32 sequences,
+ * a pool of n blocks and n tokens a step. */
+static void greedy_config(kv_config *c, const char *model, int n) {
+    test_engine_config(c, model, 2, n, 32, n);
     c->sampling.temperature = 0;
+}
+
+static void stories_config(kv_config *c) { greedy_config(c, NULL, 512); }
+
+/* The battery configurations (bit i: configuration i) to run: `full`, or
+ * only the first under AddressSanitizer (the larger models are slow there). */
+static unsigned battery_mask(unsigned full) {
+#if defined(__SANITIZE_ADDRESS__)
+    (void)full;
+    return 1u << 0;
+#else
+    return full;
+#endif
 }
 
 static void test_stories260k_greedy(void) {
@@ -227,16 +242,11 @@ static void test_smollm2_greedy(void) {
     }
     kv_config c;
     /* 256 tokens a step: admission over two steps, the later ones share */
-    test_engine_config(&c, TEST_SMOLLM2, 2, 256, 32, 256);
-    c.sampling.temperature = 0;
+    greedy_config(&c, TEST_SMOLLM2, 256);
     /* 8 blocks (128 tokens) for 32 requests of up to ~50 tokens. The
      * 135M model is slow under sanitizers: a smaller battery there. */
-#if defined(__SANITIZE_ADDRESS__)
-    unsigned mask = 1u << 0;
-#else
-    unsigned mask = (1u << 0) | (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 6);
-#endif
-    battery(&c, smol_prompts, smol_max, 8, mask);
+    battery(&c, smol_prompts, smol_max, 8,
+            battery_mask((1u << 0) | (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 6)));
 }
 
 /* The same battery on a random-weight file of every other architecture
@@ -265,13 +275,8 @@ static void test_architectures_greedy(void) {
         }
         printf("    %s (random weights):\n", p.arch);
         kv_config c;
-        test_engine_config(&c, path, 2, 512, 32, 512);
-        c.sampling.temperature = 0;
-#if defined(__SANITIZE_ADDRESS__)
-        battery(&c, stories_prompts, stories_max, 12, 1u << 0);
-#else
-        battery(&c, stories_prompts, stories_max, 12, ~0u);
-#endif
+        greedy_config(&c, path, 512);
+        battery(&c, stories_prompts, stories_max, 12, battery_mask(~0u));
     }
     unlink(path);
     const char *gemma = "models/gemma-3-270m-Q4_K_M.gguf";
@@ -281,15 +286,10 @@ static void test_architectures_greedy(void) {
     }
     printf("    gemma3 270M (Q4_K_M):\n");
     kv_config c;
-    test_engine_config(&c, gemma, 2, 256, 32, 256);
-    c.sampling.temperature = 0;
+    greedy_config(&c, gemma, 256);
     /* a 262,144-token vocabulary on two cores: batched with sharing and
      * chunk 7 (preemption is exercised on the random gemma3 file above) */
-#if defined(__SANITIZE_ADDRESS__)
-    battery(&c, smol_prompts, smol_max, 8, 1u << 0);
-#else
-    battery(&c, smol_prompts, smol_max, 8, (1u << 0) | (1u << 3));
-#endif
+    battery(&c, smol_prompts, smol_max, 8, battery_mask((1u << 0) | (1u << 3)));
 }
 
 TEST_MAIN(T(test_stories260k_greedy), T(test_stories260k_seeded_sampling), T(test_smollm2_greedy),

@@ -231,9 +231,7 @@ static void test_bad_top_logprobs(void) {
     kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.text = "Once";
-    p.max_tokens = 2;
+    test_text_params(e, &p, "Once", 2);
     p.logprobs = 1;
     p.top_logprobs = KV_MAX_TOP_LOGPROBS + 1;
     kv_err err;

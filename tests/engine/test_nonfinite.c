@@ -13,6 +13,7 @@
 #include "../../engine/engine.h"
 #include "../../engine/gguf.h"
 #include "../../engine/model.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 static char dir[] = "/tmp/kvtop-nonfinite-XXXXXX";
@@ -71,27 +72,13 @@ static void test_norm_warning(void) {
 
 static kv_engine *engine_on(const char *path) {
     kv_config c;
-    kv_config_default(&c);
-    snprintf(c.model.path, sizeof c.model.path, "%.1000s", path);
-    c.threads = 1;
-    c.kv.blocks = 64;
-    c.scheduler.max_seqs = 4;
+    test_engine_config(&c, path, 1, 64, 4, 0);
     c.sampling.temperature = 0;
-    kv_err err;
-    kv_engine *e = kv_engine_new(&c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
+    return test_engine_new(&c);
 }
 
 static int64_t submit(kv_engine *e, const int32_t *ids, int n, int max_tokens) {
-    kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.tokens = ids;
-    p.n_tokens = n;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = 1;
-    kv_err err;
-    return kv_engine_submit(e, &p, &err);
+    return test_submit(e, NULL, ids, n, max_tokens, 1, 0);
 }
 
 /* Runs e until idle; the DONE of request a and b (when > 0) into fa/fb,

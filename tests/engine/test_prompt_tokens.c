@@ -16,6 +16,7 @@
 #include "../../engine/gguf.h"
 #include "../../engine/tokenizer.h"
 #include "../../engine/unicode.h"
+#include "../tok_tiny.h"
 
 #define SMOLLM2 "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -36,15 +37,7 @@ static char *tmp_path(const char *tag) {
 
 /* Writes w to a temporary file and builds its tokenizer (NULL with err). */
 static kv_tokenizer *load_writer(kv_gguf_writer *w, const char *tag, kv_err *err) {
-    const char *path = tmp_path(tag);
-    kv_tokenizer *t = NULL;
-    if (kv_gguf_writer_write(w, path, err) == 0) {
-        kv_gguf *g = kv_gguf_open(path, err);
-        if (g) t = kv_tokenizer_from_gguf(g, err);
-        kv_gguf_close(g);
-    }
-    remove(path);
-    return t;
+    return tiny_writer_tokenizer(w, tmp_path(tag), err);
 }
 
 /* A byte-level BPE vocab: the 256 byte characters (no merges, so plain

@@ -54,14 +54,7 @@ static kv_engine *make(void) {
 static void submit(kv_engine *e, int prompt, int max_tokens) {
     int32_t ids[64];
     for (int i = 0; i < prompt && i < 64; i++) ids[i] = i == 0 ? 1 : 300 + i;
-    kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.tokens = ids;
-    p.n_tokens = prompt;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = 1;
-    kv_err err;
-    if (kv_engine_submit(e, &p, &err) <= 0) fprintf(stderr, "  submit: %s\n", err.msg);
+    test_submit(e, NULL, ids, prompt, max_tokens, 1, 0); /* prints why when refused */
 }
 
 static uint64_t engine_step_no(kv_engine *e) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../harness.h"
+#include "../engine_helpers.h"
 #include "../../engine/json.h"
 #include "../../engine/trace.h"
 
@@ -936,20 +937,14 @@ static size_t write_rec(const char *path, recording *r, int k) {
  * partial frame is corrupt in the bytes it has is still refused. */
 static void test_cut_recording(void) {
     kv_config c;
-    kv_config_default(&c);
-    snprintf(c.model.path, sizeof c.model.path, "%.1000s", harness_shared_path("models/stories260K.gguf"));
-    c.threads = 1;
-    c.kv.blocks = 24;
+    test_engine_config(&c, NULL, 1, 24, 2, 32);
     c.kv.block_size = 16;
     c.kv.prefix_sharing = 1;
-    c.scheduler.max_seqs = 2;
-    c.scheduler.max_batched_tokens = 32;
     c.scheduler.prefill_chunk = 8;
     c.sampling.temperature = 0;
-    kv_err err;
-    kv_engine *e = kv_engine_new(&c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
+    kv_err err;
     recording *r = calloc(1, sizeof *r);
     REQUIRE(r);
     REQUIRE(kv_engine_set_step_hook(e, rec_hook, r) == 0);

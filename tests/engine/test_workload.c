@@ -393,13 +393,9 @@ static void test_prompts_parse(void) {
 
 static void test_prompts_file_workload(void) {
     char path[512];
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvtop-prompts-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
-    int fd = mkstemps(path, 6);
-    REQUIRE(fd >= 0);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("workload", "prompts", ".jsonl"));
     const char *body = "{\"prompt\": \"one two three\"}\n{\"prompt\": \"four five\"}\n{\"prompt\": \"six\"}\n";
-    REQUIRE(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     kv_config c = base();
     c.workload.requests = 7;
     c.workload.system_prompt_len = 5;
@@ -423,18 +419,13 @@ static void test_prompts_file_workload(void) {
     kv_workload_free(w);
 
     /* Errors name the file and the line. */
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    fputs("{\"prompt\": \"ok\"}\n{\"prompt\": nope}\n", f);
-    fclose(f);
+    body = "{\"prompt\": \"ok\"}\n{\"prompt\": nope}\n";
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     CHECK(kv_workload_build(&c, &err) == NULL);
     char where[600];
     snprintf(where, sizeof where, "%s:2:12: ", path);
     CHECKF(strstr(err.msg, where) != NULL, "%s", err.msg);
-    f = fopen(path, "w");
-    REQUIRE(f);
-    fputs("\n\n", f);
-    fclose(f);
+    REQUIRE(harness_write_file(path, "\n\n", 2) == 0);
     CHECK(kv_workload_build(&c, &err) == NULL && strstr(err.msg, "no prompts"));
     unlink(path);
     CHECK(kv_workload_build(&c, &err) == NULL && err.code == KV_ERR_IO && strstr(err.msg, "workload.prompts_file"));
@@ -457,17 +448,29 @@ static kv_config driver_config(void) {
     return c;
 }
 
-static kv_engine *driver_engine(const kv_config *c) { return test_engine_new(c); }
+/* An engine on c and a driver of c's workload on it (default options), or
+ * NULL with the reason printed (nothing left open). OUT: *e. */
+static kv_driver *driver_open(const kv_config *c, kv_engine **e) {
+    *e = test_engine_new(c);
+    if (!*e) return NULL;
+    kv_err err;
+    kv_driver *d = kv_driver_new(*e, c, NULL, &err);
+    if (!d) {
+        fprintf(stderr, "  driver: %s\n", err.msg);
+        kv_engine_free(*e);
+        *e = NULL;
+    }
+    return d;
+}
 
 static void test_driver_open_loop(void) {
     kv_config c = driver_config();
     c.workload.arrival = KV_ARRIVAL_POISSON;
     c.workload.rate = 10;
-    kv_engine *e = driver_engine(&c);
-    REQUIRE(e);
-    kv_err err;
-    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    kv_engine *e;
+    kv_driver *d = driver_open(&c, &e);
     REQUIRE(d);
+    kv_err err;
     const kv_workload *w = kv_driver_workload(d);
     CHECK(kv_driver_count(d) == 5 && !kv_driver_closed(d) && kv_driver_remaining(d) == 5);
     int bos = kv_tokenizer_add_bos(kv_engine_model(e)->tok) ? 1 : 0;
@@ -514,11 +517,10 @@ static void test_driver_closed_loop(void) {
     kv_config c = driver_config();
     c.workload.arrival = KV_ARRIVAL_CLOSED;
     c.workload.concurrency = 2;
-    kv_engine *e = driver_engine(&c);
-    REQUIRE(e);
-    kv_err err;
-    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    kv_engine *e;
+    kv_driver *d = driver_open(&c, &e);
     REQUIRE(d);
+    kv_err err;
     kv_driver_sub sub[8];
     CHECK(kv_driver_closed(d) && kv_driver_next_wait_ms(d, 0) == -1);
     CHECK(kv_driver_submit_due(d, 0, 0, sub, 8, &err) == 2 && sub[0].index == 0 && sub[1].index == 1);
@@ -552,7 +554,7 @@ static void run_collect(kv_engine *e, const int64_t *ids, int n, int *tokens, in
 static void test_driver_requests(void) {
     kv_config c = driver_config();
     c.workload.arrival = KV_ARRIVAL_BURST;
-    kv_engine *e = driver_engine(&c);
+    kv_engine *e = test_engine_new(&c);
     REQUIRE(e);
     int bos = kv_tokenizer_add_bos(kv_engine_model(e)->tok) ? 1 : 0, np = 12 + bos;
     kv_err err;
@@ -591,21 +593,16 @@ static void test_driver_requests(void) {
  * "</s>" in a prompt is those characters, not the end-of-sequence token. */
 static void test_driver_tokenization(void) {
     char path[512];
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvtop-driver-XXXXXX.jsonl", dir && *dir ? dir : "/tmp");
-    int fd = mkstemps(path, 6);
-    REQUIRE(fd >= 0);
+    snprintf(path, sizeof path, "%s", harness_tmp_path("workload", "driver", ".jsonl"));
     const char *body = "{\"prompt\": \"hi </s> there\"}\n";
-    REQUIRE(write(fd, body, strlen(body)) == (ssize_t)strlen(body));
-    close(fd);
+    REQUIRE(harness_write_file(path, body, strlen(body)) == 0);
     kv_config c = driver_config();
     c.workload.requests = 1;
     snprintf(c.workload.prompts_file, sizeof c.workload.prompts_file, "%s", path);
-    kv_engine *e = driver_engine(&c);
-    REQUIRE(e);
-    kv_err err;
-    kv_driver *d = kv_driver_new(e, &c, NULL, &err);
+    kv_engine *e;
+    kv_driver *d = driver_open(&c, &e);
     REQUIRE(d);
+    kv_err err;
     const kv_tokenizer *tok = kv_engine_model(e)->tok;
     int32_t got[64], raw[64], special[64];
     int n = kv_driver_prompt(kv_driver_workload(d), 0, tok, got, 64, &err);

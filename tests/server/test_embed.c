@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../harness.h"
+#include "../engine_helpers.h"
 #include "../../engine/engine.h"
 #include "../../server/server.h"
 
@@ -59,13 +60,7 @@ static void test_shared_engine(void) {
     int port = kv_server_port(s);
     CHECK(port > 0);
     /* the owner's request */
-    kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.tokens = prompt_ids;
-    p.n_tokens = 5;
-    p.max_tokens = 10;
-    p.session = 3;
-    int64_t mine = kv_engine_submit(e, &p, &err);
+    int64_t mine = test_submit(e, NULL, prompt_ids, 5, 10, 0, 3);
     REQUIRE(mine > 0);
     /* an outside client's, meanwhile */
     static char out[65536];
@@ -89,7 +84,7 @@ static void test_shared_engine(void) {
     CHECKF(foreign == 0, "%d of the server's events reached the owner", foreign);
     kv_server_stop(s);
     /* the engine goes on, read directly again */
-    mine = kv_engine_submit(e, &p, &err);
+    mine = test_submit(e, NULL, prompt_ids, 5, 10, 0, 3);
     REQUIRE(mine > 0);
     done = 0;
     for (int i = 0; i < 300 && !done; i++) {

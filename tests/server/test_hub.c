@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../harness.h"
+#include "../engine_helpers.h"
 #include "../../engine/json.h"
 #include "../../server/hub.h"
 #include "../../server/metrics_prom.h"
@@ -21,20 +22,13 @@ static const int32_t prompt_ids[] = {1, 403, 407, 261, 378};
 
 static kv_engine *make(int max_seqs) {
     kv_config c;
-    kv_config_default(&c);
-    kv_copy_str(c.model.path, sizeof c.model.path, harness_shared_path("models/stories260K.gguf"));
-    c.threads = 1;
-    c.kv.blocks = 128;
+    test_engine_config(&c, NULL, 1, 128, max_seqs, 0);
     c.kv.dtype = KV_CACHE_F32;
-    c.scheduler.max_seqs = max_seqs;
     c.sampling.temperature = 0;
     c.sampling.top_k = 0;
     c.sampling.top_p = 1;
     c.sampling.min_p = 0;
-    kv_err err;
-    kv_engine *e = kv_engine_new(&c, &err);
-    if (!e) fprintf(stderr, "  engine: %s\n", err.msg);
-    return e;
+    return test_engine_new(&c);
 }
 
 static void params(kv_engine *e, kv_request_params *p, int max_tokens) {
@@ -59,12 +53,61 @@ static int wait_done(srv_job *job) {
     return 0;
 }
 
+/* An engine of max_seqs sequences, started, and a hub on it whose queue
+ * bound is max_waiting; NULL (*e NULL or freed) with the reason printed
+ * when either cannot be made. OUT: *e. */
+static srv_hub *open_hub(int max_seqs, int max_waiting, kv_engine **e) {
+    *e = make(max_seqs);
+    if (!*e) return NULL;
+    kv_err err = {0};
+    srv_hub *h = NULL;
+    if (kv_engine_start(*e) != 0)
+        fprintf(stderr, "  engine: does not start\n");
+    else if (!(h = srv_hub_new(*e, max_waiting, 0, &err)))
+        fprintf(stderr, "  hub: %s\n", err.msg);
+    if (!h) {
+        kv_engine_free(*e);
+        *e = NULL;
+    }
+    return h;
+}
+
+/* Waits (2 s at most) until the hub has nothing pending; 1 when so. */
+static int hub_drained(srv_hub *h) {
+    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return srv_hub_pending(h) == 0;
+}
+
+/* Frees what open_hub made. */
+static void close_hub(srv_hub *h, kv_engine *e) {
+    srv_hub_free(h);
+    kv_engine_free(e);
+}
+
+/* The Prometheus text of s and *st (model "my \"model\"") when st is not
+ * NULL, else the snapshot JSON of s (model "m") from since_step on (-1:
+ * a full frame), as a NUL-terminated buffer to free(); NULL when it cannot
+ * be written. OUT: *len. */
+static char *write_mem(const kv_snapshot *s, const srv_stats *st, int64_t since, size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    int rc = st ? srv_metrics_write(f, "vllm", "my \"model\"", s, st)
+                : srv_snapshot_write(f, s, "m", since, since < 0 ? "" : NULL);
+    fclose(f);
+    if (rc != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
 static void test_jobs_and_text(void) {
-    kv_engine *e = make(8);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
-    kv_err err;
-    srv_hub *h = srv_hub_new(e, 8 + 4, 0, &err);
+    kv_engine *e;
+    srv_hub *h = open_hub(8, 8 + 4, &e);
     REQUIRE(h);
     srv_job *job = srv_job_new(3);
     kv_request_params p[3];
@@ -88,18 +131,15 @@ static void test_jobs_and_text(void) {
     CHECK(st.generation_tokens == 12 + 13 + 14 && st.prompt_tokens == 15 && st.finished[SRV_FIN_LENGTH] == 3);
     CHECK(st.ttft.count == 3 && st.e2e.count == 3 && st.itl.count == 11 + 12 + 13 && st.queue.count == 3);
     CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 static void test_queue_bound_and_cancel(void) {
-    kv_engine *e = make(2);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
+    kv_engine *e;
+    srv_hub *h = open_hub(2, 1, &e);
+    REQUIRE(h);
     kv_engine_pause(e); /* nothing runs: the jobs stay pending */
     kv_err err;
-    srv_hub *h = srv_hub_new(e, 1, 0, &err);
-    REQUIRE(h);
     srv_job *a = srv_job_new(2), *b = srv_job_new(2);
     kv_request_params p[2];
     params(e, &p[0], 200);
@@ -128,11 +168,7 @@ static void test_queue_bound_and_cancel(void) {
     uint64_t seen = 0;
     for (int i = 0; i < 100 && a->choices[0].n_tokens < 3; i++) srv_job_wait(a, &seen, 50);
     srv_hub_release(h, a, 1);
-    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    CHECK(srv_hub_pending(h) == 0);
+    CHECK(hub_drained(h));
     kv_snapshot *s = kv_snapshot_new();
     REQUIRE(s && kv_engine_snapshot(e, s) == 0);
     CHECKF(s->n_running == 0 && s->blocks_used == 0, "running %d, blocks used %d", s->n_running, s->blocks_used);
@@ -148,19 +184,15 @@ static void test_queue_bound_and_cancel(void) {
     CHECK(srv_hub_submit(h, c, p, &se) == -1 && se.status == 400 && strstr(se.message, "exceeds"));
     srv_hub_release(h, c, 0);
     CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 /* What the free batch slots take is not waiting: a burst of 4 into an idle
  * engine of 2 slots would leave 2 waiting, past a bound of 1, while 2 go
  * in; with both slots running one more may wait, and the next is refused. */
 static void test_queue_bound_is_waiting(void) {
-    kv_engine *e = make(2);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
-    kv_err err;
-    srv_hub *h = srv_hub_new(e, 1, 0, &err);
+    kv_engine *e;
+    srv_hub *h = open_hub(2, 1, &e);
     REQUIRE(h);
     kv_request_params p[4];
     srv_error se;
@@ -185,21 +217,13 @@ static void test_queue_bound_is_waiting(void) {
     srv_hub_release(h, over, 0);
     srv_hub_release(h, more, 0);
     srv_hub_release(h, run2, 0);
-    for (int i = 0; i < 100 && srv_hub_pending(h) > 0; i++) {
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    CHECK(srv_hub_pending(h) == 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    CHECK(hub_drained(h));
+    close_hub(h, e);
 }
 
 static void test_seed_exact(void) {
-    kv_engine *e = make(4);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
-    kv_err err;
-    srv_hub *h = srv_hub_new(e, 8, 0, &err);
+    kv_engine *e;
+    srv_hub *h = open_hub(4, 8, &e);
     REQUIRE(h);
     char texts[3][4096];
     for (int k = 0; k < 3; k++) {
@@ -217,17 +241,14 @@ static void test_seed_exact(void) {
     }
     CHECK(!strcmp(texts[0], texts[1]));
     CHECK(strcmp(texts[0], texts[2]));
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 static void test_metrics_and_snapshot_text(void) {
-    kv_engine *e = make(4);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
-    kv_err err;
-    srv_hub *h = srv_hub_new(e, 8, 0, &err);
+    kv_engine *e;
+    srv_hub *h = open_hub(4, 8, &e);
     REQUIRE(h);
+    kv_err err;
     srv_job *job = srv_job_new(1);
     kv_request_params p;
     params(e, &p, 8);
@@ -239,11 +260,9 @@ static void test_metrics_and_snapshot_text(void) {
     REQUIRE(s && kv_engine_snapshot(e, s) == 0);
     srv_stats st;
     srv_hub_stats(h, &st);
-    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    REQUIRE(f && srv_metrics_write(f, "vllm", "my \"model\"", s, &st) == 0);
-    fclose(f);
+    char *buf = write_mem(s, &st, 0, &len);
+    REQUIRE(buf);
     CHECK(strstr(buf, "# TYPE vllm:num_requests_running gauge\n"));
     CHECK(strstr(buf, "vllm:generation_tokens_total{model_name=\"my \\\"model\\\"\"} 8\n"));
     CHECK(strstr(buf, "vllm:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"length\"} 1\n"));
@@ -266,10 +285,8 @@ static void test_metrics_and_snapshot_text(void) {
     }
     CHECK(ok && prev == 7);
     free(buf);
-    buf = NULL;
-    f = open_memstream(&buf, &len);
-    REQUIRE(f && srv_snapshot_write(f, s, "m", -1, "") == 0);
-    fclose(f);
+    buf = write_mem(s, NULL, -1, &len);
+    REQUIRE(buf);
     kv_json *doc = kv_json_parse(buf, len, &err);
     REQUIRE(doc);
     CHECK(kv_json_number(kv_json_get(doc, "step")) == (double)s->step);
@@ -287,10 +304,8 @@ static void test_metrics_and_snapshot_text(void) {
     kv_json_free(doc);
     free(buf);
     /* a delta frame carries only the steps after since_step */
-    buf = NULL;
-    f = open_memstream(&buf, &len);
-    REQUIRE(f && srv_snapshot_write(f, s, "m", (int64_t)s->step, NULL) == 0);
-    fclose(f);
+    buf = write_mem(s, NULL, (int64_t)s->step, &len);
+    REQUIRE(buf);
     doc = kv_json_parse(buf, len, &err);
     REQUIRE(doc);
     CHECK(kv_json_len(kv_json_get(doc, "steps")) == 0 && kv_json_bool(kv_json_get(doc, "delta")));
@@ -298,8 +313,7 @@ static void test_metrics_and_snapshot_text(void) {
     kv_json_free(doc);
     free(buf);
     kv_snapshot_free(s);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 
@@ -307,12 +321,10 @@ static void test_metrics_and_snapshot_text(void) {
  * chosen token, entries follow the text; the completions JSON has one
  * entry per token in each array and text offsets that add up to the text. */
 static void test_logprobs_routed(void) {
-    kv_engine *e = make(8);
-    REQUIRE(e);
-    REQUIRE(kv_engine_start(e) == 0);
-    kv_err err;
-    srv_hub *h = srv_hub_new(e, 8, 0, &err);
+    kv_engine *e;
+    srv_hub *h = open_hub(8, 8, &e);
     REQUIRE(h);
+    kv_err err;
     srv_job *job = srv_job_new(3);
     kv_request_params p[3];
     for (int i = 0; i < 3; i++) params(e, &p[i], i == 2 ? 400 : 20);
@@ -364,8 +376,7 @@ static void test_logprobs_routed(void) {
     }
     free(txt);
     srv_hub_release(h, job, 0);
-    srv_hub_free(h);
-    kv_engine_free(e);
+    close_hub(h, e);
 }
 
 TEST_MAIN(T(test_jobs_and_text), T(test_logprobs_routed), T(test_queue_bound_and_cancel), T(test_queue_bound_is_waiting), T(test_seed_exact), T(test_metrics_and_snapshot_text))

@@ -7,19 +7,22 @@
 #include "../../tui/format.h"
 
 static void test_bytes(void) {
+    static const struct {
+        uint64_t n;
+        const char *want;
+    } cases[] = {
+        {0, "0 B"},
+        {1023, "1023 B"},
+        {1536, "1.50 KiB"},
+        {12ull * 1024 * 1024, "12.0 MiB"},
+        {300ull * 1024 * 1024 * 1024, "300 GiB"},
+        {UINT64_MAX, "16.0 EiB"},
+    };
     char b[32];
-    kv_format_bytes(b, sizeof b, 0);
-    CHECK(!strcmp(b, "0 B"));
-    kv_format_bytes(b, sizeof b, 1023);
-    CHECK(!strcmp(b, "1023 B"));
-    kv_format_bytes(b, sizeof b, 1536);
-    CHECKF(!strcmp(b, "1.50 KiB"), "%s", b);
-    kv_format_bytes(b, sizeof b, 12ull * 1024 * 1024);
-    CHECKF(!strcmp(b, "12.0 MiB"), "%s", b);
-    kv_format_bytes(b, sizeof b, 300ull * 1024 * 1024 * 1024);
-    CHECKF(!strcmp(b, "300 GiB"), "%s", b);
-    kv_format_bytes(b, sizeof b, UINT64_MAX);
-    CHECKF(!strcmp(b, "16.0 EiB"), "%s", b);
+    for (size_t i = 0; i < KV_ARRAY_LEN(cases); i++) {
+        kv_format_bytes(b, sizeof b, cases[i].n);
+        CHECKF(!strcmp(b, cases[i].want), "%llu bytes: %s", (unsigned long long)cases[i].n, b);
+    }
     /* Truncation never overflows and still terminates. */
     char t[4];
     int n = kv_format_bytes(t, sizeof t, 1536);
@@ -27,25 +30,26 @@ static void test_bytes(void) {
 }
 
 static void test_durations(void) {
+    static const struct {
+        double ms;
+        int valid;
+        const char *want;
+    } cases[] = {
+        {0.85, 1, "850us"},
+        {3.456, 1, "3.46ms"},
+        {12.34, 1, "12.3ms"},
+        {1250, 1, "1.25s"},
+        {125000, 1, "2m05s"},
+        {7200000, 1, "2h00m"},
+        {5, 0, "N/A"},
+        {NAN, 1, "N/A"},
+        {-1, 1, "N/A"},
+    };
     char b[32];
-    kv_format_ms(b, sizeof b, 0.85, 1);
-    CHECKF(!strcmp(b, "850us"), "%s", b);
-    kv_format_ms(b, sizeof b, 3.456, 1);
-    CHECKF(!strcmp(b, "3.46ms"), "%s", b);
-    kv_format_ms(b, sizeof b, 12.34, 1);
-    CHECKF(!strcmp(b, "12.3ms"), "%s", b);
-    kv_format_ms(b, sizeof b, 1250, 1);
-    CHECKF(!strcmp(b, "1.25s"), "%s", b);
-    kv_format_ms(b, sizeof b, 125000, 1);
-    CHECKF(!strcmp(b, "2m05s"), "%s", b);
-    kv_format_ms(b, sizeof b, 7200000, 1);
-    CHECKF(!strcmp(b, "2h00m"), "%s", b);
-    kv_format_ms(b, sizeof b, 5, 0);
-    CHECK(!strcmp(b, "N/A"));
-    kv_format_ms(b, sizeof b, NAN, 1);
-    CHECK(!strcmp(b, "N/A"));
-    kv_format_ms(b, sizeof b, -1, 1);
-    CHECK(!strcmp(b, "N/A"));
+    for (size_t i = 0; i < KV_ARRAY_LEN(cases); i++) {
+        kv_format_ms(b, sizeof b, cases[i].ms, cases[i].valid);
+        CHECKF(!strcmp(b, cases[i].want), "%g ms (valid %d): %s", cases[i].ms, cases[i].valid, b);
+    }
 }
 
 static void test_counts_rates(void) {

@@ -90,16 +90,41 @@ static char *scaled(const char *text, const char *prefix, double f) {
     return o;
 }
 
-static void test_vllm(void) {
+/* The adapter of `kind` after its first scrape: the fixture at path read,
+ * detected as kind and fed at time 0 into *m (OUT), whose gauges are
+ * checked against running, waiting and kv_usage. The fixture's text goes
+ * to *text (OUT, the caller frees it) when text is not NULL, else it is
+ * freed. NULL (after a failed CHECK) when it cannot be read, made or fed. */
+static kv_metrics_adapter *first_scrape(const char *path, kv_source_kind kind, double running, double waiting,
+                                        double kv_usage, char **text, kv_remote_metrics *m) {
     size_t len;
-    char *t = slurp("tests/fixtures/attach/vllm_metrics.txt", &len);
-    REQUIRE(t);
-    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_VLLM);
-    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_VLLM, 60);
-    REQUIRE(a);
+    char *t = slurp(path, &len);
+    CHECKF(t, "cannot read %s", path);
+    if (!t) return NULL;
+    CHECK(kv_metrics_detect_kind(t, len) == kind);
+    kv_metrics_adapter *a = kv_metrics_adapter_new(kind, 60);
+    CHECK(a);
+    if (a && kv_metrics_adapter_feed(a, t, len, 0, m, NULL, 0) != 0) {
+        CHECKF(0, "%s: the first scrape is not read", path);
+        kv_metrics_adapter_free(a);
+        a = NULL;
+    }
+    if (a)
+        CHECKF(m->running == running && m->waiting == waiting && near(m->kv_usage, kv_usage),
+               "%s: running %g, waiting %g, kv usage %g", path, m->running, m->waiting, m->kv_usage);
+    if (a && text)
+        *text = t;
+    else
+        free(t);
+    return a;
+}
+
+static void test_vllm(void) {
+    char *t;
     kv_remote_metrics m;
-    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
-    CHECK(m.running == 12 && m.waiting == 5 && near(m.kv_usage, 0.625));
+    kv_metrics_adapter *a =
+        first_scrape("tests/fixtures/attach/vllm_metrics.txt", KV_SOURCE_VLLM, 12, 5, 0.625, &t, &m);
+    REQUIRE(a);
     CHECK((m.have & KV_RM_WAIT_REASON) && m.wait_capacity == 4 && m.wait_deferred == 1);
     CHECK((m.have & KV_RM_CACHE_CFG) && m.block_size == 16 && m.num_blocks == 27000 && !strcmp(m.cache_dtype, "auto"));
     CHECK(!(m.have & KV_RM_TTFT)); /* percentiles need a window: nothing yet */
@@ -136,21 +161,15 @@ static void test_vllm(void) {
 }
 
 static void test_sglang(void) {
-    size_t len;
-    char *t = slurp("tests/fixtures/attach/sglang_metrics.txt", &len);
-    REQUIRE(t);
-    CHECK(kv_metrics_detect_kind(t, len) == KV_SOURCE_SGLANG);
-    kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_SGLANG, 60);
-    REQUIRE(a);
     kv_remote_metrics m;
-    CHECK(kv_metrics_adapter_feed(a, t, len, 0, &m, NULL, 0) == 0);
-    CHECK(m.running == 7 && m.waiting == 2 && near(m.kv_usage, 0.28));
+    kv_metrics_adapter *a =
+        first_scrape("tests/fixtures/attach/sglang_metrics.txt", KV_SOURCE_SGLANG, 7, 2, 0.28, NULL, &m);
+    REQUIRE(a);
     CHECK((m.have & KV_RM_KV_TOKENS) && m.kv_used_tokens == 40000 && m.kv_total_tokens == 161721);
     CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.4));
     CHECK((m.have & KV_RM_SPEC) && near(m.spec_accept, 0.5) && near(m.spec_accept_len, 2.5));
     CHECK(!(m.have & KV_RM_CACHE_CFG));
     kv_metrics_adapter_free(a);
-    free(t);
     CHECK(kv_metrics_detect_kind("tgi_queue_size 3\n", 17) == KV_SOURCE_TGI);
     CHECK(kv_metrics_detect_kind("garbage\n", 8) == KV_SOURCE_AUTO);
     CHECK(kv_metrics_adapter_new(KV_SOURCE_KVTOP, 60) == NULL);

@@ -20,20 +20,12 @@ import time
 import urllib.error
 import urllib.request
 
+sys.dont_write_bytecode = True  # importing checks leaves no __pycache__ in the tree
+from checks import check, finish  # noqa: E402
+
 BASE, PID, KEY = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 HOST, PORT = "127.0.0.1", int(BASE.rsplit(":", 1)[1])
 AUTH = {"Authorization": "Bearer " + KEY}
-passed = failed = 0
-
-
-def check(ok, what, got=None):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"  ok {what}")
-    else:
-        failed += 1
-        print(f"FAIL {what}" + (f": {got!r}"[:400] if got is not None else ""))
 
 
 def get_json(path, timeout=10):
@@ -333,5 +325,4 @@ for _ in range(150):
 check(not os.path.exists(f"/proc/{PID}") or open(f"/proc/{PID}/stat").read().split()[2] == "Z",
       "the server exits after SIGTERM")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

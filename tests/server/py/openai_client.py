@@ -12,18 +12,10 @@ import urllib.request
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+sys.dont_write_bytecode = True  # importing checks leaves no __pycache__ in the tree
+from checks import check, finish  # noqa: E402
+
 BASE, KEY = sys.argv[1], sys.argv[2]
-passed = failed = 0
-
-
-def check(ok, what, got=None):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"  ok {what}")
-    else:
-        failed += 1
-        print(f"FAIL {what}" + (f": {got!r}"[:400] if got is not None else ""))
 
 
 def metrics():
@@ -240,5 +232,4 @@ check(m1["kvtop:generation_tokens_total"] > m0.get("kvtop:generation_tokens_tota
 check(m1["kvtop:time_to_first_token_seconds_count"] == m1["kvtop:e2e_request_latency_seconds_count"] > 0,
       "metrics: one TTFT and one E2E sample per finished request")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()
