@@ -493,6 +493,11 @@ nomem:
     return kv_err_set(err, KV_ERR_NOMEM, "submit: out of memory");
 }
 
+const char *kv_finish_name(kv_finish f) {
+    static const char *const names[] = {"none", "eos", "length", "stop", "cancelled", "rejected", "error"};
+    return (int)f >= 0 && (size_t)f < KV_ARRAY_LEN(names) ? names[f] : "unknown";
+}
+
 int kv_engine_cancel(kv_engine *e, int64_t id) {
     if (!e) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->mu);

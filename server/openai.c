@@ -258,6 +258,20 @@ static void write_head(const gen *g, kv_json_writer *w, const char *object) {
     kv_json_write_string(w, g->s->model_id);
 }
 
+/* The head, then the "choices" array opened. */
+static void begin_choices(const gen *g, kv_json_writer *w, const char *object) {
+    write_head(g, w, object);
+    kv_json_write_key(w, "choices");
+    kv_json_write_begin_array(w);
+}
+
+/* One choice's object opened, with its index. */
+static void begin_choice(kv_json_writer *w, int index) {
+    kv_json_write_begin_object(w);
+    kv_json_write_key(w, "index");
+    kv_json_write_int(w, index);
+}
+
 /* A finished choice that is not a reply: the error the client gets. */
 static int choice_error(const gen *g, const srv_choice *c, srv_error *e) {
     if (srv_finish_name(c->finish)) return 0;
@@ -297,14 +311,10 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
     if (srv_json_open(&j)) goto nomem;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
-    write_head(g, w, chat ? "chat.completion" : "text_completion");
-    kv_json_write_key(w, "choices");
-    kv_json_write_begin_array(w);
+    begin_choices(g, w, chat ? "chat.completion" : "text_completion");
     for (int i = 0; i < n_choices(g); i++) {
         const srv_choice *c = &job->choices[i];
-        kv_json_write_begin_object(w);
-        kv_json_write_key(w, "index");
-        kv_json_write_int(w, i);
+        begin_choice(w, i);
         if (chat) {
             kv_json_write_key(w, "message");
             kv_json_write_begin_object(w);
@@ -357,6 +367,17 @@ nomem:
 
 /* ---- streaming ---- */
 
+/* Closes j and appends it to out as one SSE data event. Returns 0 or
+ * KV_ERR_NOMEM. */
+static int sse_send(srv_json *j, srv_buf *out) {
+    size_t l;
+    char *s = srv_json_close(j, &l);
+    if (!s) return KV_ERR_NOMEM;
+    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
+    free(s);
+    return rc ? KV_ERR_NOMEM : 0;
+}
+
 /* One chunk with one choice: its delta text (chat: role on the first),
  * or its finish_reason; with the request's logprobs, those of lp[0..n_lp). */
 static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char *text, size_t len,
@@ -365,12 +386,8 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
     if (srv_json_open(&j)) return KV_ERR_NOMEM;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
-    write_head(g, w, chat ? "chat.completion.chunk" : "text_completion");
-    kv_json_write_key(w, "choices");
-    kv_json_write_begin_array(w);
-    kv_json_write_begin_object(w);
-    kv_json_write_key(w, "index");
-    kv_json_write_int(w, idx);
+    begin_choices(g, w, chat ? "chat.completion.chunk" : "text_completion");
+    begin_choice(w, idx);
     if (chat) {
         kv_json_write_key(w, "delta");
         kv_json_write_begin_object(w);
@@ -404,29 +421,17 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
         kv_json_write_null(w);
     }
     kv_json_write_end_object(w);
-    size_t l;
-    char *s = srv_json_close(&j, &l);
-    if (!s) return KV_ERR_NOMEM;
-    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
-    free(s);
-    return rc ? KV_ERR_NOMEM : 0;
+    return sse_send(&j, out);
 }
 
 static int sse_usage(const gen *g, srv_buf *out) {
     srv_json j;
     if (srv_json_open(&j)) return KV_ERR_NOMEM;
-    write_head(g, &j.w, g->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-    kv_json_write_key(&j.w, "choices");
-    kv_json_write_begin_array(&j.w);
+    begin_choices(g, &j.w, g->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
     kv_json_write_end_array(&j.w);
     write_usage(g, &j.w);
     kv_json_write_end_object(&j.w);
-    size_t l;
-    char *s = srv_json_close(&j, &l);
-    if (!s) return KV_ERR_NOMEM;
-    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
-    free(s);
-    return rc ? KV_ERR_NOMEM : 0;
+    return sse_send(&j, out);
 }
 
 /* An error in the middle of a stream: an error event, then [DONE]. */

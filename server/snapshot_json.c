@@ -17,19 +17,6 @@ const char *srv_req_state_name(kv_req_state st) {
     return "unknown";
 }
 
-const char *srv_finish_reason_name(kv_finish f) {
-    switch (f) {
-    case KV_FINISH_NONE: return "none";
-    case KV_FINISH_EOS: return "eos";
-    case KV_FINISH_LENGTH: return "length";
-    case KV_FINISH_STOP: return "stop";
-    case KV_FINISH_CANCELLED: return "cancelled";
-    case KV_FINISH_REJECTED: return "rejected";
-    case KV_FINISH_ERROR: return "error";
-    }
-    return "unknown";
-}
-
 static const char *decision_name(kv_decision_kind k) {
     static const char *const n[KV_DEC_KIND_COUNT] = {"admit", "chunk", "preempt", "swap_out", "swap_in",
                                                      "evict", "share", "cow",     "finish",   "reject",
@@ -99,7 +86,7 @@ static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap
     kv_json_field_num(w, "tpot_ms", r->tpot_ms);
     kv_json_field_num(w, "last_itl_ms", r->last_itl_ms);
     kv_json_field_num(w, "e2e_ms", r->e2e_ms);
-    kv_json_field_str(w, "finish", srv_finish_reason_name(r->finish));
+    kv_json_field_str(w, "finish", kv_finish_name(r->finish));
     kv_json_field_str(w, "wait_reason", r->wait_reason);
     kv_json_field_int(w, "spec_k", r->spec_k);
     kv_json_field_uint(w, "spec_drafts", r->spec_drafts);

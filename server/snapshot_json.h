@@ -24,8 +24,8 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
 int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
                               const char (*warnings)[KV_WARNING_LEN], int n_warnings);
 
-/* Names used in the JSON (also for tests). */
+/* Names used in the JSON (also for tests); a finish reason is written
+ * with kv_finish_name. */
 const char *srv_req_state_name(kv_req_state st);
-const char *srv_finish_reason_name(kv_finish f);
 
 #endif
