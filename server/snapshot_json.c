@@ -1,10 +1,13 @@
 /* snapshot_json.c - kv_snapshot -> JSON with the engine's JSON writer.
  * Every field keeps its engine name and unit (ms on the engine clock,
- * bytes, tokens); enums are written as their names. */
+ * bytes, tokens); enums are written as their names. The scalar members
+ * come from the parser's field tables (kv_snapshot_write_part), so writer
+ * and reader cannot drift apart. */
 #include "snapshot_json.h"
 
 #include "../engine/json.h"
 #include "../engine/metrics_json.h"
+#include "../engine/snapshot_parse.h"
 
 const char *srv_req_state_name(kv_req_state st) {
     switch (st) {
@@ -47,29 +50,16 @@ static void write_metrics(kv_json_writer *w, const kv_metrics_summary *m) {
 static void write_mem(kv_json_writer *w, const kv_mem_breakdown *m) {
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
-    kv_json_field_uint(w, "weights", m->weights);
-    kv_json_field_uint(w, "kv_used", m->kv_used);
-    kv_json_field_uint(w, "kv_cached", m->kv_cached);
-    kv_json_field_uint(w, "kv_free", m->kv_free);
-    kv_json_field_uint(w, "kv_swap_used", m->kv_swap_used);
-    kv_json_field_uint(w, "kv_swap_total", m->kv_swap_total);
-    kv_json_field_uint(w, "activations", m->activations);
-    kv_json_field_uint(w, "other", m->other);
-    kv_json_field_uint(w, "budget", m->budget);
+    kv_snapshot_write_part(w, KV_SNAP_PART_MEMORY, m);
     kv_json_write_end_object(w);
 }
 
 static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap_request *r) {
     kv_json_write_begin_object(w);
-    kv_json_field_int(w, "id", r->id);
-    kv_json_field_int(w, "session", r->session);
+    kv_snapshot_write_part(w, KV_SNAP_PART_REQUEST, r);
     kv_json_field_str(w, "state", srv_req_state_name(r->state));
-    kv_json_field_int(w, "priority", r->priority);
-    kv_json_field_int(w, "n_prompt", r->n_prompt);
-    kv_json_field_int(w, "n_computed", r->n_computed);
-    kv_json_field_int(w, "n_generated", r->n_generated);
-    kv_json_field_int(w, "max_tokens", r->max_tokens);
-    kv_json_field_int(w, "n_prefix_hit", r->n_prefix_hit);
+    kv_json_field_str(w, "finish", kv_finish_name(r->finish));
+    kv_json_field_str(w, "wait_reason", r->wait_reason);
     kv_json_write_key(w, "block_table");
     kv_json_write_begin_array(w);
     for (int i = 0; i < r->n_blocks; i++) {
@@ -77,21 +67,6 @@ static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap
         if (at >= 0 && at < s->n_table_entries) kv_json_write_int(w, s->tables[at]);
     }
     kv_json_write_end_array(w);
-    kv_json_field_int(w, "next_block", r->next_block);
-    kv_json_field_int(w, "next_offset", r->next_offset);
-    kv_json_field_int(w, "preemptions", r->preemptions);
-    kv_json_field_num(w, "arrival_ms", r->arrival_ms);
-    kv_json_field_num(w, "queue_ms", r->queue_ms);
-    kv_json_field_num(w, "ttft_ms", r->ttft_ms);
-    kv_json_field_num(w, "tpot_ms", r->tpot_ms);
-    kv_json_field_num(w, "last_itl_ms", r->last_itl_ms);
-    kv_json_field_num(w, "e2e_ms", r->e2e_ms);
-    kv_json_field_str(w, "finish", kv_finish_name(r->finish));
-    kv_json_field_str(w, "wait_reason", r->wait_reason);
-    kv_json_field_int(w, "spec_k", r->spec_k);
-    kv_json_field_uint(w, "spec_drafts", r->spec_drafts);
-    kv_json_field_uint(w, "spec_drafted", r->spec_drafted);
-    kv_json_field_uint(w, "spec_accepted", r->spec_accepted);
     kv_json_write_end_object(w);
 }
 
@@ -133,25 +108,7 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
         const kv_step_record *r = &s->steps[i];
         if (since >= 0 && r->step <= (uint64_t)since) continue;
         kv_json_write_begin_object(w);
-        kv_json_field_uint(w, "step", r->step);
-        kv_json_field_num(w, "t_ms", r->t_ms);
-        kv_json_field_num(w, "dur_ms", r->dur_ms);
-        kv_json_field_num(w, "forward_ms", r->forward_ms);
-        kv_json_field_num(w, "sim_ms", r->sim_ms);
-        kv_json_field_int(w, "n_seqs", r->n_seqs);
-        kv_json_field_int(w, "n_prefill_tokens", r->n_prefill_tokens);
-        kv_json_field_int(w, "n_decode_tokens", r->n_decode_tokens);
-        kv_json_field_int(w, "n_spec_tokens", r->n_spec_tokens);
-        kv_json_field_int(w, "n_pad_tokens", r->n_pad_tokens);
-        kv_json_field_int(w, "n_admitted", r->n_admitted);
-        kv_json_field_int(w, "n_preempted", r->n_preempted);
-        kv_json_field_int(w, "n_swapped_out", r->n_swapped_out);
-        kv_json_field_int(w, "n_swapped_in", r->n_swapped_in);
-        kv_json_field_int(w, "n_evicted", r->n_evicted);
-        kv_json_field_int(w, "n_finished", r->n_finished);
-        kv_json_field_int(w, "n_cow", r->n_cow);
-        kv_json_field_int(w, "n_blocks_used", r->n_blocks_used);
-        kv_json_field_int(w, "n_waiting", r->n_waiting);
+        kv_snapshot_write_part(w, KV_SNAP_PART_STEP, r);
         kv_json_write_end_object(w);
     }
     kv_json_write_end_array(w);
@@ -175,11 +132,7 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
-    kv_json_field_uint(&w, "step", s->step);
-    kv_json_field_num(&w, "now_ms", s->now_ms);
-    kv_json_field_bool(&w, "paused", s->paused);
-    kv_json_field_bool(&w, "thread_running", s->thread_running);
-    kv_json_field_int(&w, "step_delay_ms", s->step_delay_ms);
+    kv_snapshot_write_part(&w, KV_SNAP_PART_TOP, s);
     kv_json_field_bool(&w, "delta", since_step >= 0);
     if (check) {
         kv_json_write_key(&w, "check");
@@ -212,15 +165,7 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_write_end_object(&w);
     kv_json_write_key(&w, "cache");
     kv_json_write_begin_object(&w);
-    kv_json_field_uint(&w, "prefix_lookups", s->prefix_lookups);
-    kv_json_field_uint(&w, "prefix_hit_blocks", s->prefix_hit_blocks);
-    kv_json_field_uint(&w, "prefix_hit_tokens", s->prefix_hit_tokens);
-    kv_json_field_uint(&w, "evictions", s->evictions);
-    kv_json_field_uint(&w, "cow_copies", s->cow_copies);
-    kv_json_field_int(&w, "blocks_free", s->blocks_free);
-    kv_json_field_int(&w, "blocks_used", s->blocks_used);
-    kv_json_field_int(&w, "blocks_cached", s->blocks_cached);
-    kv_json_field_int(&w, "blocks_shared", s->blocks_shared);
+    kv_snapshot_write_part(&w, KV_SNAP_PART_CACHE, s);
     kv_json_write_end_object(&w);
     write_metrics(&w, &s->metrics);
     write_mem(&w, &s->mem);
