@@ -70,13 +70,6 @@ static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap
     kv_json_write_end_object(w);
 }
 
-static void write_ids(kv_json_writer *w, const char *k, const int64_t *v, int n) {
-    kv_json_write_key(w, k);
-    kv_json_write_begin_array(w);
-    for (int i = 0; i < n; i++) kv_json_write_int(w, v[i]);
-    kv_json_write_end_array(w);
-}
-
 /* The block map, one array per field (one entry per physical block). */
 static void write_blocks(kv_json_writer *w, const kv_snapshot *s) {
     static const char *const cols[] = {"state", "shared", "refcount", "fill", "owner", "session"};
@@ -173,9 +166,9 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_write_begin_array(&w);
     for (int i = 0; i < s->n_requests; i++) write_request(&w, s, &s->requests[i]);
     kv_json_write_end_array(&w);
-    write_ids(&w, "running", s->running, s->n_running);
-    write_ids(&w, "waiting", s->waiting, s->n_waiting);
-    write_ids(&w, "swapped", s->swapped, s->n_swapped);
+    kv_json_field_ints(&w, "running", s->running, (size_t)KV_MAX(s->n_running, 0));
+    kv_json_field_ints(&w, "waiting", s->waiting, (size_t)KV_MAX(s->n_waiting, 0));
+    kv_json_field_ints(&w, "swapped", s->swapped, (size_t)KV_MAX(s->n_swapped, 0));
     write_blocks(&w, s);
     write_steps(&w, s, since_step);
     kv_json_write_end_object(&w);
