@@ -24,25 +24,18 @@ static const char *decision_name(kv_decision_kind k) {
 
 static void ev_begin(kv_json_writer *w, const char *name, const char *cat, const char *ph, double ts_ms, int tid) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, name);
-    kv_json_write_key(w, "cat");
-    kv_json_write_string(w, cat);
-    kv_json_write_key(w, "ph");
-    kv_json_write_string(w, ph);
-    kv_json_write_key(w, "ts");
-    kv_json_write_number(w, ts_ms * 1000.0);
-    kv_json_write_key(w, "pid");
-    kv_json_write_int(w, 1);
-    kv_json_write_key(w, "tid");
-    kv_json_write_int(w, tid);
+    kv_json_field_str(w, "name", name);
+    kv_json_field_str(w, "cat", cat);
+    kv_json_field_str(w, "ph", ph);
+    kv_json_field_num(w, "ts", ts_ms * 1000.0);
+    kv_json_field_int(w, "pid", 1);
+    kv_json_field_int(w, "tid", tid);
 }
 
 /* A complete event ("X") of dur_ms from ts_ms, left open. */
 static void ev_span_head(kv_json_writer *w, const char *name, const char *cat, double ts_ms, double dur_ms, int tid) {
     ev_begin(w, name, cat, "X", ts_ms, tid);
-    kv_json_write_key(w, "dur");
-    kv_json_write_number(w, dur_ms * 1000.0);
+    kv_json_field_num(w, "dur", dur_ms * 1000.0);
 }
 
 /* The same without args. */
@@ -80,15 +73,12 @@ static void counter3(kv_json_writer *w, const char *name, double ts_ms, const ch
 
 static void thread_name(kv_json_writer *w, int tid, const char *name) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, "thread_name");
-    kv_json_write_key(w, "ph");
-    kv_json_write_string(w, "M");
+    kv_json_field_str(w, "name", "thread_name");
+    kv_json_field_str(w, "ph", "M");
     kv_json_field_int(w, "pid", 1);
     kv_json_field_int(w, "tid", tid);
     args_begin(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, name);
+    kv_json_field_str(w, "name", name);
     args_end(w);
 }
 
@@ -120,13 +110,11 @@ static void export_decision(kv_json_writer *w, const kv_decision *d, const kv_sn
             break;
         }
     ev_begin(w, decision_name(d->kind), "decision", "i", ts, 2);
-    kv_json_write_key(w, "s");
-    kv_json_write_string(w, "t");
+    kv_json_field_str(w, "s", "t");
     args_begin(w);
     kv_json_field_int(w, "step", (int64_t)d->step);
     kv_json_field_int(w, "req", d->req);
-    kv_json_write_key(w, "text");
-    kv_json_write_string(w, d->text);
+    kv_json_field_str(w, "text", d->text);
     args_end(w);
 }
 
@@ -199,8 +187,7 @@ int kv_trace_export_chrome(kv_trace *t, const char *path, kv_err *err) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
-    kv_json_write_key(&w, "displayTimeUnit");
-    kv_json_write_string(&w, "ms");
+    kv_json_field_str(&w, "displayTimeUnit", "ms");
     kv_json_write_key(&w, "traceEvents");
     kv_json_write_begin_array(&w);
     thread_name(&w, 1, "engine steps");

@@ -232,30 +232,22 @@ static void write_usage(const gen *g, kv_json_writer *w) {
     }
     kv_json_write_key(w, "usage");
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "prompt_tokens");
-    kv_json_write_int(w, prompt);
-    kv_json_write_key(w, "completion_tokens");
-    kv_json_write_int(w, completion);
-    kv_json_write_key(w, "total_tokens");
-    kv_json_write_int(w, prompt + completion);
+    kv_json_field_int(w, "prompt_tokens", prompt);
+    kv_json_field_int(w, "completion_tokens", completion);
+    kv_json_field_int(w, "total_tokens", prompt + completion);
     kv_json_write_key(w, "prompt_tokens_details");
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "cached_tokens");
-    kv_json_write_int(w, cached);
+    kv_json_field_int(w, "cached_tokens", cached);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
 }
 
 static void write_head(const gen *g, kv_json_writer *w, const char *object) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "id");
-    kv_json_write_string(w, g->id);
-    kv_json_write_key(w, "object");
-    kv_json_write_string(w, object);
-    kv_json_write_key(w, "created");
-    kv_json_write_int(w, g->created);
-    kv_json_write_key(w, "model");
-    kv_json_write_string(w, g->s->model_id);
+    kv_json_field_str(w, "id", g->id);
+    kv_json_field_str(w, "object", object);
+    kv_json_field_int(w, "created", g->created);
+    kv_json_field_str(w, "model", g->s->model_id);
 }
 
 /* The head, then the "choices" array opened. */
@@ -268,8 +260,7 @@ static void begin_choices(const gen *g, kv_json_writer *w, const char *object) {
 /* One choice's object opened, with its index. */
 static void begin_choice(kv_json_writer *w, int index) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "index");
-    kv_json_write_int(w, index);
+    kv_json_field_int(w, "index", index);
 }
 
 /* A finished choice that is not a reply: the error the client gets. */
@@ -318,8 +309,7 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
         if (chat) {
             kv_json_write_key(w, "message");
             kv_json_write_begin_object(w);
-            kv_json_write_key(w, "role");
-            kv_json_write_string(w, "assistant");
+            kv_json_field_str(w, "role", "assistant");
             kv_json_write_key(w, "content");
             kv_json_write_string_n(w, c->text ? c->text : "", c->len);
             kv_json_write_end_object(w);
@@ -343,8 +333,7 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
         else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, c->lps,
                                     c->n_lps, &g->lp_offset[i]))
             goto nomem_j;
-        kv_json_write_key(w, "finish_reason");
-        kv_json_write_string(w, srv_finish_name(c->finish));
+        kv_json_field_str(w, "finish_reason", srv_finish_name(c->finish));
         kv_json_write_end_object(w);
     }
     kv_json_write_end_array(w);
@@ -392,8 +381,7 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
         kv_json_write_key(w, "delta");
         kv_json_write_begin_object(w);
         if (role) {
-            kv_json_write_key(w, "role");
-            kv_json_write_string(w, role);
+            kv_json_field_str(w, "role", role);
         }
         if (text) {
             kv_json_write_key(w, "content");
@@ -412,8 +400,7 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
         free(srv_json_close(&j, &dummy));
         return KV_ERR_NOMEM;
     }
-    kv_json_write_key(w, "finish_reason");
-    kv_json_write_string(w, finish);
+    kv_json_field_str(w, "finish_reason", finish);
     kv_json_write_end_object(w);
     kv_json_write_end_array(w);
     if (g->req.include_usage) {

@@ -324,6 +324,16 @@ void app_free_windows(app *a) {
     a->have_windows = 0;
 }
 
+void app_free_views(app *a) {
+    app_free_windows(a);
+    kv_snapshot_free(a->snap);
+    for (int i = 0; i < a->n_sessions; i++) {
+        kv_input_history_free(a->sessions[i]->history);
+        kv_session_free(a->sessions[i]);
+    }
+    free(a->prompt_buf);
+}
+
 static WINDOW *mkwin(kv_rect r) { return kv_rect_visible(r) ? newwin(r.h, r.w, r.y, r.x) : NULL; }
 
 static void build_windows(app *a) {
@@ -551,14 +561,8 @@ static void app_free(app *a) {
     if (a->rec) kv_trace_writer_close(a->rec);
     a->rec = NULL;
     loader_close(a); /* load_stop frees the load's driver */
-    app_free_windows(a);
-    kv_snapshot_free(a->snap);
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_input_history_free(a->sessions[i]->history);
-        kv_session_free(a->sessions[i]);
-    }
     kv_trace_free(a->replay);
-    free(a->prompt_buf);
+    app_free_views(a);
 }
 
 static void make_stamp(app *a) {

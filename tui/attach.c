@@ -323,13 +323,7 @@ static void attach_free(app *a) {
     if (a->rec) record_stop(a);
     for (int i = 0; i < t->n_chats; i++) kv_remote_chat_free(t->chats[i].c);
     for (int i = 0; i < t->n_src; i++) kv_source_free(t->src[i]);
-    app_free_windows(a);
-    kv_snapshot_free(a->snap);
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_input_history_free(a->sessions[i]->history);
-        kv_session_free(a->sessions[i]);
-    }
-    free(a->prompt_buf);
+    app_free_views(a);
 }
 
 int cmd_attach(int argc, char **argv) {
