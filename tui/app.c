@@ -565,13 +565,13 @@ static void app_free(app *a) {
     app_free_views(a);
 }
 
-static void make_stamp(app *a) {
+void app_make_stamp(app *a, const char *prefix) {
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);
     char d[32];
     strftime(d, sizeof d, "%Y%m%d-%H%M%S", &tm);
-    snprintf(a->stamp, sizeof a->stamp, "%s-%d", d, (int)getpid());
+    snprintf(a->stamp, sizeof a->stamp, "%s%s-%d", prefix, d, (int)getpid());
 }
 
 /* The main loop shared by the app and the replay viewer. */
@@ -724,7 +724,7 @@ int cmd_tui(int argc, char **argv) {
     a->v.step_delay_ms = a->cfg.ui.step_delay_ms;
     a->snap = kv_snapshot_new();
     if (!a->snap) return 1;
-    make_stamp(a);
+    app_make_stamp(a, "");
     if (kv_session_state_dir(a->state_dir, sizeof a->state_dir)) a->state_dir[0] = 0;
     if (app_curses_start(a)) {
         kv_snapshot_free(a->snap);

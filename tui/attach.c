@@ -364,14 +364,7 @@ int cmd_attach(int argc, char **argv) {
     a->snap = kv_snapshot_new();
     int rc = 1;
     if (!a->snap) goto done;
-    {
-        time_t now = time(NULL);
-        struct tm tm;
-        localtime_r(&now, &tm);
-        char d[32];
-        strftime(d, sizeof d, "%Y%m%d-%H%M%S", &tm);
-        snprintf(a->stamp, sizeof a->stamp, "attach-%s-%d", d, (int)getpid());
-    }
+    app_make_stamp(a, "attach-");
     if (kv_session_state_dir(a->state_dir, sizeof a->state_dir)) a->state_dir[0] = 0;
     for (int i = 0; i < S.n_src; i++)
         if (kv_source_start(S.src[i])) {
