@@ -70,10 +70,7 @@ void srv_handle_models(srv *s, srv_reply *r) {
     kv_json_field_str(w, "owned_by", "kvtop");
     kv_json_field_str(w, "root", s->cfg.model.path);
     kv_json_field_int(w, "max_model_len", s->ctx);
-    kv_json_write_key(w, "warnings"); /* kvtop's: what loading the model had to guess */
-    kv_json_write_begin_array(w);
-    for (int i = 0; i < s->n_warnings; i++) kv_json_write_string(w, s->warnings[i]);
-    kv_json_write_end_array(w);
+    srv_write_warnings(w, s->warnings, s->n_warnings); /* kvtop's: what loading the model had to guess */
     kv_json_write_end_object(w);
     kv_json_write_end_array(w);
     kv_json_write_end_object(w);

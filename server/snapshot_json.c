@@ -120,6 +120,13 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
     kv_json_write_end_array(w);
 }
 
+void srv_write_warnings(kv_json_writer *w, const char (*warnings)[KV_WARNING_LEN], int n) {
+    kv_json_write_key(w, "warnings");
+    kv_json_write_begin_array(w);
+    for (int i = 0; warnings && i < n; i++) kv_json_write_string(w, warnings[i]);
+    kv_json_write_end_array(w);
+}
+
 int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
                               const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
     kv_json_writer w;
@@ -134,10 +141,7 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
         kv_json_field_str(&w, "message", check);
         kv_json_write_end_object(&w);
     }
-    kv_json_write_key(&w, "warnings");
-    kv_json_write_begin_array(&w);
-    for (int i = 0; warnings && i < n_warnings; i++) kv_json_write_string(&w, warnings[i]);
-    kv_json_write_end_array(&w);
+    srv_write_warnings(&w, warnings, n_warnings);
     kv_json_write_key(&w, "config");
     kv_json_write_begin_object(&w);
     kv_json_field_str(&w, "model", model);
