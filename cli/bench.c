@@ -35,16 +35,7 @@ static void sleep_ms(double ms) {
 }
 
 const char *kv_bench_finish_name(kv_finish f) {
-    switch (f) {
-    case KV_FINISH_EOS: return "eos";
-    case KV_FINISH_LENGTH: return "length";
-    case KV_FINISH_STOP: return "stop";
-    case KV_FINISH_CANCELLED: return "cancelled";
-    case KV_FINISH_REJECTED: return "rejected";
-    case KV_FINISH_ERROR: return "error";
-    case KV_FINISH_NONE: break;
-    }
-    return "none";
+    return f == KV_FINISH_NONE || (int)f < 0 || f > KV_FINISH_ERROR ? "none" : kv_finish_name(f);
 }
 
 /* ---- one run ---- */

@@ -194,12 +194,9 @@ int kv_bench_write_outputs(FILE *f, const kv_bench_result *r) {
         kv_json_writer w;
         kv_json_writer_init(&w, f, 0);
         kv_json_write_begin_object(&w);
-        kv_json_write_key(&w, "index");
-        kv_json_write_int(&w, i);
-        kv_json_write_key(&w, "prompt_tokens");
-        kv_json_write_int(&w, q->prompt_tokens);
-        kv_json_write_key(&w, "output_tokens");
-        kv_json_write_int(&w, q->output_tokens);
+        kv_json_field_int(&w, "index", i);
+        kv_json_field_int(&w, "prompt_tokens", q->prompt_tokens);
+        kv_json_field_int(&w, "output_tokens", q->output_tokens);
         kv_json_field_str(&w, "finish", kv_bench_finish_name(q->finish));
         kv_json_field_str(&w, "text", q->text ? q->text : "");
         if (q->reason[0]) kv_json_field_str(&w, "reason", q->reason);

@@ -52,8 +52,7 @@ static int write_prompts(const char *path, const kv_task_set *s) {
         kv_json_writer w;
         kv_json_writer_init(&w, f, 0);
         kv_json_write_begin_object(&w);
-        kv_json_write_key(&w, "prompt");
-        kv_json_write_string(&w, s->tasks[i].prompt);
+        kv_json_field_str(&w, "prompt", s->tasks[i].prompt);
         kv_json_write_end_object(&w);
         if (kv_json_writer_finish(&w)) break;
         fputc('\n', f);
@@ -219,34 +218,25 @@ static int write_json(const kv_eval_tasks_opts *o, const row *rows, int n, const
     kv_json_writer w;
     kv_json_writer_init(&w, f, 1);
     kv_json_write_begin_object(&w);
-    kv_json_write_key(&w, "model");
-    kv_json_write_string(&w, o->model_path);
-    kv_json_write_key(&w, "tasks");
-    kv_json_write_string(&w, o->dir);
+    kv_json_field_str(&w, "model", o->model_path);
+    kv_json_field_str(&w, "tasks", o->dir);
     kv_json_write_key(&w, "rows");
     kv_json_write_begin_array(&w);
     for (int i = 0; i < n; i++) {
         kv_json_write_begin_object(&w);
-        kv_json_write_key(&w, "weights");
-        kv_json_write_string(&w, rows[i].weights);
-        kv_json_write_key(&w, "kv");
-        kv_json_write_string(&w, kv_cache_dtype_name(rows[i].kv));
-        kv_json_write_key(&w, "from_file");
-        kv_json_write_bool(&w, rows[i].from_file);
+        kv_json_field_str(&w, "weights", rows[i].weights);
+        kv_json_field_str(&w, "kv", kv_cache_dtype_name(rows[i].kv));
+        kv_json_field_bool(&w, "from_file", rows[i].from_file);
         if (!rows[i].ran) {
-            kv_json_write_key(&w, "error");
-            kv_json_write_string(&w, rows[i].why);
+            kv_json_field_str(&w, "error", rows[i].why);
         }
         for (int k = 0; k < 2 && rows[i].ran; k++) {
             if (!sets[k].n) continue;
             kv_json_write_key(&w, k ? "code" : "json");
             kv_json_write_begin_object(&w);
-            kv_json_write_key(&w, "pass");
-            kv_json_write_int(&w, rows[i].pass[k]);
-            kv_json_write_key(&w, "n");
-            kv_json_write_int(&w, rows[i].n[k]);
-            kv_json_write_key(&w, "same_as_first_row");
-            kv_json_write_int(&w, rows[i].same[k]);
+            kv_json_field_int(&w, "pass", rows[i].pass[k]);
+            kv_json_field_int(&w, "n", rows[i].n[k]);
+            kv_json_field_int(&w, "same_as_first_row", rows[i].same[k]);
             kv_json_write_end_object(&w);
         }
         kv_json_write_end_object(&w);

@@ -235,16 +235,16 @@ int kv_config_key_check(const kv_config_key *k, const kv_config *c, kv_err *err)
         fmt_size(shown, sizeof shown, v);
         return check_range(k, k->path, (double)v, shown, err);
     }
-    case KV_KEY_DOUBLE: {
-        double v;
-        memcpy(&v, p, sizeof v);
-        if (!isfinite(v)) return kv_err_set(err, KV_ERR_INVAL, "%s: must be a finite number", k->path);
-        fmt_num(shown, sizeof shown, v);
-        return check_range(k, k->path, v, shown, err);
-    }
+    case KV_KEY_DOUBLE:
     case KV_KEY_FLOAT: {
-        float v;
-        memcpy(&v, p, sizeof v);
+        double v;
+        if (k->type == KV_KEY_FLOAT) {
+            float f;
+            memcpy(&f, p, sizeof f);
+            v = f;
+        } else {
+            memcpy(&v, p, sizeof v);
+        }
         if (!isfinite(v)) return kv_err_set(err, KV_ERR_INVAL, "%s: must be a finite number", k->path);
         fmt_num(shown, sizeof shown, v);
         return check_range(k, k->path, v, shown, err);

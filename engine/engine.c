@@ -493,6 +493,11 @@ nomem:
     return kv_err_set(err, KV_ERR_NOMEM, "submit: out of memory");
 }
 
+const char *kv_finish_name(kv_finish f) {
+    static const char *const names[] = {"none", "eos", "length", "stop", "cancelled", "rejected", "error"};
+    return (int)f >= 0 && (size_t)f < KV_ARRAY_LEN(names) ? names[f] : "unknown";
+}
+
 int kv_engine_cancel(kv_engine *e, int64_t id) {
     if (!e) return KV_ERR_INVAL;
     pthread_mutex_lock(&e->mu);
@@ -580,21 +585,18 @@ int kv_engine_start(kv_engine *e) {
     return 0;
 }
 
-void kv_engine_pause(kv_engine *e) {
+/* Sets the pause flag under the lock and wakes the engine thread. */
+static void set_paused(kv_engine *e, int paused) {
     if (!e) return;
     pthread_mutex_lock(&e->mu);
-    e->paused = 1;
+    e->paused = paused;
     pthread_cond_broadcast(&e->ctl_cond);
     pthread_mutex_unlock(&e->mu);
 }
 
-void kv_engine_resume(kv_engine *e) {
-    if (!e) return;
-    pthread_mutex_lock(&e->mu);
-    e->paused = 0;
-    pthread_cond_broadcast(&e->ctl_cond);
-    pthread_mutex_unlock(&e->mu);
-}
+void kv_engine_pause(kv_engine *e) { set_paused(e, 1); }
+
+void kv_engine_resume(kv_engine *e) { set_paused(e, 0); }
 
 void kv_engine_step_once(kv_engine *e) {
     if (!e) return;

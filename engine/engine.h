@@ -115,6 +115,11 @@ typedef enum kv_finish {
     KV_FINISH_ERROR
 } kv_finish;
 
+/* The finish reason's name, as every front end writes it: "none", "eos",
+ * "length", "stop", "cancelled", "rejected", "error"; "unknown" for a value
+ * outside the enum. */
+const char *kv_finish_name(kv_finish f);
+
 typedef enum kv_token_source {
     KV_TOKSRC_DECODE = 0, /* ordinary decode step */
     KV_TOKSRC_DRAFT = 1,  /* a drafted token the target accepted */

@@ -264,6 +264,26 @@ void kv_gguf_close(kv_gguf *g) {
 
 static int has_nul(kv_gguf_str s) { return memchr(s.data, 0, s.len) != NULL; }
 
+/* Reads the name of entry #i (kind "key" or "tensor", which starts at byte
+ * at) into *name (OUT) and its printable form into nm (OUT); an empty name
+ * or one with a NUL byte is an error. While it reads, p->what points at
+ * what (OUT, 128 bytes): "key #3". */
+static int parse_entry_name(pctx *p, cursor *c, const char *kind, int64_t i, size_t at, char what[128],
+                            kv_gguf_str *name, char nm[96]) {
+    snprintf(what, 128, "%s #%lld", kind, (long long)i);
+    p->what = what;
+    int rc = parse_str(p, c, name, "name");
+    if (rc) return rc;
+    kv_gguf_safe_name(name->data, name->len, nm);
+    if (name->len == 0)
+        return kv_err_set(p->err, KV_ERR_FORMAT, "%s: %s #%lld at byte %zu has an empty name", p->fname, kind,
+                          (long long)i, at);
+    if (has_nul(*name))
+        return kv_err_set(p->err, KV_ERR_FORMAT, "%s: %s '%s' at byte %zu has a NUL byte in its name", p->fname,
+                          kind, nm, at);
+    return 0;
+}
+
 static int parse_kvs(kv_gguf *g, cursor *c, kv_err *err) {
     pctx p = {g->name, err, "header"};
     char nm[96], what[128];
@@ -275,17 +295,8 @@ static int parse_kvs(kv_gguf *g, cursor *c, kv_err *err) {
     for (int64_t i = 0; i < g->n_kv; i++) {
         gg_kv *kv = &g->kvs[i];
         size_t at = c->pos;
-        snprintf(what, sizeof what, "key #%lld", (long long)i);
-        p.what = what;
-        int rc = parse_str(&p, c, &kv->key, "name");
+        int rc = parse_entry_name(&p, c, "key", i, at, what, &kv->key, nm);
         if (rc) return rc;
-        kv_gguf_safe_name(kv->key.data, kv->key.len, nm);
-        if (kv->key.len == 0)
-            return kv_err_set(err, KV_ERR_FORMAT, "%s: key #%lld at byte %zu has an empty name", g->name,
-                              (long long)i, at);
-        if (has_nul(kv->key))
-            return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' at byte %zu has a NUL byte in its name", g->name,
-                              nm, at);
         snprintf(what, sizeof what, "key '%s'", nm);
         int found;
         size_t slot = hash_probe(g, g->kv_hash, g->kv_hash_cap, kv_name_of, kv->key.data, kv->key.len, &found);
@@ -345,17 +356,8 @@ static int parse_tensors(kv_gguf *g, cursor *c, kv_err *err) {
         kv_gguf_tensor *t = &g->tensors[i];
         size_t at = c->pos;
         g->t_info_pos[i] = at;
-        snprintf(what, sizeof what, "tensor #%lld", (long long)i);
-        p.what = what;
-        int rc = parse_str(&p, c, &t->name, "name");
+        int rc = parse_entry_name(&p, c, "tensor", i, at, what, &t->name, nm);
         if (rc) return rc;
-        kv_gguf_safe_name(t->name.data, t->name.len, nm);
-        if (t->name.len == 0)
-            return kv_err_set(err, KV_ERR_FORMAT, "%s: tensor #%lld at byte %zu has an empty name", g->name,
-                              (long long)i, at);
-        if (has_nul(t->name))
-            return kv_err_set(err, KV_ERR_FORMAT, "%s: tensor '%s' at byte %zu has a NUL byte in its name",
-                              g->name, nm, at);
         int found;
         size_t slot = hash_probe(g, g->t_hash, g->t_hash_cap, t_name_of, t->name.data, t->name.len, &found);
         if (found)

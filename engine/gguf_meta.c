@@ -15,54 +15,56 @@ static const gg_kv *find_kv(const kv_gguf *g, const char *key) {
     return i < 0 ? NULL : &g->kvs[i];
 }
 
-/* Integer getter core: reads an integer-typed value into sign/magnitude. */
-static int get_int(const kv_gguf *g, const char *key, int *neg, uint64_t *u, int64_t *s, kv_err *err) {
+/* An integer value as sign/magnitude: neg says which of u/s holds it. */
+typedef struct gg_int {
+    int neg;
+    uint64_t u;
+    int64_t s;
+} gg_int;
+
+/* Integer getter core: reads an integer-typed value into *v (OUT). */
+static int get_int(const kv_gguf *g, const char *key, gg_int *v, kv_err *err) {
     const gg_kv *kv = find_kv(g, key);
     if (!kv) return 1;
     if (!kv_gguf_vtype_is_int(kv->type))
         return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' is %s, not an integer (byte %zu)", g->name, key,
                           kv_gguf_vtype_name(kv->type), kv->val_pos);
-    kv_gguf_read_int(g->buf + kv->val_pos, kv->type, neg, u, s);
+    kv_gguf_read_int(g->buf + kv->val_pos, kv->type, &v->neg, &v->u, &v->s);
     return 0;
 }
 
 int kv_gguf_get_u64(const kv_gguf *g, const char *key, uint64_t *out, kv_err *err) {
-    int neg;
-    uint64_t u;
-    int64_t s;
-    int rc = get_int(g, key, &neg, &u, &s, err);
+    gg_int v;
+    int rc = get_int(g, key, &v, err);
     if (rc) return rc;
-    if (neg)
-        return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %lld is negative", g->name, key, (long long)s);
-    *out = u;
+    if (v.neg)
+        return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %lld is negative", g->name, key, (long long)v.s);
+    *out = v.u;
     return 0;
 }
 
 int kv_gguf_get_i64(const kv_gguf *g, const char *key, int64_t *out, kv_err *err) {
-    int neg;
-    uint64_t u;
-    int64_t s;
-    int rc = get_int(g, key, &neg, &u, &s, err);
+    gg_int v;
+    int rc = get_int(g, key, &v, err);
     if (rc) return rc;
-    if (!neg && u > (uint64_t)INT64_MAX)
+    if (!v.neg && v.u > (uint64_t)INT64_MAX)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %llu does not fit int64", g->name, key,
-                          (unsigned long long)u);
-    *out = s;
+                          (unsigned long long)v.u);
+    *out = v.s;
     return 0;
 }
 
 int kv_gguf_get_u32(const kv_gguf *g, const char *key, uint32_t *out, kv_err *err) {
-    int neg;
-    uint64_t u;
-    int64_t s;
-    int rc = get_int(g, key, &neg, &u, &s, err);
+    gg_int v;
+    int rc = get_int(g, key, &v, err);
     if (rc) return rc;
-    if (neg)
-        return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %lld does not fit uint32", g->name, key, (long long)s);
-    if (u > UINT32_MAX)
+    if (v.neg)
+        return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %lld does not fit uint32", g->name, key,
+                          (long long)v.s);
+    if (v.u > UINT32_MAX)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: key '%s' = %llu does not fit uint32", g->name, key,
-                          (unsigned long long)u);
-    *out = (uint32_t)u;
+                          (unsigned long long)v.u);
+    *out = (uint32_t)v.u;
     return 0;
 }
 

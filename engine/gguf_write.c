@@ -10,6 +10,7 @@
 #include "gguf_internal.h"
 
 #include "../base/cleanup.h"
+#include "../base/vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,13 +110,8 @@ static int w_add(kv_gguf_writer *w, const char *key, uint32_t type, const void *
         if (a == 0 || (a & (a - 1)))
             return w_fail(w, KV_ERR_INVAL, "gguf writer: general.alignment %u is not a power of two", a);
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t nc = w->cap_kv ? w->cap_kv * 2 : 16;
-        wkv *nk = realloc(w->kvs, nc * sizeof *nk);
-        if (!nk) return w_fail(w, KV_ERR_NOMEM, "gguf writer: out of memory");
-        w->kvs = nk;
-        w->cap_kv = nc;
-    }
+    if (kv_grow_size((void **)&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs))
+        return w_fail(w, KV_ERR_NOMEM, "gguf writer: out of memory");
     char *k = strdup(key);
     uint8_t *v = malloc(nval ? nval : 1);
     if (!k || !v) {
@@ -321,13 +317,8 @@ static int w_tensor_check(kv_gguf_writer *w, wtensor *t, const char *name, kv_ty
 }
 
 static int w_tensor_commit(kv_gguf_writer *w, wtensor *t, const char *name) {
-    if (w->n_t == w->cap_t) {
-        size_t nc = w->cap_t ? w->cap_t * 2 : 64;
-        wtensor *nt = realloc(w->ts, nc * sizeof *nt);
-        if (!nt) return w_fail(w, KV_ERR_NOMEM, "gguf writer: out of memory");
-        w->ts = nt;
-        w->cap_t = nc;
-    }
+    if (kv_grow_size((void **)&w->ts, &w->cap_t, w->n_t + 1, sizeof *w->ts))
+        return w_fail(w, KV_ERR_NOMEM, "gguf writer: out of memory");
     t->name = strdup(name);
     if (!t->name) return w_fail(w, KV_ERR_NOMEM, "gguf writer: out of memory");
     w->ts[w->n_t++] = *t;

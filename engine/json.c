@@ -658,6 +658,20 @@ void kv_json_field_bool(kv_json_writer *w, const char *key, int v) {
     kv_json_write_bool(w, v);
 }
 
+void kv_json_field_ints(kv_json_writer *w, const char *key, const int64_t *v, size_t n) {
+    kv_json_write_key(w, key);
+    kv_json_write_begin_array(w);
+    for (size_t i = 0; i < n; i++) kv_json_write_int(w, v[i]);
+    kv_json_write_end_array(w);
+}
+
+void kv_json_field_uints(kv_json_writer *w, const char *key, const uint64_t *v, size_t n) {
+    kv_json_write_key(w, key);
+    kv_json_write_begin_array(w);
+    for (size_t i = 0; i < n; i++) kv_json_write_uint(w, v[i]);
+    kv_json_write_end_array(w);
+}
+
 void kv_json_write_bool(kv_json_writer *w, int v) {
     if (before_value(w)) return;
     fputs(v ? "true" : "false", w->f);

@@ -97,6 +97,9 @@ void kv_json_field_int(kv_json_writer *w, const char *key, int64_t v);
 void kv_json_field_uint(kv_json_writer *w, const char *key, uint64_t v);
 void kv_json_field_str(kv_json_writer *w, const char *key, const char *v);
 void kv_json_field_bool(kv_json_writer *w, const char *key, int v);
+/* A key and an array of v[0..n) (v may be NULL when n is 0). */
+void kv_json_field_ints(kv_json_writer *w, const char *key, const int64_t *v, size_t n);
+void kv_json_field_uints(kv_json_writer *w, const char *key, const uint64_t *v, size_t n);
 /* Writes a parsed value (deep). */
 void kv_json_write_value(kv_json_writer *w, const kv_json *v);
 /* 0 when exactly one complete value was written without error; otherwise

@@ -15,13 +15,6 @@ void kv_stat_write_json(kv_json_writer *w, const char *key, const kv_stat *st) {
     kv_json_write_end_object(w);
 }
 
-static void uint_array(kv_json_writer *w, const char *key, const uint64_t *v, size_t n) {
-    kv_json_write_key(w, key);
-    kv_json_write_begin_array(w);
-    for (size_t i = 0; i < n; i++) kv_json_write_uint(w, v[i]);
-    kv_json_write_end_array(w);
-}
-
 void kv_metrics_write_json(kv_json_writer *w, const kv_metrics_summary *m) {
     kv_json_field_uint(w, "input_tokens", m->input_tokens);
     kv_json_field_uint(w, "output_tokens", m->output_tokens);
@@ -48,8 +41,8 @@ void kv_metrics_write_json(kv_json_writer *w, const kv_metrics_summary *m) {
     kv_json_field_uint(w, "spec_accepted", m->spec_accepted);
     kv_json_field_num(w, "spec_acceptance_rate", m->spec_acceptance_rate);
     kv_json_field_num(w, "spec_mean_accepted_len", m->spec_mean_accepted_len);
-    uint_array(w, "spec_pos_accepted", m->spec_pos_accepted, KV_ARRAY_LEN(m->spec_pos_accepted));
-    uint_array(w, "spec_pos_drafted", m->spec_pos_drafted, KV_ARRAY_LEN(m->spec_pos_drafted));
+    kv_json_field_uints(w, "spec_pos_accepted", m->spec_pos_accepted, KV_ARRAY_LEN(m->spec_pos_accepted));
+    kv_json_field_uints(w, "spec_pos_drafted", m->spec_pos_drafted, KV_ARRAY_LEN(m->spec_pos_drafted));
     kv_json_field_num(w, "sim_device_s", m->sim_device_s);
     kv_json_field_uint(w, "sim_tokens_out", m->sim_tokens_out);
     kv_json_field_num(w, "sim_output_tokens_per_s", m->sim_output_tokens_per_s);

@@ -1,7 +1,8 @@
 /* snapshot_parse.c - JSON (server/snapshot_json.c's format) -> kv_snapshot.
  * Scalar members are read through tables of (name, offset, kind), so the
  * reader names the same fields as the writer once each; arrays and enums
- * are read by hand. Everything lands in a scratch snapshot first and is
+ * are read by hand. kv_snapshot_write_part writes the scalar members from
+ * the same tables, so a member's name and type are stated once. Everything lands in a scratch snapshot first and is
  * moved into the caller's only when the whole frame checked out. */
 #include "snapshot_parse.h"
 
@@ -99,6 +100,31 @@ static const field step_fields[] = {
 };
 
 #define NF(t) (sizeof(t) / sizeof(t[0]))
+
+void kv_snapshot_write_part(kv_json_writer *w, kv_snap_part part, const void *obj) {
+    static const struct {
+        const field *tab;
+        size_t n;
+    } parts[] = {
+        [KV_SNAP_PART_TOP] = {top_fields, NF(top_fields)},
+        [KV_SNAP_PART_CACHE] = {cache_fields, NF(cache_fields)},
+        [KV_SNAP_PART_MEMORY] = {mem_fields, NF(mem_fields)},
+        [KV_SNAP_PART_REQUEST] = {request_fields, NF(request_fields)},
+        [KV_SNAP_PART_STEP] = {step_fields, NF(step_fields)},
+    };
+    if ((int)part < 0 || (size_t)part >= NF(parts)) return;
+    for (size_t i = 0; i < parts[part].n; i++) {
+        const field *f = &parts[part].tab[i];
+        const char *p = (const char *)obj + f->off;
+        switch (f->kind) {
+        case F_I32: kv_json_field_int(w, f->name, *(const int *)p); break;
+        case F_I64: kv_json_field_int(w, f->name, *(const int64_t *)p); break;
+        case F_U64: kv_json_field_uint(w, f->name, *(const uint64_t *)p); break;
+        case F_DBL: kv_json_field_num(w, f->name, *(const double *)p); break;
+        case F_BOOL: kv_json_field_bool(w, f->name, *(const int *)p); break;
+        }
+    }
+}
 
 /* Reads one member into base+f->off. A JSON null for a double means
  * "unknown" (the writer turns NaN into null) and reads as -1. */

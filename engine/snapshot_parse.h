@@ -10,6 +10,7 @@
 
 #include "../base/common.h"
 #include "engine.h"
+#include "json.h"
 
 /* Step records kept across delta frames (a stream sends only new ones). */
 #define KV_SNAPSHOT_PARSE_KEEP_STEPS 256
@@ -33,5 +34,20 @@ int kv_snapshot_parse(const char *text, size_t len, kv_snapshot *s /* IN/OUT */,
 /* Copies src into dst (arrays grown as needed). 0, or KV_ERR_NOMEM with dst
  * left empty (no requests, blocks, steps or decisions). */
 int kv_snapshot_copy(kv_snapshot *dst /* OUT: arrays reused */, const kv_snapshot *src);
+
+/* The groups of scalar members that the parser reads through its tables;
+ * the writer (server/snapshot_json.c) writes them from the same tables. */
+typedef enum kv_snap_part {
+    KV_SNAP_PART_TOP,     /* kv_snapshot: step, now_ms, paused, thread_running, step_delay_ms */
+    KV_SNAP_PART_CACHE,   /* kv_snapshot: the "cache" object's members */
+    KV_SNAP_PART_MEMORY,  /* kv_mem_breakdown: the "memory" object's members */
+    KV_SNAP_PART_REQUEST, /* kv_snap_request: a request's scalar members */
+    KV_SNAP_PART_STEP     /* kv_step_record: a step record's members */
+} kv_snap_part;
+
+/* Writes the members of part, read from obj (the struct that part names),
+ * into the object w has open: named, typed and in the order the parser
+ * expects them. */
+void kv_snapshot_write_part(kv_json_writer *w, kv_snap_part part, const void *obj);
 
 #endif

@@ -24,55 +24,68 @@ static const char *decision_name(kv_decision_kind k) {
 
 static void ev_begin(kv_json_writer *w, const char *name, const char *cat, const char *ph, double ts_ms, int tid) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, name);
-    kv_json_write_key(w, "cat");
-    kv_json_write_string(w, cat);
-    kv_json_write_key(w, "ph");
-    kv_json_write_string(w, ph);
-    kv_json_write_key(w, "ts");
-    kv_json_write_number(w, ts_ms * 1000.0);
-    kv_json_write_key(w, "pid");
-    kv_json_write_int(w, 1);
-    kv_json_write_key(w, "tid");
-    kv_json_write_int(w, tid);
+    kv_json_field_str(w, "name", name);
+    kv_json_field_str(w, "cat", cat);
+    kv_json_field_str(w, "ph", ph);
+    kv_json_field_num(w, "ts", ts_ms * 1000.0);
+    kv_json_field_int(w, "pid", 1);
+    kv_json_field_int(w, "tid", tid);
 }
 
-/* A complete event ("X") of dur_ms from ts_ms, left open for its args. */
-static void ev_span_begin(kv_json_writer *w, const char *name, const char *cat, double ts_ms, double dur_ms, int tid) {
+/* A complete event ("X") of dur_ms from ts_ms, left open. */
+static void ev_span_head(kv_json_writer *w, const char *name, const char *cat, double ts_ms, double dur_ms, int tid) {
     ev_begin(w, name, cat, "X", ts_ms, tid);
-    kv_json_write_key(w, "dur");
-    kv_json_write_number(w, dur_ms * 1000.0);
+    kv_json_field_num(w, "dur", dur_ms * 1000.0);
 }
 
 /* The same without args. */
 static void ev_span(kv_json_writer *w, const char *name, const char *cat, double ts_ms, double dur_ms, int tid) {
-    ev_span_begin(w, name, cat, ts_ms, dur_ms, tid);
+    ev_span_head(w, name, cat, ts_ms, dur_ms, tid);
     kv_json_write_end_object(w);
+}
+
+/* Opens the event's "args" object. */
+static void args_begin(kv_json_writer *w) {
+    kv_json_write_key(w, "args");
+    kv_json_write_begin_object(w);
+}
+
+/* Closes the "args" object and the event around it. */
+static void args_end(kv_json_writer *w) {
+    kv_json_write_end_object(w);
+    kv_json_write_end_object(w);
+}
+
+/* A complete event with its "args" object opened (closed by args_end). */
+static void ev_span_begin(kv_json_writer *w, const char *name, const char *cat, double ts_ms, double dur_ms, int tid) {
+    ev_span_head(w, name, cat, ts_ms, dur_ms, tid);
+    args_begin(w);
+}
+
+/* A counter event ("C") at ts_ms with three integer series. */
+static void counter3(kv_json_writer *w, const char *name, double ts_ms, const char *const keys[3],
+                     const int64_t vals[3]) {
+    ev_begin(w, name, "counter", "C", ts_ms, 0);
+    args_begin(w);
+    for (int i = 0; i < 3; i++) kv_json_field_int(w, keys[i], vals[i]);
+    args_end(w);
 }
 
 static void thread_name(kv_json_writer *w, int tid, const char *name) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, "thread_name");
-    kv_json_write_key(w, "ph");
-    kv_json_write_string(w, "M");
+    kv_json_field_str(w, "name", "thread_name");
+    kv_json_field_str(w, "ph", "M");
     kv_json_field_int(w, "pid", 1);
     kv_json_field_int(w, "tid", tid);
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
-    kv_json_write_key(w, "name");
-    kv_json_write_string(w, name);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
+    args_begin(w);
+    kv_json_field_str(w, "name", name);
+    args_end(w);
 }
 
 static void export_step(kv_json_writer *w, const kv_step_record *r) {
     char name[48];
     snprintf(name, sizeof name, "step %llu", (unsigned long long)r->step);
     ev_span_begin(w, name, "step", r->t_ms, r->dur_ms, 1);
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
     kv_json_field_int(w, "seqs", r->n_seqs);
     kv_json_field_int(w, "prefill_tokens", r->n_prefill_tokens);
     kv_json_field_int(w, "decode_tokens", r->n_decode_tokens);
@@ -83,8 +96,7 @@ static void export_step(kv_json_writer *w, const kv_step_record *r) {
     kv_json_field_int(w, "blocks_used", r->n_blocks_used);
     kv_json_field_int(w, "waiting", r->n_waiting);
     if (r->sim_ms > 0) kv_json_field_num(w, "sim_device_ms", r->sim_ms);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
+    args_end(w);
     if (r->forward_ms > 0) ev_span(w, "forward", "forward", r->t_ms, r->forward_ms, 1);
 }
 
@@ -98,35 +110,19 @@ static void export_decision(kv_json_writer *w, const kv_decision *d, const kv_sn
             break;
         }
     ev_begin(w, decision_name(d->kind), "decision", "i", ts, 2);
-    kv_json_write_key(w, "s");
-    kv_json_write_string(w, "t");
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
+    kv_json_field_str(w, "s", "t");
+    args_begin(w);
     kv_json_field_int(w, "step", (int64_t)d->step);
     kv_json_field_int(w, "req", d->req);
-    kv_json_write_key(w, "text");
-    kv_json_write_string(w, d->text);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
+    kv_json_field_str(w, "text", d->text);
+    args_end(w);
 }
 
 static void export_counters(kv_json_writer *w, const kv_snapshot *s) {
-    ev_begin(w, "kv blocks", "counter", "C", s->now_ms, 0);
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
-    kv_json_field_int(w, "used", s->blocks_used);
-    kv_json_field_int(w, "cached", s->blocks_cached);
-    kv_json_field_int(w, "free", s->blocks_free);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
-    ev_begin(w, "queues", "counter", "C", s->now_ms, 0);
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
-    kv_json_field_int(w, "running", s->n_running);
-    kv_json_field_int(w, "waiting", s->n_waiting);
-    kv_json_field_int(w, "swapped", s->n_swapped);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
+    static const char *const blocks[3] = {"used", "cached", "free"}, *const queues[3] = {"running", "waiting",
+                                                                                         "swapped"};
+    counter3(w, "kv blocks", s->now_ms, blocks, (const int64_t[3]){s->blocks_used, s->blocks_cached, s->blocks_free});
+    counter3(w, "queues", s->now_ms, queues, (const int64_t[3]){s->n_running, s->n_waiting, s->n_swapped});
 }
 
 /* Each request as in the last frame that lists it: a table sorted by id. */
@@ -172,8 +168,6 @@ static void export_request(kv_json_writer *w, const req_last *r, int named[64]) 
     snprintf(name, sizeof name, "request #%lld", (long long)q->id);
     double end = q->e2e_ms >= 0 ? q->arrival_ms + q->e2e_ms : r->now_ms;
     ev_span_begin(w, name, "request", q->arrival_ms, end - q->arrival_ms, tid);
-    kv_json_write_key(w, "args");
-    kv_json_write_begin_object(w);
     kv_json_field_int(w, "prompt_tokens", q->n_prompt);
     kv_json_field_int(w, "generated", q->n_generated);
     kv_json_field_int(w, "prefix_hit_tokens", q->n_prefix_hit);
@@ -182,8 +176,7 @@ static void export_request(kv_json_writer *w, const req_last *r, int named[64]) 
     kv_json_field_num(w, "ttft_ms", q->ttft_ms);
     kv_json_field_num(w, "tpot_ms", q->tpot_ms);
     kv_json_field_int(w, "finish", q->finish);
-    kv_json_write_end_object(w);
-    kv_json_write_end_object(w);
+    args_end(w);
     if (q->queue_ms > 0) ev_span(w, "queued", "request", q->arrival_ms, q->queue_ms, tid);
 }
 
@@ -194,8 +187,7 @@ int kv_trace_export_chrome(kv_trace *t, const char *path, kv_err *err) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
-    kv_json_write_key(&w, "displayTimeUnit");
-    kv_json_write_string(&w, "ms");
+    kv_json_field_str(&w, "displayTimeUnit", "ms");
     kv_json_write_key(&w, "traceEvents");
     kv_json_write_begin_array(&w);
     thread_name(&w, 1, "engine steps");

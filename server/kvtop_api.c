@@ -46,8 +46,7 @@ void srv_handle_health(srv *s, srv_reply *r) {
                                : st == SRV_STOPPING ? "shutting_down"
                                                     : "failed");
     if (st == SRV_FAILED) {
-        kv_json_write_key(&j.w, "error");
-        kv_json_write_string(&j.w, s->load_error);
+        kv_json_field_str(&j.w, "error", s->load_error);
     }
     kv_json_write_end_object(&j.w);
     json_done(&j, st == SRV_READY ? 200 : 503, r);
@@ -61,27 +60,17 @@ void srv_handle_models(srv *s, srv_reply *r) {
     }
     kv_json_writer *w = &j.w;
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "object");
-    kv_json_write_string(w, "list");
+    kv_json_field_str(w, "object", "list");
     kv_json_write_key(w, "data");
     kv_json_write_begin_array(w);
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "id");
-    kv_json_write_string(w, s->model_id);
-    kv_json_write_key(w, "object");
-    kv_json_write_string(w, "model");
-    kv_json_write_key(w, "created");
-    kv_json_write_int(w, (int64_t)time(NULL));
-    kv_json_write_key(w, "owned_by");
-    kv_json_write_string(w, "kvtop");
-    kv_json_write_key(w, "root");
-    kv_json_write_string(w, s->cfg.model.path);
-    kv_json_write_key(w, "max_model_len");
-    kv_json_write_int(w, s->ctx);
-    kv_json_write_key(w, "warnings"); /* kvtop's: what loading the model had to guess */
-    kv_json_write_begin_array(w);
-    for (int i = 0; i < s->n_warnings; i++) kv_json_write_string(w, s->warnings[i]);
-    kv_json_write_end_array(w);
+    kv_json_field_str(w, "id", s->model_id);
+    kv_json_field_str(w, "object", "model");
+    kv_json_field_int(w, "created", (int64_t)time(NULL));
+    kv_json_field_str(w, "owned_by", "kvtop");
+    kv_json_field_str(w, "root", s->cfg.model.path);
+    kv_json_field_int(w, "max_model_len", s->ctx);
+    srv_write_warnings(w, s->warnings, s->n_warnings); /* kvtop's: what loading the model had to guess */
     kv_json_write_end_object(w);
     kv_json_write_end_array(w);
     kv_json_write_end_object(w);
@@ -130,10 +119,8 @@ void srv_handle_tokenize(srv *s, const char *body, size_t len, srv_reply *r) {
         return;
     }
     kv_json_write_begin_object(&j.w);
-    kv_json_write_key(&j.w, "count");
-    kv_json_write_int(&j.w, n);
-    kv_json_write_key(&j.w, "max_model_len");
-    kv_json_write_int(&j.w, s->ctx);
+    kv_json_field_int(&j.w, "count", n);
+    kv_json_field_int(&j.w, "max_model_len", s->ctx);
     kv_json_write_key(&j.w, "tokens");
     kv_json_write_begin_array(&j.w);
     for (int i = 0; i < n; i++) kv_json_write_int(&j.w, ids[i]);
@@ -343,12 +330,9 @@ void srv_handle_control(srv *s, const char *body, size_t len, srv_reply *r) {
         return;
     }
     kv_json_write_begin_object(&j.w);
-    kv_json_write_key(&j.w, "paused");
-    kv_json_write_bool(&j.w, snap->paused);
-    kv_json_write_key(&j.w, "step");
-    kv_json_write_uint(&j.w, snap->step);
-    kv_json_write_key(&j.w, "step_delay_ms");
-    kv_json_write_int(&j.w, snap->step_delay_ms);
+    kv_json_field_bool(&j.w, "paused", snap->paused);
+    kv_json_field_uint(&j.w, "step", snap->step);
+    kv_json_field_int(&j.w, "step_delay_ms", snap->step_delay_ms);
     kv_json_write_end_object(&j.w);
     kv_snapshot_free(snap);
     json_done(&j, 200, r);

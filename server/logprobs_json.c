@@ -45,8 +45,7 @@ static size_t piece(const namer *nm, int32_t id) { return piece_of(nm->tok, nm->
 static void chat_token(kv_json_writer *w, const char *t, size_t len, float lp) {
     kv_json_write_key(w, "token");
     kv_json_write_string_n(w, t, len);
-    kv_json_write_key(w, "logprob");
-    kv_json_write_number(w, lp);
+    kv_json_field_num(w, "logprob", lp);
     kv_json_write_key(w, "bytes");
     kv_json_write_begin_array(w);
     for (size_t i = 0; i < len; i++) kv_json_write_int(w, (unsigned char)t[i]);
@@ -96,13 +95,11 @@ static void write_completion(kv_json_writer *w, const namer *nm, const srv_logpr
         for (int k = 0; k < lp[i].n_top; k++) {
             chosen_in |= lp[i].top_token[k] == lp[i].token;
             piece(nm, lp[i].top_token[k]);
-            kv_json_write_key(w, buf);
-            kv_json_write_number(w, lp[i].top_logprob[k]);
+            kv_json_field_num(w, buf, lp[i].top_logprob[k]);
         }
         if (!chosen_in) {
             piece(nm, lp[i].token);
-            kv_json_write_key(w, buf);
-            kv_json_write_number(w, lp[i].logprob);
+            kv_json_field_num(w, buf, lp[i].logprob);
         }
         kv_json_write_end_object(w);
     }

@@ -232,30 +232,35 @@ static void write_usage(const gen *g, kv_json_writer *w) {
     }
     kv_json_write_key(w, "usage");
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "prompt_tokens");
-    kv_json_write_int(w, prompt);
-    kv_json_write_key(w, "completion_tokens");
-    kv_json_write_int(w, completion);
-    kv_json_write_key(w, "total_tokens");
-    kv_json_write_int(w, prompt + completion);
+    kv_json_field_int(w, "prompt_tokens", prompt);
+    kv_json_field_int(w, "completion_tokens", completion);
+    kv_json_field_int(w, "total_tokens", prompt + completion);
     kv_json_write_key(w, "prompt_tokens_details");
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "cached_tokens");
-    kv_json_write_int(w, cached);
+    kv_json_field_int(w, "cached_tokens", cached);
     kv_json_write_end_object(w);
     kv_json_write_end_object(w);
 }
 
 static void write_head(const gen *g, kv_json_writer *w, const char *object) {
     kv_json_write_begin_object(w);
-    kv_json_write_key(w, "id");
-    kv_json_write_string(w, g->id);
-    kv_json_write_key(w, "object");
-    kv_json_write_string(w, object);
-    kv_json_write_key(w, "created");
-    kv_json_write_int(w, g->created);
-    kv_json_write_key(w, "model");
-    kv_json_write_string(w, g->s->model_id);
+    kv_json_field_str(w, "id", g->id);
+    kv_json_field_str(w, "object", object);
+    kv_json_field_int(w, "created", g->created);
+    kv_json_field_str(w, "model", g->s->model_id);
+}
+
+/* The head, then the "choices" array opened. */
+static void begin_choices(const gen *g, kv_json_writer *w, const char *object) {
+    write_head(g, w, object);
+    kv_json_write_key(w, "choices");
+    kv_json_write_begin_array(w);
+}
+
+/* One choice's object opened, with its index. */
+static void begin_choice(kv_json_writer *w, int index) {
+    kv_json_write_begin_object(w);
+    kv_json_field_int(w, "index", index);
 }
 
 /* A finished choice that is not a reply: the error the client gets. */
@@ -297,19 +302,14 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
     if (srv_json_open(&j)) goto nomem;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
-    write_head(g, w, chat ? "chat.completion" : "text_completion");
-    kv_json_write_key(w, "choices");
-    kv_json_write_begin_array(w);
+    begin_choices(g, w, chat ? "chat.completion" : "text_completion");
     for (int i = 0; i < n_choices(g); i++) {
         const srv_choice *c = &job->choices[i];
-        kv_json_write_begin_object(w);
-        kv_json_write_key(w, "index");
-        kv_json_write_int(w, i);
+        begin_choice(w, i);
         if (chat) {
             kv_json_write_key(w, "message");
             kv_json_write_begin_object(w);
-            kv_json_write_key(w, "role");
-            kv_json_write_string(w, "assistant");
+            kv_json_field_str(w, "role", "assistant");
             kv_json_write_key(w, "content");
             kv_json_write_string_n(w, c->text ? c->text : "", c->len);
             kv_json_write_end_object(w);
@@ -333,8 +333,7 @@ static int gen_wait(srv_stream *st, srv_reply *r, int wait_ms) {
         else if (srv_write_logprobs(w, kv_engine_model(g->s->e)->tok, g->req.kind, g->req.tokens_as_ids, c->lps,
                                     c->n_lps, &g->lp_offset[i]))
             goto nomem_j;
-        kv_json_write_key(w, "finish_reason");
-        kv_json_write_string(w, srv_finish_name(c->finish));
+        kv_json_field_str(w, "finish_reason", srv_finish_name(c->finish));
         kv_json_write_end_object(w);
     }
     kv_json_write_end_array(w);
@@ -357,6 +356,17 @@ nomem:
 
 /* ---- streaming ---- */
 
+/* Closes j and appends it to out as one SSE data event. Returns 0 or
+ * KV_ERR_NOMEM. */
+static int sse_send(srv_json *j, srv_buf *out) {
+    size_t l;
+    char *s = srv_json_close(j, &l);
+    if (!s) return KV_ERR_NOMEM;
+    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
+    free(s);
+    return rc ? KV_ERR_NOMEM : 0;
+}
+
 /* One chunk with one choice: its delta text (chat: role on the first),
  * or its finish_reason; with the request's logprobs, those of lp[0..n_lp). */
 static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char *text, size_t len,
@@ -365,18 +375,13 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
     if (srv_json_open(&j)) return KV_ERR_NOMEM;
     int chat = g->req.kind == SRV_CHAT;
     kv_json_writer *w = &j.w;
-    write_head(g, w, chat ? "chat.completion.chunk" : "text_completion");
-    kv_json_write_key(w, "choices");
-    kv_json_write_begin_array(w);
-    kv_json_write_begin_object(w);
-    kv_json_write_key(w, "index");
-    kv_json_write_int(w, idx);
+    begin_choices(g, w, chat ? "chat.completion.chunk" : "text_completion");
+    begin_choice(w, idx);
     if (chat) {
         kv_json_write_key(w, "delta");
         kv_json_write_begin_object(w);
         if (role) {
-            kv_json_write_key(w, "role");
-            kv_json_write_string(w, role);
+            kv_json_field_str(w, "role", role);
         }
         if (text) {
             kv_json_write_key(w, "content");
@@ -395,8 +400,7 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
         free(srv_json_close(&j, &dummy));
         return KV_ERR_NOMEM;
     }
-    kv_json_write_key(w, "finish_reason");
-    kv_json_write_string(w, finish);
+    kv_json_field_str(w, "finish_reason", finish);
     kv_json_write_end_object(w);
     kv_json_write_end_array(w);
     if (g->req.include_usage) {
@@ -404,29 +408,17 @@ static int sse_chunk(gen *g, srv_buf *out, int idx, const char *role, const char
         kv_json_write_null(w);
     }
     kv_json_write_end_object(w);
-    size_t l;
-    char *s = srv_json_close(&j, &l);
-    if (!s) return KV_ERR_NOMEM;
-    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
-    free(s);
-    return rc ? KV_ERR_NOMEM : 0;
+    return sse_send(&j, out);
 }
 
 static int sse_usage(const gen *g, srv_buf *out) {
     srv_json j;
     if (srv_json_open(&j)) return KV_ERR_NOMEM;
-    write_head(g, &j.w, g->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
-    kv_json_write_key(&j.w, "choices");
-    kv_json_write_begin_array(&j.w);
+    begin_choices(g, &j.w, g->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion");
     kv_json_write_end_array(&j.w);
     write_usage(g, &j.w);
     kv_json_write_end_object(&j.w);
-    size_t l;
-    char *s = srv_json_close(&j, &l);
-    if (!s) return KV_ERR_NOMEM;
-    int rc = srv_buf_add(out, "data: ", 6) || srv_buf_add(out, s, l) || srv_buf_add(out, "\n\n", 2);
-    free(s);
-    return rc ? KV_ERR_NOMEM : 0;
+    return sse_send(&j, out);
 }
 
 /* An error in the middle of a stream: an error event, then [DONE]. */

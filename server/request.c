@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,9 +350,27 @@ static int unsupported_unless_off(const kv_json *v, const char *param, const cha
 /* One member of a generation request; returns 1 when the key is not one
  * of the common fields (the caller tries its own), 0 or -1. */
 static int common_field(const char *key, const kv_json *v, srv_gen_req *r, srv_error *e) {
+    /* float sampling members: the request's name, the profile key whose
+     * range applies, the member */
+    static const struct {
+        const char *key, *cfg_key;
+        size_t off;
+    } floats[] = {
+        {"temperature", "sampling.temperature", offsetof(kv_sampling, temperature)},
+        {"top_p", "sampling.top_p", offsetof(kv_sampling, top_p)},
+        {"min_p", "sampling.min_p", offsetof(kv_sampling, min_p)},
+        {"repetition_penalty", "sampling.repeat_penalty", offsetof(kv_sampling, repeat_penalty)},
+    };
     double d;
     long long x;
     const char *s;
+    for (size_t i = 0; i < KV_ARRAY_LEN(floats); i++) {
+        if (strcmp(key, floats[i].key)) continue;
+        if (is_null(v)) return 0;
+        if (key_num(v, key, floats[i].cfg_key, &d, e)) return -1;
+        *(float *)((char *)&r->sampling + floats[i].off) = (float)d;
+        return 0;
+    }
     if (!strcmp(key, "model")) {
         if (is_null(v)) return 0;
         if (get_str(v, "model", sizeof r->model - 1, &s, NULL, e)) return -1;
@@ -360,14 +379,6 @@ static int common_field(const char *key, const kv_json *v, srv_gen_req *r, srv_e
         if (is_null(v)) return 0;
         if (get_int(v, key, 1, SRV_MAX_TOKENS_CAP, &x, e)) return -1;
         r->max_tokens = (int)x;
-    } else if (!strcmp(key, "temperature")) {
-        if (is_null(v)) return 0;
-        if (key_num(v, key, "sampling.temperature", &d, e)) return -1;
-        r->sampling.temperature = (float)d;
-    } else if (!strcmp(key, "top_p")) {
-        if (is_null(v)) return 0;
-        if (key_num(v, key, "sampling.top_p", &d, e)) return -1;
-        r->sampling.top_p = (float)d;
     } else if (!strcmp(key, "top_k")) {
         if (is_null(v)) return 0;
         /* vLLM's -1 means off, as kvtop's 0 does */
@@ -377,14 +388,6 @@ static int common_field(const char *key, const kv_json *v, srv_gen_req *r, srv_e
         }
         if (key_num(v, key, "sampling.top_k", &d, e)) return -1;
         r->sampling.top_k = (int)d;
-    } else if (!strcmp(key, "min_p")) {
-        if (is_null(v)) return 0;
-        if (key_num(v, key, "sampling.min_p", &d, e)) return -1;
-        r->sampling.min_p = (float)d;
-    } else if (!strcmp(key, "repetition_penalty")) {
-        if (is_null(v)) return 0;
-        if (key_num(v, key, "sampling.repeat_penalty", &d, e)) return -1;
-        r->sampling.repeat_penalty = (float)d;
     } else if (!strcmp(key, "seed")) {
         if (is_null(v)) return 0;
         /* integers a double holds exactly, as JSON clients send them */

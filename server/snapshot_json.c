@@ -1,10 +1,13 @@
 /* snapshot_json.c - kv_snapshot -> JSON with the engine's JSON writer.
  * Every field keeps its engine name and unit (ms on the engine clock,
- * bytes, tokens); enums are written as their names. */
+ * bytes, tokens); enums are written as their names. The scalar members
+ * come from the parser's field tables (kv_snapshot_write_part), so writer
+ * and reader cannot drift apart. */
 #include "snapshot_json.h"
 
 #include "../engine/json.h"
 #include "../engine/metrics_json.h"
+#include "../engine/snapshot_parse.h"
 
 const char *srv_req_state_name(kv_req_state st) {
     switch (st) {
@@ -13,19 +16,6 @@ const char *srv_req_state_name(kv_req_state st) {
     case KV_REQ_PREEMPTED: return "preempted";
     case KV_REQ_SWAPPED: return "swapped";
     case KV_REQ_FINISHED: return "finished";
-    }
-    return "unknown";
-}
-
-const char *srv_finish_reason_name(kv_finish f) {
-    switch (f) {
-    case KV_FINISH_NONE: return "none";
-    case KV_FINISH_EOS: return "eos";
-    case KV_FINISH_LENGTH: return "length";
-    case KV_FINISH_STOP: return "stop";
-    case KV_FINISH_CANCELLED: return "cancelled";
-    case KV_FINISH_REJECTED: return "rejected";
-    case KV_FINISH_ERROR: return "error";
     }
     return "unknown";
 }
@@ -60,29 +50,16 @@ static void write_metrics(kv_json_writer *w, const kv_metrics_summary *m) {
 static void write_mem(kv_json_writer *w, const kv_mem_breakdown *m) {
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
-    kv_json_field_uint(w, "weights", m->weights);
-    kv_json_field_uint(w, "kv_used", m->kv_used);
-    kv_json_field_uint(w, "kv_cached", m->kv_cached);
-    kv_json_field_uint(w, "kv_free", m->kv_free);
-    kv_json_field_uint(w, "kv_swap_used", m->kv_swap_used);
-    kv_json_field_uint(w, "kv_swap_total", m->kv_swap_total);
-    kv_json_field_uint(w, "activations", m->activations);
-    kv_json_field_uint(w, "other", m->other);
-    kv_json_field_uint(w, "budget", m->budget);
+    kv_snapshot_write_part(w, KV_SNAP_PART_MEMORY, m);
     kv_json_write_end_object(w);
 }
 
 static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap_request *r) {
     kv_json_write_begin_object(w);
-    kv_json_field_int(w, "id", r->id);
-    kv_json_field_int(w, "session", r->session);
+    kv_snapshot_write_part(w, KV_SNAP_PART_REQUEST, r);
     kv_json_field_str(w, "state", srv_req_state_name(r->state));
-    kv_json_field_int(w, "priority", r->priority);
-    kv_json_field_int(w, "n_prompt", r->n_prompt);
-    kv_json_field_int(w, "n_computed", r->n_computed);
-    kv_json_field_int(w, "n_generated", r->n_generated);
-    kv_json_field_int(w, "max_tokens", r->max_tokens);
-    kv_json_field_int(w, "n_prefix_hit", r->n_prefix_hit);
+    kv_json_field_str(w, "finish", kv_finish_name(r->finish));
+    kv_json_field_str(w, "wait_reason", r->wait_reason);
     kv_json_write_key(w, "block_table");
     kv_json_write_begin_array(w);
     for (int i = 0; i < r->n_blocks; i++) {
@@ -90,29 +67,7 @@ static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap
         if (at >= 0 && at < s->n_table_entries) kv_json_write_int(w, s->tables[at]);
     }
     kv_json_write_end_array(w);
-    kv_json_field_int(w, "next_block", r->next_block);
-    kv_json_field_int(w, "next_offset", r->next_offset);
-    kv_json_field_int(w, "preemptions", r->preemptions);
-    kv_json_field_num(w, "arrival_ms", r->arrival_ms);
-    kv_json_field_num(w, "queue_ms", r->queue_ms);
-    kv_json_field_num(w, "ttft_ms", r->ttft_ms);
-    kv_json_field_num(w, "tpot_ms", r->tpot_ms);
-    kv_json_field_num(w, "last_itl_ms", r->last_itl_ms);
-    kv_json_field_num(w, "e2e_ms", r->e2e_ms);
-    kv_json_field_str(w, "finish", srv_finish_reason_name(r->finish));
-    kv_json_field_str(w, "wait_reason", r->wait_reason);
-    kv_json_field_int(w, "spec_k", r->spec_k);
-    kv_json_field_uint(w, "spec_drafts", r->spec_drafts);
-    kv_json_field_uint(w, "spec_drafted", r->spec_drafted);
-    kv_json_field_uint(w, "spec_accepted", r->spec_accepted);
     kv_json_write_end_object(w);
-}
-
-static void write_ids(kv_json_writer *w, const char *k, const int64_t *v, int n) {
-    kv_json_write_key(w, k);
-    kv_json_write_begin_array(w);
-    for (int i = 0; i < n; i++) kv_json_write_int(w, v[i]);
-    kv_json_write_end_array(w);
 }
 
 /* The block map, one array per field (one entry per physical block). */
@@ -146,25 +101,7 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
         const kv_step_record *r = &s->steps[i];
         if (since >= 0 && r->step <= (uint64_t)since) continue;
         kv_json_write_begin_object(w);
-        kv_json_field_uint(w, "step", r->step);
-        kv_json_field_num(w, "t_ms", r->t_ms);
-        kv_json_field_num(w, "dur_ms", r->dur_ms);
-        kv_json_field_num(w, "forward_ms", r->forward_ms);
-        kv_json_field_num(w, "sim_ms", r->sim_ms);
-        kv_json_field_int(w, "n_seqs", r->n_seqs);
-        kv_json_field_int(w, "n_prefill_tokens", r->n_prefill_tokens);
-        kv_json_field_int(w, "n_decode_tokens", r->n_decode_tokens);
-        kv_json_field_int(w, "n_spec_tokens", r->n_spec_tokens);
-        kv_json_field_int(w, "n_pad_tokens", r->n_pad_tokens);
-        kv_json_field_int(w, "n_admitted", r->n_admitted);
-        kv_json_field_int(w, "n_preempted", r->n_preempted);
-        kv_json_field_int(w, "n_swapped_out", r->n_swapped_out);
-        kv_json_field_int(w, "n_swapped_in", r->n_swapped_in);
-        kv_json_field_int(w, "n_evicted", r->n_evicted);
-        kv_json_field_int(w, "n_finished", r->n_finished);
-        kv_json_field_int(w, "n_cow", r->n_cow);
-        kv_json_field_int(w, "n_blocks_used", r->n_blocks_used);
-        kv_json_field_int(w, "n_waiting", r->n_waiting);
+        kv_snapshot_write_part(w, KV_SNAP_PART_STEP, r);
         kv_json_write_end_object(w);
     }
     kv_json_write_end_array(w);
@@ -183,16 +120,19 @@ static void write_steps(kv_json_writer *w, const kv_snapshot *s, int64_t since) 
     kv_json_write_end_array(w);
 }
 
+void srv_write_warnings(kv_json_writer *w, const char (*warnings)[KV_WARNING_LEN], int n) {
+    kv_json_write_key(w, "warnings");
+    kv_json_write_begin_array(w);
+    for (int i = 0; warnings && i < n; i++) kv_json_write_string(w, warnings[i]);
+    kv_json_write_end_array(w);
+}
+
 int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
                               const char (*warnings)[KV_WARNING_LEN], int n_warnings) {
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
-    kv_json_field_uint(&w, "step", s->step);
-    kv_json_field_num(&w, "now_ms", s->now_ms);
-    kv_json_field_bool(&w, "paused", s->paused);
-    kv_json_field_bool(&w, "thread_running", s->thread_running);
-    kv_json_field_int(&w, "step_delay_ms", s->step_delay_ms);
+    kv_snapshot_write_part(&w, KV_SNAP_PART_TOP, s);
     kv_json_field_bool(&w, "delta", since_step >= 0);
     if (check) {
         kv_json_write_key(&w, "check");
@@ -201,10 +141,7 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
         kv_json_field_str(&w, "message", check);
         kv_json_write_end_object(&w);
     }
-    kv_json_write_key(&w, "warnings");
-    kv_json_write_begin_array(&w);
-    for (int i = 0; warnings && i < n_warnings; i++) kv_json_write_string(&w, warnings[i]);
-    kv_json_write_end_array(&w);
+    srv_write_warnings(&w, warnings, n_warnings);
     kv_json_write_key(&w, "config");
     kv_json_write_begin_object(&w);
     kv_json_field_str(&w, "model", model);
@@ -225,15 +162,7 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_write_end_object(&w);
     kv_json_write_key(&w, "cache");
     kv_json_write_begin_object(&w);
-    kv_json_field_uint(&w, "prefix_lookups", s->prefix_lookups);
-    kv_json_field_uint(&w, "prefix_hit_blocks", s->prefix_hit_blocks);
-    kv_json_field_uint(&w, "prefix_hit_tokens", s->prefix_hit_tokens);
-    kv_json_field_uint(&w, "evictions", s->evictions);
-    kv_json_field_uint(&w, "cow_copies", s->cow_copies);
-    kv_json_field_int(&w, "blocks_free", s->blocks_free);
-    kv_json_field_int(&w, "blocks_used", s->blocks_used);
-    kv_json_field_int(&w, "blocks_cached", s->blocks_cached);
-    kv_json_field_int(&w, "blocks_shared", s->blocks_shared);
+    kv_snapshot_write_part(&w, KV_SNAP_PART_CACHE, s);
     kv_json_write_end_object(&w);
     write_metrics(&w, &s->metrics);
     write_mem(&w, &s->mem);
@@ -241,9 +170,9 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_write_begin_array(&w);
     for (int i = 0; i < s->n_requests; i++) write_request(&w, s, &s->requests[i]);
     kv_json_write_end_array(&w);
-    write_ids(&w, "running", s->running, s->n_running);
-    write_ids(&w, "waiting", s->waiting, s->n_waiting);
-    write_ids(&w, "swapped", s->swapped, s->n_swapped);
+    kv_json_field_ints(&w, "running", s->running, (size_t)KV_MAX(s->n_running, 0));
+    kv_json_field_ints(&w, "waiting", s->waiting, (size_t)KV_MAX(s->n_waiting, 0));
+    kv_json_field_ints(&w, "swapped", s->swapped, (size_t)KV_MAX(s->n_swapped, 0));
     write_blocks(&w, s);
     write_steps(&w, s, since_step);
     kv_json_write_end_object(&w);

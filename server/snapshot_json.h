@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "../engine/engine.h"
+#include "../engine/json.h"
 
 /* Writes s as one JSON object (no newline). since_step < 0: every step
  * record and decision the snapshot holds; otherwise only those of steps
@@ -24,8 +25,13 @@ int srv_snapshot_write(FILE *f, const kv_snapshot *s, const char *model, int64_t
 int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, int64_t since_step, const char *check,
                               const char (*warnings)[KV_WARNING_LEN], int n_warnings);
 
-/* Names used in the JSON (also for tests). */
+/* Writes "warnings": [...] (warnings[0..n), none when it is NULL) into the
+ * object w has open: the engine's load warnings, as the snapshot and
+ * /v1/models list them. */
+void srv_write_warnings(kv_json_writer *w, const char (*warnings)[KV_WARNING_LEN], int n);
+
+/* Names used in the JSON (also for tests); a finish reason is written
+ * with kv_finish_name. */
 const char *srv_req_state_name(kv_req_state st);
-const char *srv_finish_reason_name(kv_finish f);
 
 #endif

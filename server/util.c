@@ -68,14 +68,10 @@ void srv_reply_error(srv_reply *r, const srv_error *e) {
         kv_json_write_begin_object(&w);
         kv_json_write_key(&w, "error");
         kv_json_write_begin_object(&w);
-        kv_json_write_key(&w, "message");
-        kv_json_write_string(&w, e->message);
-        kv_json_write_key(&w, "type");
-        kv_json_write_string(&w, e->type);
-        kv_json_write_key(&w, "param");
-        kv_json_write_string(&w, e->param[0] ? e->param : NULL);
-        kv_json_write_key(&w, "code");
-        kv_json_write_string(&w, e->code[0] ? e->code : NULL);
+        kv_json_field_str(&w, "message", e->message);
+        kv_json_field_str(&w, "type", e->type);
+        kv_json_field_str(&w, "param", e->param[0] ? e->param : NULL);
+        kv_json_field_str(&w, "code", e->code[0] ? e->code : NULL);
         kv_json_write_end_object(&w);
         kv_json_write_end_object(&w);
         kv_json_writer_finish(&w);

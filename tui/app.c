@@ -324,6 +324,16 @@ void app_free_windows(app *a) {
     a->have_windows = 0;
 }
 
+void app_free_views(app *a) {
+    app_free_windows(a);
+    kv_snapshot_free(a->snap);
+    for (int i = 0; i < a->n_sessions; i++) {
+        kv_input_history_free(a->sessions[i]->history);
+        kv_session_free(a->sessions[i]);
+    }
+    free(a->prompt_buf);
+}
+
 static WINDOW *mkwin(kv_rect r) { return kv_rect_visible(r) ? newwin(r.h, r.w, r.y, r.x) : NULL; }
 
 static void build_windows(app *a) {
@@ -551,23 +561,17 @@ static void app_free(app *a) {
     if (a->rec) kv_trace_writer_close(a->rec);
     a->rec = NULL;
     loader_close(a); /* load_stop frees the load's driver */
-    app_free_windows(a);
-    kv_snapshot_free(a->snap);
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_input_history_free(a->sessions[i]->history);
-        kv_session_free(a->sessions[i]);
-    }
     kv_trace_free(a->replay);
-    free(a->prompt_buf);
+    app_free_views(a);
 }
 
-static void make_stamp(app *a) {
+void app_make_stamp(app *a, const char *prefix) {
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);
     char d[32];
     strftime(d, sizeof d, "%Y%m%d-%H%M%S", &tm);
-    snprintf(a->stamp, sizeof a->stamp, "%s-%d", d, (int)getpid());
+    snprintf(a->stamp, sizeof a->stamp, "%s%s-%d", prefix, d, (int)getpid());
 }
 
 /* The main loop shared by the app and the replay viewer. */
@@ -720,7 +724,7 @@ int cmd_tui(int argc, char **argv) {
     a->v.step_delay_ms = a->cfg.ui.step_delay_ms;
     a->snap = kv_snapshot_new();
     if (!a->snap) return 1;
-    make_stamp(a);
+    app_make_stamp(a, "");
     if (kv_session_state_dir(a->state_dir, sizeof a->state_dir)) a->state_dir[0] = 0;
     if (app_curses_start(a)) {
         kv_snapshot_free(a->snap);

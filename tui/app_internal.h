@@ -147,6 +147,12 @@ void app_update_cpu(app *a);
 int app_curses_start(app *a);
 /* Deletes every window. */
 void app_free_windows(app *a);
+/* What the local app and `kvtop attach` both own: the windows, the
+ * snapshot, the sessions (with their input history) and the prompt buffer. */
+void app_free_views(app *a);
+/* a->stamp (OUT) = prefix, the local time and the pid: names this run's
+ * recordings and session files. */
+void app_make_stamp(app *a, const char *prefix);
 /* The frame loop shared by the app and the replay viewer: keys go to
  * on_key as they come, on_frame runs at the profile's frame rate, until
  * a->quit, a terminal signal or a->max_frames. */

@@ -323,13 +323,7 @@ static void attach_free(app *a) {
     if (a->rec) record_stop(a);
     for (int i = 0; i < t->n_chats; i++) kv_remote_chat_free(t->chats[i].c);
     for (int i = 0; i < t->n_src; i++) kv_source_free(t->src[i]);
-    app_free_windows(a);
-    kv_snapshot_free(a->snap);
-    for (int i = 0; i < a->n_sessions; i++) {
-        kv_input_history_free(a->sessions[i]->history);
-        kv_session_free(a->sessions[i]);
-    }
-    free(a->prompt_buf);
+    app_free_views(a);
 }
 
 int cmd_attach(int argc, char **argv) {
@@ -370,14 +364,7 @@ int cmd_attach(int argc, char **argv) {
     a->snap = kv_snapshot_new();
     int rc = 1;
     if (!a->snap) goto done;
-    {
-        time_t now = time(NULL);
-        struct tm tm;
-        localtime_r(&now, &tm);
-        char d[32];
-        strftime(d, sizeof d, "%Y%m%d-%H%M%S", &tm);
-        snprintf(a->stamp, sizeof a->stamp, "attach-%s-%d", d, (int)getpid());
-    }
+    app_make_stamp(a, "attach-");
     if (kv_session_state_dir(a->state_dir, sizeof a->state_dir)) a->state_dir[0] = 0;
     for (int i = 0; i < S.n_src; i++)
         if (kv_source_start(S.src[i])) {

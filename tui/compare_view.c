@@ -12,14 +12,8 @@ static kv_rect rect(int y, int x, int h, int w) {
 }
 
 int kv_cmp_layout_compute(int cols, int rows, int n, int caption, kv_cmp_layout *out) {
-    if (!out || n < 1 || n > KV_CMP_MAX || cols < 0 || rows < 0 || cols > KV_LAYOUT_MAX_DIM ||
-        rows > KV_LAYOUT_MAX_DIM)
-        return -1;
-    kv_cmp_layout l;
-    memset(&l, 0, sizeof l);
-    l.cols = cols;
-    l.rows = rows;
-    l.n = n;
+    if (!out || n < 1 || n > KV_CMP_MAX || !kv_layout_size_ok(cols, rows)) return -1;
+    kv_cmp_layout l = {.cols = cols, .rows = rows, .n = n};
     if (cols < n * KV_CMP_MIN_COL || cols < KV_LAYOUT_MIN_COLS || rows < KV_LAYOUT_MIN_ROWS) {
         l.too_small = 1;
         *out = l;

@@ -37,15 +37,13 @@ static void place_chat(kv_screen_layout *o, kv_rect chat, int input_lines) {
     o->transcript = (kv_rect){chat.y + 1, chat.x + 1, ih_room - ih - 1, iw};
 }
 
+int kv_layout_size_ok(int cols, int rows) {
+    return cols >= 0 && rows >= 0 && cols <= KV_LAYOUT_MAX_DIM && rows <= KV_LAYOUT_MAX_DIM;
+}
+
 int kv_layout_compute(int cols, int rows, int zoom, int input_lines, kv_screen_layout *out) {
-    if (!out || cols < 0 || rows < 0 || cols > KV_LAYOUT_MAX_DIM || rows > KV_LAYOUT_MAX_DIM || zoom < -1 ||
-        zoom >= KV_PANEL_COUNT)
-        return -1;
-    kv_screen_layout o;
-    memset(&o, 0, sizeof o);
-    o.cols = cols;
-    o.rows = rows;
-    o.zoom = zoom;
+    if (!out || !kv_layout_size_ok(cols, rows) || zoom < -1 || zoom >= KV_PANEL_COUNT) return -1;
+    kv_screen_layout o = {.cols = cols, .rows = rows, .zoom = zoom};
     if (cols < KV_LAYOUT_MIN_COLS || rows < KV_LAYOUT_MIN_ROWS) {
         o.too_small = 1;
         o.n_hidden = KV_PANEL_COUNT;

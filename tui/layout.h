@@ -45,6 +45,9 @@ typedef struct kv_screen_layout {
     int n_hidden;                    /* panels with no room at this size */
 } kv_screen_layout;
 
+/* 1 when a cols x rows terminal lies in [0, KV_LAYOUT_MAX_DIM] both ways. */
+int kv_layout_size_ok(int cols, int rows);
+
 /* Computes the layout. zoom: a kv_panel_id or -1; input_lines: rows the
  * input wants (clamped to [1, 6] and to a third of the chat area). Returns
  * 0; KV_ERR_INVAL-style -1 for sizes that are negative or above

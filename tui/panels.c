@@ -84,6 +84,12 @@ void panel_inner(WINDOW *w, int *ih, int *iw) {
 
 const char *panel_na_or(const kv_snapshot *s, const char *msg) { return s ? msg : "N/A (no engine yet)"; }
 
+int panel_open_room(WINDOW *w, const kv_view_state *v, const char *title, const char *extra, int *ih, int *iw) {
+    panel_frame(w, v, title, extra);
+    panel_inner(w, ih, iw);
+    return *ih > 0 && *iw > 0;
+}
+
 int panel_open(WINDOW *w, const kv_view_state *v, const kv_snapshot *s, const char *title, const char *extra,
                const char *none, int *ih, int *iw) {
     panel_frame(w, v, title, extra);

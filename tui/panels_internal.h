@@ -21,6 +21,10 @@ void panel_frame(WINDOW *w, const kv_view_state *v, const char *title, const cha
 void panel_inner(WINDOW *w, int *ih /* OUT: */, int *iw /* OUT: */);
 /* msg, or "N/A (no engine yet)" when there is no snapshot. */
 const char *panel_na_or(const kv_snapshot *s, const char *msg);
+/* panel_frame, then the inner size (OUT). Returns 1 when the inside has
+ * room (rows and columns), else 0. */
+int panel_open_room(WINDOW *w, const kv_view_state *v, const char *title, const char *extra, int *ih /* OUT */,
+                    int *iw /* OUT */);
 /* The opening of a panel that needs the snapshot: panel_frame, then the
  * inner size. Returns 1 when the body is to be drawn; 0 when there is no
  * room, or no snapshot (then it shows `none`, or N/A when that is NULL). */

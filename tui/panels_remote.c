@@ -34,10 +34,8 @@ static void remote_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *
     char extra[96] = "";
     if (m->have & KV_RM_CACHE_CFG)
         snprintf(extra, sizeof extra, "%d blocks x %d tok, %s", m->num_blocks, m->block_size, m->cache_dtype);
-    panel_frame(w, v, "KV blocks", extra);
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "KV blocks", extra, &ih, &iw)) return;
     int y = 1;
     char bar[256];
     if (m->have & KV_RM_KV_USAGE) {
@@ -67,10 +65,8 @@ static void remote_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *
 
 static void remote_prefix(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     const kv_source_status *st = st_of(v);
-    panel_frame(w, v, "Prefix sharing", kv_source_kind_name(st->kind));
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Prefix sharing", kv_source_kind_name(st->kind), &ih, &iw)) return;
     if (st->m.have & KV_RM_PREFIX)
         panel_textf(w, 1, 1, iw, A_NORMAL, "hit %.1f%% of prompt tokens (last %.0fs)", 100 * st->m.prefix_hit_rate,
                     st->m.window_s);
@@ -82,10 +78,8 @@ static void remote_prefix(WINDOW *w, const kv_view_state *v, const kv_snapshot *
 static void remote_spec(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     const kv_source_status *st = st_of(v);
     const kv_remote_metrics *m = &st->m;
-    panel_frame(w, v, "Spec decoding", "");
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Spec decoding", "", &ih, &iw)) return;
     if (!(m->have & (KV_RM_SPEC | KV_RM_SPEC_LEN))) {
         panel_text(w, 1, 1, iw, A_DIM, "no drafts in the window (off, or idle)", -1);
         return;
@@ -106,10 +100,8 @@ static void remote_spec(WINDOW *w, const kv_view_state *v, const kv_snapshot *s)
 
 static void remote_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     const kv_source_status *st = st_of(v);
-    panel_frame(w, v, "Mem", kv_source_kind_name(st->kind));
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Mem", kv_source_kind_name(st->kind), &ih, &iw)) return;
     na(w, 1, iw, st, KV_SF_MEMORY);
     (void)s;
 }
@@ -117,10 +109,8 @@ static void remote_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) 
 static void remote_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     const kv_source_status *st = st_of(v);
     const kv_remote_metrics *m = &st->m;
-    panel_frame(w, v, "Sched", kv_source_kind_name(st->kind));
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Sched", kv_source_kind_name(st->kind), &ih, &iw)) return;
     int y = 1;
     if ((m->have & KV_RM_QUEUE) && (m->have & KV_RM_WAIT_REASON))
         panel_textf(w, y++, 1, iw, A_NORMAL, "running %.0f  waiting %.0f (%.0f for KV capacity, %.0f deferred)", m->running,
@@ -163,10 +153,8 @@ static void remote_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s
 
 static void remote_log(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     const kv_source_status *st = st_of(v);
-    panel_frame(w, v, "Step log", "");
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Step log", "", &ih, &iw)) return;
     na(w, 1, iw, st, KV_SF_STEPS);
     if (ih >= 3)
         panel_textf(w, 3, 1, iw, A_DIM, "scrapes %llu, requests sent %llu, malformed lines %llu",
@@ -187,10 +175,8 @@ static const char *num(char *buf, size_t cap, double v, const char *fmt) {
 static void fleet(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     char extra[48];
     snprintf(extra, sizeof extra, "%d engines  [ ] select", v->n_fleet);
-    panel_frame(w, v, "Fleet", extra);
     int ih, iw;
-    panel_inner(w, &ih, &iw);
-    if (ih <= 0 || iw <= 0) return;
+    if (!panel_open_room(w, v, "Fleet", extra, &ih, &iw)) return;
     int wide = iw >= 100; /* the model column only when there is room */
     if (wide) panel_text(w, 1, 1, iw, A_BOLD, "  engine                kind      model             run  wait   KV%   tok/s  TTFT99  health", -1);
     else panel_text(w, 1, 1, iw, A_BOLD, "  engine          kind      run wait   KV% tok/s  TTFT99 state", -1);

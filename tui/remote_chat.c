@@ -45,24 +45,18 @@ char *kv_remote_chat_body(const kv_remote_chat_params *p, const char *model, siz
     kv_json_writer w;
     kv_json_writer_init(&w, f, 0);
     kv_json_write_begin_object(&w);
-    kv_json_write_key(&w, "model");
-    kv_json_write_string(&w, model);
-    kv_json_write_key(&w, "stream");
-    kv_json_write_bool(&w, 1);
-    kv_json_write_key(&w, "max_tokens");
-    kv_json_write_int(&w, p->max_tokens);
+    kv_json_field_str(&w, "model", model);
+    kv_json_field_bool(&w, "stream", 1);
+    kv_json_field_int(&w, "max_tokens", p->max_tokens);
     if (p->temperature >= 0) {
-        kv_json_write_key(&w, "temperature");
-        kv_json_write_number(&w, p->temperature);
+        kv_json_field_num(&w, "temperature", p->temperature);
     }
     kv_json_write_key(&w, "messages");
     kv_json_write_begin_array(&w);
     for (int i = 0; i < p->n; i++) {
         kv_json_write_begin_object(&w);
-        kv_json_write_key(&w, "role");
-        kv_json_write_string(&w, p->roles[i]);
-        kv_json_write_key(&w, "content");
-        kv_json_write_string(&w, p->texts[i]);
+        kv_json_field_str(&w, "role", p->roles[i]);
+        kv_json_field_str(&w, "content", p->texts[i]);
         kv_json_write_end_object(&w);
     }
     kv_json_write_end_array(&w);

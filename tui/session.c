@@ -71,15 +71,8 @@ int kv_session_add(kv_session *s, kv_role role, const char *text) {
         return -1;
     }
     memcpy(t, text, len + 1);
-    kv_turn *turn = &s->turns[s->n_turns];
-    memset(turn, 0, sizeof *turn);
-    turn->role = role;
-    turn->text = t;
-    turn->src = src;
-    turn->len = len;
-    turn->cap = cap;
-    turn->ttft_ms = -1;
-    turn->tpot_ms = -1;
+    s->turns[s->n_turns] =
+        (kv_turn){.role = role, .text = t, .src = src, .len = len, .cap = cap, .ttft_ms = -1, .tpot_ms = -1};
     return s->n_turns++;
 }
 
