@@ -103,7 +103,13 @@ p=$(snap | jget 'd["paused"]')
 check "F2 again resumes it" '[[ $p == False ]]' "paused=$p"
 wait_for a 'finish #' 30 >/dev/null
 sleep 1
-dec=$(snap | jget '[x["text"] for x in d["decisions"] if x["kind"]=="finish"][-1][:40]' 2>/dev/null)
+# The server's newest finish decision reaches the screen with the next
+# stream frame: poll (bounded) rather than trust one capture.
+for _ in $(seq 1 50); do
+  dec=$(snap | jget '[x["text"] for x in d["decisions"] if x["kind"]=="finish"][-1][:40]' 2>/dev/null)
+  [[ -n $dec ]] && cap a | grep -qF -- "$dec" && break
+  sleep 0.2
+done
 check "the step log shows the server's decisions ($dec)" "[[ -n \$dec ]] && cap a | grep -qF -- \"\$dec\"" "$(cap a)"
 tm send-keys -t a F7
 check "F7 again saves the trace" "wait_for a 'trace saved: .*kvtrace' 3" "$(cap a)"

@@ -49,7 +49,7 @@ check(r2.usage.prompt_tokens_details.cached_tokens > 0, "chat: a repeated prompt
       r2.usage.prompt_tokens_details)
 
 # streaming with usage
-parts, usage, finish, roles, n_chunks = [], None, None, 0, 0
+parts, usage, last_finish, roles, n_chunks = [], None, None, 0, 0
 for ch in c.chat.completions.create(model=M, messages=[{"role": "user", "content": "Count from 1 to 5."}],
                                     max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True}):
     n_chunks += 1
@@ -62,10 +62,10 @@ for ch in c.chat.completions.create(model=M, messages=[{"role": "user", "content
         if ci.delta and ci.delta.content:
             parts.append(ci.delta.content)
         if ci.finish_reason:
-            finish = ci.finish_reason
+            last_finish = ci.finish_reason
 check(roles == 1 and len(parts) > 3, "stream: role first, then text deltas", (roles, len(parts)))
-check(finish in ("stop", "length"), "stream: finish_reason in the last choice chunk", finish)
-check(usage is not None and usage.completion_tokens == (24 if finish == "length" else usage.completion_tokens) and
+check(last_finish in ("stop", "length"), "stream: finish_reason in the last choice chunk", last_finish)
+check(usage is not None and usage.completion_tokens == (24 if last_finish == "length" else usage.completion_tokens) and
       usage.completion_tokens <= 24, "stream: usage chunk", usage)
 # streaming and non-streaming greedy agree
 nonstream = c.chat.completions.create(model=M, messages=[{"role": "user", "content": "Count from 1 to 5."}],
