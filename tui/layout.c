@@ -37,10 +37,6 @@ static void place_chat(kv_screen_layout *o, kv_rect chat, int input_lines) {
     o->transcript = (kv_rect){chat.y + 1, chat.x + 1, ih_room - ih - 1, iw};
 }
 
-int kv_layout_size_ok(int cols, int rows) {
-    return cols >= 0 && rows >= 0 && cols <= KV_LAYOUT_MAX_DIM && rows <= KV_LAYOUT_MAX_DIM;
-}
-
 int kv_layout_compute(int cols, int rows, int zoom, int input_lines, kv_screen_layout *out) {
     if (!out || !kv_layout_size_ok(cols, rows) || zoom < -1 || zoom >= KV_PANEL_COUNT) return -1;
     kv_screen_layout o = {.cols = cols, .rows = rows, .zoom = zoom};

@@ -46,7 +46,9 @@ typedef struct kv_screen_layout {
 } kv_screen_layout;
 
 /* 1 when a cols x rows terminal lies in [0, KV_LAYOUT_MAX_DIM] both ways. */
-int kv_layout_size_ok(int cols, int rows);
+static inline int kv_layout_size_ok(int cols, int rows) {
+    return cols >= 0 && rows >= 0 && cols <= KV_LAYOUT_MAX_DIM && rows <= KV_LAYOUT_MAX_DIM;
+}
 
 /* Computes the layout. zoom: a kv_panel_id or -1; input_lines: rows the
  * input wants (clamped to [1, 6] and to a third of the chat area). Returns
