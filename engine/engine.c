@@ -325,6 +325,7 @@ static int64_t reject(kv_engine *e, const kv_request_params *p, int code, kv_err
     ev.session = p ? p->session : -1;
     ev.token = -1;
     ev.finish = KV_FINISH_REJECTED;
+    ev.queue_ms = ev.e2e_ms = -1;
     kv_copy_str(ev.reason, sizeof ev.reason, err ? err->msg : "rejected");
     ev.t_ms = engine_now_ms(e);
     kv_ring_push(&e->ev, &ev);

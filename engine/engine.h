@@ -150,6 +150,13 @@ typedef struct kv_event {
     int n_top;            /* entries in top_token / top_logprob, most likely first (ties: lower id) */
     int32_t top_token[KV_MAX_TOP_LOGPROBS];
     float top_logprob[KV_MAX_TOP_LOGPROBS];
+    /* KV_EVENT_DONE: the request's figures at its finish, as its snapshot
+     * row has them, so a consumer need not race the snapshot for them:
+     * queue_ms from arrival to first admission (< 0: never admitted),
+     * e2e_ms (< 0: none), prompt tokens reused from the prefix cache at the
+     * first admission, times preempted */
+    double queue_ms, e2e_ms;
+    int n_prefix_hit, preemptions;
 } kv_event;
 
 /* Copies up to cap pending events (oldest first) and returns how many.

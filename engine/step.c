@@ -175,15 +175,19 @@ void engine_finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason)
         emit_text(e, r, NULL, r->text + r->emitted, tail);
         tail = 0;
     }
+    kv_snap_request row;
+    engine_snap_row(e, r, &row);
     kv_event *ev = local_event(e, KV_EVENT_DONE, r);
     if (ev) {
         ev->finish = why;
         kv_copy_str(ev->reason, sizeof ev->reason, reason ? reason : "");
+        ev->queue_ms = row.queue_ms;
+        ev->e2e_ms = row.e2e_ms;
+        ev->n_prefix_hit = row.n_prefix_hit;
+        ev->preemptions = row.preemptions;
         if (tail > 0) emit_text(e, r, ev, r->text + r->emitted, tail);
     }
     r->emitted = r->text_len;
-    kv_snap_request row;
-    engine_snap_row(e, r, &row);
     kv_ring_push(&e->finished, &row);
     int li = live_find(e, r->s.id);
     if (li >= 0) live_remove(e, li);

@@ -37,7 +37,10 @@ typedef struct entry {
 typedef struct fin_item {
     srv_job *job;
     int idx;
-    double t_ms; /* the DONE event's time */
+    double t_ms;     /* the DONE event's time */
+    double queue_ms; /* the DONE event's figures (kv_event) */
+    double e2e_ms;
+    int n_prefix_hit, preemptions;
 } fin_item;
 
 struct srv_hub {
@@ -54,7 +57,6 @@ struct srv_hub {
     srv_stats st;
     kv_event *ev;       /* (EVENT_BATCH) dispatcher scratch */
     fin_item *fin;      /* (EVENT_BATCH) */
-    kv_snapshot *snap;  /* dispatcher scratch: finished rows */
     int forward;        /* bool: keep foreign events */
     kv_event *foreign;  /* (n_foreign) events of requests not the server's, oldest first */
     int n_foreign, cap_foreign;
@@ -232,44 +234,37 @@ static void route(srv_hub *h, const kv_event *ev, int *n_fin) {
     if (ev->type == KV_EVENT_DONE) {
         c->finish = ev->finish;
         kv_copy_str(c->reason, sizeof c->reason, ev->reason);
-        h->fin[(*n_fin)++] = (fin_item){job, h->ent[i].idx, ev->t_ms};
+        h->fin[(*n_fin)++] = (fin_item){job, h->ent[i].idx, ev->t_ms, ev->queue_ms, ev->e2e_ms, ev->n_prefix_hit,
+                                        ev->preemptions};
     }
     job->version++;
     pthread_cond_broadcast(&job->cv);
     pthread_mutex_unlock(&job->mu);
 }
 
-static const kv_snap_request *find_row(const kv_snapshot *s, int64_t id) {
-    for (int i = s->n_requests - 1; i >= 0; i--)
-        if (s->requests[i].id == id) return &s->requests[i];
-    return NULL;
-}
-
-/* Marks the batch's finished choices done, with what the engine's
- * finished rows say (hub->mu held). Returns jobs to free in *dead. */
+/* Marks the batch's finished choices done, with the figures their DONE
+ * events carried (hub->mu held). Returns jobs to free in *dead. */
 static int finalize(srv_hub *h, int n_fin, srv_job **dead) {
-    int have_snap = kv_engine_snapshot(h->e, h->snap) == 0;
     int n_dead = 0;
     for (int k = 0; k < n_fin; k++) {
-        srv_job *job = h->fin[k].job;
-        srv_choice *c = &job->choices[h->fin[k].idx];
-        const kv_snap_request *row = have_snap ? find_row(h->snap, c->id) : NULL;
+        const fin_item *fi = &h->fin[k];
+        srv_job *job = fi->job;
+        srv_choice *c = &job->choices[fi->idx];
         srv_stats *st = &h->st;
         st->finished[fin_bucket(c->finish)]++;
         st->prefix_queries += (uint64_t)c->n_prompt;
-        double e2e = (h->fin[k].t_ms - c->t_arrival_ms) / 1e3;
-        if (row) {
-            st->prefix_hits += (uint64_t)row->n_prefix_hit;
-            st->preemptions += (uint64_t)row->preemptions;
-            if (row->queue_ms >= 0 && c->t_first_ms >= 0) hist_observe(&st->queue, row->queue_ms / 1e3);
-            if (row->e2e_ms >= 0) e2e = row->e2e_ms / 1e3;
-        }
+        /* the request's own figures come with its DONE event: a snapshot
+         * taken now may predate its admission (a step was running) */
+        double e2e = fi->e2e_ms >= 0 ? fi->e2e_ms / 1e3 : (fi->t_ms - c->t_arrival_ms) / 1e3;
+        st->prefix_hits += (uint64_t)KV_MAX(fi->n_prefix_hit, 0);
+        st->preemptions += (uint64_t)KV_MAX(fi->preemptions, 0);
+        if (fi->queue_ms >= 0 && c->t_first_ms >= 0) hist_observe(&st->queue, fi->queue_ms / 1e3);
         hist_observe(&st->e2e, e2e);
         hist_observe(&st->prompt_len, c->n_prompt);
         hist_observe(&st->gen_len, c->n_tokens);
         if (c->n_tokens > 1) hist_observe(&st->tpot, (c->t_last_ms - c->t_first_ms) / 1e3 / (c->n_tokens - 1));
         pthread_mutex_lock(&job->mu);
-        c->cached_tokens = row ? row->n_prefix_hit : 0;
+        c->cached_tokens = KV_MAX(fi->n_prefix_hit, 0);
         c->done = 1;
         job->n_done++;
         job->version++;
@@ -322,8 +317,7 @@ srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err) {
     hist_init(&h->st.gen_len, len_bounds, (int)KV_ARRAY_LEN(len_bounds));
     h->ev = malloc(EVENT_BATCH * sizeof *h->ev);
     h->fin = malloc(EVENT_BATCH * sizeof *h->fin);
-    h->snap = kv_snapshot_new();
-    if (!h->ev || !h->fin || !h->snap) goto nomem;
+    if (!h->ev || !h->fin) goto nomem;
     if (pthread_create(&h->thread, NULL, dispatch_main, h)) {
         kv_err_set(err, KV_ERR_NOMEM, "cannot start the dispatcher thread");
         srv_hub_free(h);
@@ -357,7 +351,6 @@ void srv_hub_free(srv_hub *h) {
     free(h->foreign);
     free(h->ev);
     free(h->fin);
-    kv_snapshot_free(h->snap);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

@@ -41,6 +41,8 @@ typedef struct seen {
     kv_finish finish;
     char reason[128];
     int session;
+    double queue_ms, e2e_ms; /* the DONE event's figures */
+    int n_prefix_hit, preemptions;
 } seen;
 
 static seen *find_seen(seen *s, int n, int64_t id) {
@@ -73,6 +75,8 @@ static int drain(kv_engine *e, seen *s, int n, seen *other) {
                 x->n_done++;
                 x->finish = ev[i].finish;
                 snprintf(x->reason, sizeof x->reason, "%s", ev[i].reason);
+                x->queue_ms = ev[i].queue_ms, x->e2e_ms = ev[i].e2e_ms;
+                x->n_prefix_hit = ev[i].n_prefix_hit, x->preemptions = ev[i].preemptions;
             }
         }
     }
@@ -138,6 +142,41 @@ static void test_text_prompt(void) {
     kv_engine_free(e);
 }
 
+/* A DONE event carries the request's queue time, end-to-end time, prefix
+ * hit and preemptions, equal to its finished snapshot row's (front ends
+ * need not race the snapshot for them); a rejection's are "none". */
+static void test_done_event_figures(void) {
+    kv_config c;
+    base_config(&c);
+    kv_engine *e = test_engine_new(&c);
+    REQUIRE(e);
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park";
+    kv_request_params p;
+    seen a, b;
+    test_text_params(e, &p, text, 8);
+    REQUIRE(run_alone(e, &p, &a) == 0);
+    test_text_params(e, &p, text, 8);
+    REQUIRE(run_alone(e, &p, &b) == 0);
+    CHECK(a.n_done == 1 && b.n_done == 1);
+    CHECKF(a.queue_ms >= 0 && a.e2e_ms > 0 && a.e2e_ms >= a.queue_ms, "queue %g e2e %g", a.queue_ms, a.e2e_ms);
+    CHECKF(a.n_prefix_hit == 0 && b.n_prefix_hit > 0, "prefix hits %d then %d", a.n_prefix_hit, b.n_prefix_hit);
+    kv_snapshot *snap = kv_snapshot_new();
+    REQUIRE(snap);
+    REQUIRE(kv_engine_snapshot(e, snap) == 0);
+    int found = 0;
+    for (int i = 0; i < snap->n_requests; i++) {
+        const kv_snap_request *r = &snap->requests[i];
+        const seen *x = r->id == a.id ? &a : r->id == b.id ? &b : NULL;
+        if (!x) continue;
+        found++;
+        CHECK(r->queue_ms == x->queue_ms && r->e2e_ms == x->e2e_ms);
+        CHECK(r->n_prefix_hit == x->n_prefix_hit && r->preemptions == x->preemptions);
+    }
+    CHECKF(found == 2, "%d finished rows", found);
+    kv_snapshot_free(snap);
+    kv_engine_free(e);
+}
+
 static void test_rejections(void) {
     kv_config c;
     base_config(&c);
@@ -192,6 +231,7 @@ static void test_rejections(void) {
     CHECK(k == n);
     for (int i = 0; i < k; i++) {
         CHECK(ev[i].type == KV_EVENT_DONE && ev[i].finish == KV_FINISH_REJECTED && ev[i].session == 7);
+        CHECK(ev[i].queue_ms < 0 && ev[i].e2e_ms < 0 && ev[i].n_prefix_hit == 0 && ev[i].preemptions == 0);
         CHECKF(strstr(ev[i].reason, cases[i].needle) != NULL, "event %d: '%s'", i, ev[i].reason);
         CHECK(ev[i].req > 0);
     }
@@ -573,6 +613,6 @@ static void test_bad_config(void) {
     CHECK(kv_engine_submit(NULL, NULL, &err) == KV_ERR_INVAL);
 }
 
-TEST_MAIN(T(test_golden_greedy), T(test_text_prompt), T(test_rejections), T(test_never_loses_a_request),
+TEST_MAIN(T(test_golden_greedy), T(test_text_prompt), T(test_done_event_figures), T(test_rejections), T(test_never_loses_a_request),
           T(test_cancel), T(test_stop_strings), T(test_thread_controls), T(test_snapshot_contents),
           T(test_metrics), T(test_smollm2_chat_eos), T(test_bad_config))
