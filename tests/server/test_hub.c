@@ -129,7 +129,9 @@ static void test_jobs_and_text(void) {
     srv_stats st;
     srv_hub_stats(h, &st);
     CHECK(st.generation_tokens == 12 + 13 + 14 && st.prompt_tokens == 15 && st.finished[SRV_FIN_LENGTH] == 3);
-    CHECK(st.ttft.count == 3 && st.e2e.count == 3 && st.itl.count == 11 + 12 + 13 && st.queue.count == 3);
+    CHECKF(st.ttft.count == 3 && st.e2e.count == 3 && st.itl.count == 11 + 12 + 13 && st.queue.count == 3,
+           "ttft %llu e2e %llu itl %llu queue %llu", (unsigned long long)st.ttft.count, (unsigned long long)st.e2e.count,
+           (unsigned long long)st.itl.count, (unsigned long long)st.queue.count);
     CHECK(srv_hub_pending(h) == 0);
     close_hub(h, e);
 }
