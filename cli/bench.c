@@ -221,7 +221,14 @@ static int drive(run_state *s, kv_err *err) {
         if (seen < 0) return kv_err_set(err, seen, "bench: out of memory while collecting outputs");
         rc = submit_due(s);
         if (rc) break;
-        if (st == 0 && seen == 0) {
+        double held = st == 0 && seen == 0 && s->in_flight > 0 && kv_engine_clock_is_virtual(s->e)
+                          ? kv_engine_hold_wait_ms(s->e) : 0.0;
+        if (held > 0) { /* disaggregated: requests wait for their KV; so may an arrival */
+            if (kv_driver_remaining(s->d) > 0)
+                held = KV_MIN(held, kv_driver_next_wait_ms(s->d, kv_engine_now_ms(s->e)));
+            if (held > 1e-6) kv_engine_advance_clock(s->e, held);
+            stalled_since = -1;
+        } else if (st == 0 && seen == 0) {
             if (s->in_flight > 0) {
                 /* NOTE: nothing to do with requests in flight means a request
                  * can never be scheduled; the engine should have rejected it.
@@ -441,13 +448,13 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
 typedef enum metric_id {
     M_COMPLETED, M_REJECTED, M_OUT_TPS, M_IN_TPS, M_RPS, M_GOODPUT, M_SLA, M_TTFT50, M_TTFT90, M_TTFT99, M_TTFTM,
     M_TPOT50, M_TPOT99, M_ITL50, M_ITL99, M_E2E50, M_E2E99, M_E2EM, M_QUEUE50, M_KVUTIL, M_PREFIX_RATE,
-    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_USD_H, M_USD_MTOK, M_COLD,
+    M_PREFIX_TOK, M_PREFILL, M_PREEMPT, M_MAXCONC, M_BLOCKS, M_BPT, M_SPEC_ACC, M_SPEC_LEN, M_SIM_TPS, M_SIM_S, M_PRE_BUSY, M_PRE_WAIT, M_XFER_GB, M_USD_H, M_USD_MTOK, M_COLD,
     M_STEPS, M_WALL,
     M_RECOMPUTED, M_CHAINS, M_LONGEST_CHAIN, M_TTFT99_SHORT, M_TTFT99_LONG, M_BATCH_CAP,
     M_COUNT
 } metric_id;
 
-enum { ONLY_SPEC = 1, ONLY_SIM = 2, ONLY_CLASSES = 4, ONLY_TPOT = 8 };
+enum { ONLY_SPEC = 1, ONLY_SIM = 2, ONLY_CLASSES = 4, ONLY_TPOT = 8, ONLY_POOLS = 16 };
 
 static const struct {
     const char *name;
@@ -485,6 +492,9 @@ static const struct {
     [M_SPEC_LEN] = {"spec accepted len", 2, ONLY_SPEC},
     [M_SIM_TPS] = {"sim output tok/s", 1, ONLY_SIM},
     [M_SIM_S] = {"sim device s", 3, ONLY_SIM},
+    [M_PRE_BUSY] = {"prefill pool busy %", 1, ONLY_POOLS},
+    [M_PRE_WAIT] = {"prefill wait ms", 1, ONLY_POOLS},
+    [M_XFER_GB] = {"KV handed over GB", 2, ONLY_POOLS},
     [M_USD_H] = {"$/hour (devices)", 2, ONLY_SIM},
     [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM},
     [M_COLD] = {"cold start s", 1, ONLY_SIM},
@@ -539,6 +549,9 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
     case M_SPEC_LEN: *v = m->spec_mean_accepted_len; return r->cfg.spec.method != KV_SPEC_OFF;
     case M_SIM_TPS: *v = m->sim_output_tokens_per_s; return m->sim_device_s > 0;
     case M_SIM_S: *v = m->sim_device_s; return m->sim_device_s > 0;
+    case M_PRE_BUSY: *v = 100.0 * r->gpu.prefill_busy_ms / (r->gpu.clock_ms > 0 ? r->gpu.clock_ms : 1.0); return r->gpu.pools;
+    case M_PRE_WAIT: *v = r->gpu.prefill_wait_ms; return r->gpu.pools;
+    case M_XFER_GB: *v = r->gpu.transfer_bytes / 1e9; return r->gpu.pools;
     case M_USD_H: *v = r->gpu.usd_per_hour; return r->gpu.valid && r->gpu.usd_per_hour > 0;
     case M_USD_MTOK: {
         kv_bench_cost c;
@@ -576,6 +589,7 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
         if (runs[j].m.sim_device_s > 0) any |= ONLY_SIM;
         if (runs[j].cfg.workload.short_fraction > 0) any |= ONLY_CLASSES;
         if (runs[j].cfg.scheduler.target_tpot_ms > 0) any |= ONLY_TPOT;
+        if (runs[j].gpu.pools) any |= ONLY_POOLS;
     }
     char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);
     int *width = calloc((size_t)n, sizeof *width);

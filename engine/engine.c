@@ -551,6 +551,11 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
 
         int rc = engine_step_cycle(e, 1);
+        if (rc == 0) { /* requests held for a disaggregated hand-over: move a virtual clock on */
+            pthread_mutex_lock(&e->state_mu);
+            if (engine_skip_to_hold(e, 0)) rc = 1;
+            pthread_mutex_unlock(&e->state_mu);
+        }
 
         pthread_mutex_lock(&e->mu);
         int delay = e->step_delay_ms;
@@ -701,6 +706,14 @@ int kv_engine_advance_clock(kv_engine *e, double ms) {
     while (!atomic_compare_exchange_weak(&e->v_offset_ms, &cur, cur + ms)) {
     }
     return 0;
+}
+
+double kv_engine_hold_wait_ms(kv_engine *e) {
+    if (!e) return 0.0;
+    pthread_mutex_lock(&e->state_mu);
+    double h = engine_next_hold_ms(e), w = h > 0 ? h - engine_now_ms(e) : 0.0;
+    pthread_mutex_unlock(&e->state_mu);
+    return w > 0 ? w : 0.0;
 }
 
 int kv_engine_warnings(const kv_engine *e, char out[][KV_WARNING_LEN], int cap) {

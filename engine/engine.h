@@ -334,6 +334,21 @@ typedef struct kv_gpu_memory {
     uint64_t reserve;      /* the runtime's (sim.reserve) */
     double usd_per_hour;   /* all devices */
     double cold_start_s;   /* all weights over sim.storage_bandwidth */
+    /* sim.disaggregated (pools = 1): the first tp devices are the decode
+     * pool and hold the KV cache above; prefill_devices more (the rest of
+     * n_devices) run the prefill batches on their own clock, each with the
+     * same weights, activations and reserve and its share of the prompts
+     * being prefilled or handed over */
+    int pools, prefill_devices;
+    uint64_t prefill_kv_used, prefill_kv_peak, prefill_kv_free; /* per prefill device */
+    double clock_ms;            /* the engine clock when taken */
+    double prefill_busy_ms;     /* the prefill pool ran batches this long */
+    double prefill_wait_ms;     /* mean wait of a prefill batch for the pool */
+    double prefill_free_ms;     /* when it has run what it was given (engine clock) */
+    uint64_t prefill_batches, handovers;
+    double transfer_bytes, transfer_busy_ms; /* KV hand-overs over the links */
+    double in_prefill_mean, in_transfer_mean; /* requests per step on the prefill pool, awaiting their KV */
+    int in_prefill_max, in_transfer_max;
 } kv_gpu_memory;
 
 typedef struct kv_snapshot {
@@ -446,5 +461,10 @@ int kv_engine_clock_is_virtual(const kv_engine *e);
  * nothing to do, as a driver does to reach the next arrival of an open-loop
  * workload. KV_ERR_INVAL on a wall clock or a bad value; 0 otherwise. */
 int kv_engine_advance_clock(kv_engine *e, double ms);
+/* Disaggregated pools (sim.disaggregated): ms until the earliest running
+ * request held for its KV's hand-over may run again; 0 when none. A driver
+ * with nothing else to do moves a virtual clock by it (or to the next
+ * arrival, when sooner). */
+double kv_engine_hold_wait_ms(kv_engine *e);
 
 #endif

@@ -159,6 +159,8 @@ struct kv_engine {
 
     kv_synth *synth;        /* a synthetic model's step-time model (synth_step.h), NULL otherwise:
                                then fwd and logits are NULL and steps are timed, not computed */
+    double ev_at_ms;        /* > 0: the time the step's events and finishes of the request being
+                               handled carry (a disaggregated prefill pool's first token) */
 };
 
 /* ---- engine.c ---- */
@@ -168,6 +170,13 @@ double engine_now_ms(const kv_engine *e);
 /* The backend's modelled device seconds so far (ops.clock); 0 for a
  * backend on host time. */
 double engine_device_s(const kv_engine *e);
+/* Disaggregated pools: the earliest hold (kv_sreq.hold_until_ms) of a
+ * running request still in the future, or 0 when none. */
+double engine_next_hold_ms(kv_engine *e);
+/* When nothing could run because requests are held: moves a virtual clock
+ * to the earliest hold, at most max_ms ahead (<= 0: no bound). Returns 1
+ * when it moved the clock. */
+int engine_skip_to_hold(kv_engine *e, double max_ms);
 /* Host wall time since creation in ms, whatever the engine's clock. */
 static inline double engine_wall_ms(const kv_engine *e) { return (double)(kv_now_ns() - e->t0_ns) / 1e6; }
 /* The forward pass's scratch plus the logits buffer: what the memory

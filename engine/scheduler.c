@@ -487,6 +487,7 @@ int kv_sched_schedule(kv_sched *s, double now_ms, const kv_sched_out **out) {
             for (int i = 0; i < n; i++) {
                 kv_sreq *r = s->order[i];
                 if (r->state != KV_REQ_RUNNING || r->n_sched > 0) continue;
+                if (r->hold_until_ms > now_ms) continue; /* its KV is not here yet (disaggregated pools) */
                 int decoding = r->n_tokens - r->n_computed == 1;
                 if (decoding != (pass == 0)) continue;
                 schedule_running(s, r);

@@ -36,6 +36,8 @@ typedef struct kv_sreq {
     int priority;          /* higher runs first; preemption picks the lowest */
     int max_tokens;        /* tokens to generate at most */
     double arrival_ms;     /* engine clock */
+    double hold_until_ms;  /* owner: a running request is not scheduled before this engine time (its
+                              KV is still on its way from a disaggregated prefill pool); 0 = none */
 
     /* tokens: prompt then generated; n_prompt + max_tokens + spec slack fit */
     int32_t *tokens;       /* (cap_tokens) owned, see kv_sreq_init */

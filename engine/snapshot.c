@@ -111,6 +111,25 @@ static void snap_gpu(const kv_engine *e, const kv_cache_stats *cs, kv_gpu_memory
     g->reserve = (uint64_t)p->reserve;
     g->usd_per_hour = p->usd_per_hour;
     g->cold_start_s = p->cold_start_s;
+    g->clock_ms = engine_now_ms(e);
+    const kv_synth_pools *pl = kv_synth_pools_of(e->synth);
+    if (!pl) return;
+    g->pools = 1;
+    g->prefill_devices = pl->prefill_devices;
+    g->prefill_kv_used = (uint64_t)pl->prefill_kv_used;
+    g->prefill_kv_peak = (uint64_t)pl->prefill_kv_peak;
+    g->prefill_kv_free = p->kv > pl->prefill_kv_used ? (uint64_t)(p->kv - pl->prefill_kv_used) : 0;
+    g->prefill_busy_ms = pl->prefill_busy_ms;
+    g->prefill_wait_ms = pl->prefill_batches ? pl->prefill_wait_ms / (double)pl->prefill_batches : 0.0;
+    g->prefill_free_ms = pl->prefill_free_ms;
+    g->prefill_batches = pl->prefill_batches;
+    g->handovers = pl->handovers;
+    g->transfer_bytes = pl->transfer_bytes;
+    g->transfer_busy_ms = pl->transfer_busy_ms;
+    g->in_prefill_mean = pl->steps ? pl->sum_in_prefill / (double)pl->steps : 0.0;
+    g->in_transfer_mean = pl->steps ? pl->sum_in_transfer / (double)pl->steps : 0.0;
+    g->in_prefill_max = pl->max_in_prefill;
+    g->in_transfer_max = pl->max_in_transfer;
 }
 
 int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {

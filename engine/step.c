@@ -23,7 +23,7 @@ static kv_event *local_event(kv_engine *e, kv_event_type type, const ereq *r) {
     ev->req = r->s.id;
     ev->session = r->s.session;
     ev->token = -1;
-    ev->t_ms = engine_now_ms(e);
+    ev->t_ms = e->ev_at_ms > 0 ? e->ev_at_ms : engine_now_ms(e);
     return ev;
 }
 
@@ -158,7 +158,7 @@ static int stop_match(ereq *r, size_t from) {
 /* Ends r: metrics, scheduler, the finished-row ring, the reply text into
  * the id table, and the DONE event carrying any held-back text. */
 void engine_finish_req(kv_engine *e, ereq *r, kv_finish why, const char *reason) {
-    double t = engine_now_ms(e);
+    double t = e->ev_at_ms > 0 ? e->ev_at_ms : engine_now_ms(e);
     if (why != KV_FINISH_STOP) {
         int n = kv_detok_flush(e->model->tok, &r->detok, e->piece, e->piece_cap);
         if (n > 0) text_append(r, e->piece, (size_t)n);
@@ -417,6 +417,46 @@ static void flush_events(kv_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Disaggregated pools: the step's queue lengths. A running request whose
+ * KV is not on the decode pool yet is on the prefill pool (chunks queued
+ * or running there: no first token yet at the pool's clock) or in its
+ * hand-over (first token out, held until the KV arrives). */
+static void synth_observe(kv_engine *e, double now_ms) {
+    kv_sreq *const *run;
+    int n = kv_sched_running(e->sched, &run), in_pre = 0, in_xfer = 0;
+    double kv_tokens = 0.0;
+    for (int i = 0; i < n; i++) {
+        const ereq *r = (const ereq *)run[i]; /* kv_sreq is ereq's first member */
+        int gen = kv_sreq_n_generated(&r->s) > 0;
+        if (gen && !(r->s.hold_until_ms > now_ms)) continue; /* decoding */
+        if (gen && r->rm.first_token_ms <= now_ms) in_xfer++;
+        else in_pre++;
+        kv_tokens += r->s.n_computed;
+    }
+    kv_synth_observe(e->synth, in_pre, in_xfer, kv_tokens);
+}
+
+double engine_next_hold_ms(kv_engine *e) {
+    if (!kv_synth_pools_of(e->synth)) return 0.0;
+    kv_sreq *const *run;
+    int n = kv_sched_running(e->sched, &run);
+    double now = engine_now_ms(e), best = 0.0;
+    for (int i = 0; i < n; i++) {
+        double h = run[i]->hold_until_ms;
+        if (h > now && (best == 0.0 || h < best)) best = h;
+    }
+    return best;
+}
+
+int engine_skip_to_hold(kv_engine *e, double max_ms) {
+    if (!e->virt) return 0;
+    double h = engine_next_hold_ms(e);
+    if (!(h > 0)) return 0;
+    double wait = h - engine_now_ms(e);
+    if (max_ms > 0 && wait > max_ms) wait = max_ms;
+    return wait > 0 && kv_engine_advance_clock(e, wait) == 0;
+}
+
 /* One iteration (state_mu held). Returns 1 when it did something. */
 static int step_locked(kv_engine *e) {
     double t0 = engine_now_ms(e);
@@ -461,6 +501,7 @@ static int step_locked(kv_engine *e) {
                       .n_logits = o->n_logits, .logit_rows = o->logit_rows, .n_layers = 0};
         kv_err ferr;
         kv_err_clear(&ferr);
+        if (e->synth) kv_synth_begin(e->synth, f0);
         int frc = e->synth ? kv_synth_step(e->synth, &b, &ferr)
                            : kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
         f1 = engine_now_ms(e);
@@ -514,12 +555,20 @@ static int step_locked(kv_engine *e) {
                 kv_metrics_spec(e->metrics, drafted, accepted);
                 kv_sched_decide(e->sched, KV_DEC_SPEC, r->s.id, note);
             }
+            double t_tok = f1;
+            if (e->synth) { /* disaggregated pools: the prefill pool's clock, then the KV's hand-over */
+                r->s.hold_until_ms = kv_synth_hold_ms(e->synth, i);
+                if (kv_synth_token_ms(e->synth, i) > t_tok) t_tok = kv_synth_token_ms(e->synth, i);
+            }
             if (nt == 0) continue;
-            kv_metrics_tokens(e->metrics, &r->rm, f1, nt);
+            if (t_tok > f1) e->ev_at_ms = t_tok;
+            kv_metrics_tokens(e->metrics, &r->rm, t_tok, nt);
             emitted += nt;
             kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted, rows);
             if (fin != KV_FINISH_NONE) engine_finish_req(e, r, fin, NULL);
+            e->ev_at_ms = 0;
         }
+        e->ev_at_ms = 0;
         /* NOTE: a failed forward (a backend op, ops.status) is contained:
          * the requests of its batch ended above with KV_FINISH_ERROR and
          * the reason, their blocks are released, and the step counts as
@@ -558,6 +607,7 @@ static int step_locked(kv_engine *e) {
         }
         kv_metrics_step(e->metrics, rec.dur_ms, held, reserved, nrun, rec.n_prefill_tokens);
         kv_metrics_sim_step(e->metrics, rec.sim_ms, emitted);
+        if (kv_synth_pools_of(e->synth)) synth_observe(e, t1);
         for (int i = 0; i < rec.n_preempted; i++) kv_metrics_preempted(e->metrics, 0);
         for (int i = 0; i < rec.n_swapped_out; i++) kv_metrics_preempted(e->metrics, 1);
         for (int i = 0; i < rec.n_swapped_in; i++) kv_metrics_swapped_in(e->metrics);
@@ -621,6 +671,7 @@ int kv_engine_run_until_idle(kv_engine *e) {
         if (started) continue;
         int rc = kv_engine_step(e);
         if (rc < 0) return rc;
+        if (rc == 0 && active > 0 && engine_skip_to_hold(e, 0)) continue; /* held: KV on its way */
         if (rc == 0 && active > 0) return KV_AGAIN; /* nothing can run: should not happen */
     }
 }

@@ -37,6 +37,9 @@ struct kv_synth {
     double kv_token_bytes;   /* one token's KV, all layers (what a hand-over moves) */
     int32_t *scratch;        /* (seq_cap + 4 * max_tokens) token counts per sequence, then the
                                 two pools' positions and sequences */
+    double now_ms;           /* engine clock at the step's start (kv_synth_begin) */
+    double *tok_ms, *hold_ms;/* (seq_cap each) this step: first-token time and hold per batch sequence */
+    kv_synth_pools pools;
     /* synthetic speculative decoding */
     kv_spec_method spec;     /* spec.method (never draft_model) */
     int draft_layers;        /* self: layers a draft token runs */
@@ -202,6 +205,11 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
          * cache; the prefill pool adds prefill_groups more */
         p->n_devices = p->tp * (1 + s->prefill_groups);
         if (!(s->scratch = calloc((size_t)s->seq_cap + (size_t)max_tokens * 4, sizeof *s->scratch))) goto oom;
+        if (!(s->tok_ms = calloc((size_t)s->seq_cap * 2, sizeof *s->tok_ms))) goto oom;
+        s->hold_ms = s->tok_ms + s->seq_cap;
+        s->pools.valid = 1;
+        s->pools.decode_devices = p->tp;
+        s->pools.prefill_devices = p->tp * s->prefill_groups;
     }
     if (plan_memory(s, cfg, block_bytes, err)) {
         kv_synth_free(s);
@@ -218,6 +226,7 @@ void kv_synth_free(kv_synth *s) {
     if (!s) return;
     free(s->seq_ctx);
     free(s->scratch);
+    free(s->tok_ms);
     free(s);
 }
 
@@ -336,16 +345,21 @@ static double ops_seconds(const kv_synth *s, const kv_sim_cost *ops, int nops, d
     return t;
 }
 
-/* Disaggregated prefill and decode: the step's prefill chunks (sequences
- * with more than one token in it) run on the prefill pool, its decode
- * tokens on the decode pool, at the same time; a sequence whose prompt
- * ends in this step hands its whole KV to the decode pool over the host
- * links of the tp devices (both pools' NICs or PCIe: link_bw each). The
- * step takes the longer of the two pools.
- * NOTE: one scheduler still makes one batch per step, so a slow prefill
- * chunk holds the decode tokens of its step back (the max, not separate
- * clocks per pool): interference falls from the sum to the max, where a
- * real split system with a queue per pool would not couple them at all. */
+/* Disaggregated prefill and decode, each pool on its own clock. The
+ * step's prefill chunks (sequences with more than one token in it) go to
+ * the prefill pool, which runs its batches back to back: a batch starts
+ * when the pool is free (or now, when it is idle) and takes its ops' time
+ * over prefill_groups groups. The pool's queue is FIFO in the order the
+ * scheduler hands it chunks (running prefills by priority and arrival,
+ * then admissions: a request's chunks follow one another), and a chunk is
+ * not held back for the one before it (they run in that order anyway). A
+ * sequence whose prompt ends in the batch samples its first token when the
+ * batch ends (kv_synth_token_ms) and hands its whole KV to the decode pool
+ * over the tp devices' host links (NIC or PCIe: link_bw each, one hand-over
+ * after another) plus a latency; until then the engine holds it
+ * (kv_sched's hold_until_ms, kv_synth_hold_ms).
+ * Only the decode tokens are charged to the backend clock, which is the
+ * decode pool's. */
 static void disagg_layers(kv_synth *s, const kv_batch *bt) {
     const kv_hparams *hp = &s->m->hp;
     const int n = bt->n_tokens;
@@ -357,31 +371,70 @@ static void disagg_layers(kv_synth *s, const kv_batch *bt) {
         if (cnt[bt->ab.seq[i]] > 1) pp_[np] = bt->ab.pos[i], sp[np++] = bt->ab.seq[i];
         else pd[nd] = bt->ab.pos[i], sd[nd++] = bt->ab.seq[i];
     }
-    double handover = 0.0;
-    for (int i = 0; i < bt->n_logits; i++) {
-        int r = bt->logit_rows[i];
-        if (cnt[bt->ab.seq[r]] > 1) handover += ((double)bt->ab.pos[r] + 1.0) * s->kv_token_bytes;
-    }
     kv_attn_batch ap = {.n_tokens = np, .pos = pp_, .seq = sp, .n_seqs = bt->ab.n_seqs};
     kv_attn_batch ad = {.n_tokens = nd, .pos = pd, .seq = sd, .n_seqs = bt->ab.n_seqs};
     kv_sim_cost ops[LAYER_OPS];
-    double f, rows, comm, t_pre = 0.0, t_dec = 0.0;
+    double f, rows, comm;
+    kv_synth_pools *pl = &s->pools;
+    for (int i = 0; i < bt->ab.n_seqs; i++) s->tok_ms[i] = s->hold_ms[i] = 0.0;
     if (np > 0) {
         kv_sim_attention_sums(&ap, s->qh, hp->head_dim, 0, s->seq_ctx, &f, &rows);
         int k = layer_ops(s, np, f, rows, ops, &comm);
-        t_pre = ops_seconds(s, ops, k, comm) * hp->n_layers / s->prefill_groups;
+        double t_ms = ops_seconds(s, ops, k, comm) * hp->n_layers / s->prefill_groups * 1000.0;
+        double start = pl->prefill_free_ms > s->now_ms ? pl->prefill_free_ms : s->now_ms;
+        pl->prefill_wait_ms += start - s->now_ms;
+        pl->prefill_free_ms = start + t_ms;
+        pl->prefill_busy_ms += t_ms;
+        pl->prefill_batches++;
+    }
+    const kv_sim_device *d = s->plan.dev;
+    for (int i = 0; i < bt->n_logits; i++) {
+        int r = bt->logit_rows[i], q = bt->ab.seq[r];
+        if (cnt[q] <= 1) continue;
+        double bytes = ((double)bt->ab.pos[r] + 1.0) * s->kv_token_bytes;
+        double t_ms = (bytes / (s->plan.tp * d->link_bw) + d->peer_latency_s) * 1000.0;
+        double start = pl->transfer_free_ms > pl->prefill_free_ms ? pl->transfer_free_ms : pl->prefill_free_ms;
+        pl->transfer_free_ms = start + t_ms;
+        pl->transfer_busy_ms += t_ms;
+        pl->transfer_bytes += bytes;
+        pl->handovers++;
+        s->tok_ms[q] = pl->prefill_free_ms;
+        s->hold_ms[q] = pl->transfer_free_ms;
     }
     if (nd > 0) {
         kv_sim_attention_sums(&ad, s->qh, hp->head_dim, 0, s->seq_ctx, &f, &rows);
         int k = layer_ops(s, nd, f, rows, ops, &comm);
-        t_dec = ops_seconds(s, ops, k, comm) * hp->n_layers;
         charge_ops(s, ops, k, comm, hp->n_layers);
     }
-    const kv_sim_device *d = s->plan.dev;
-    double t_hand = handover > 0 ? handover / (s->plan.tp * d->link_bw) + d->peer_latency_s : 0.0;
-    if (t_hand > 0) charge_seconds(s->b, KV_SIM_COMM, t_hand);
-    if (t_pre > t_dec + t_hand) charge_seconds(s->b, KV_SIM_OTHER, t_pre - t_dec - t_hand); /* the prefill pool */
 }
+
+void kv_synth_begin(kv_synth *s, double now_ms) {
+    if (!s) return;
+    s->now_ms = now_ms;
+}
+
+double kv_synth_token_ms(const kv_synth *s, int seq) {
+    return s && s->disagg && seq >= 0 && seq < s->seq_cap ? s->tok_ms[seq] : 0.0;
+}
+
+double kv_synth_hold_ms(const kv_synth *s, int seq) {
+    return s && s->disagg && seq >= 0 && seq < s->seq_cap ? s->hold_ms[seq] : 0.0;
+}
+
+void kv_synth_observe(kv_synth *s, int in_prefill, int in_transfer, double prefill_kv_tokens) {
+    if (!s || !s->disagg) return;
+    kv_synth_pools *pl = &s->pools;
+    pl->steps++;
+    pl->sum_in_prefill += in_prefill;
+    pl->sum_in_transfer += in_transfer;
+    if (in_prefill > pl->max_in_prefill) pl->max_in_prefill = in_prefill;
+    if (in_transfer > pl->max_in_transfer) pl->max_in_transfer = in_transfer;
+    pl->prefill_kv_used = prefill_kv_tokens * s->kv_token_bytes * ((double)s->kvh / s->m->hp.n_kv_heads) /
+                          s->prefill_groups;
+    if (pl->prefill_kv_used > pl->prefill_kv_peak) pl->prefill_kv_peak = pl->prefill_kv_used;
+}
+
+const kv_synth_pools *kv_synth_pools_of(const kv_synth *s) { return s && s->disagg ? &s->pools : NULL; }
 
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     if (!s || !bt) return kv_err_set(err, KV_ERR_INVAL, "synthetic step: bad arguments");

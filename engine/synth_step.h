@@ -60,6 +60,41 @@ const kv_synth_plan *kv_synth_plan_of(const kv_synth *s);
  * row, and then charges nothing. */
 int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err);
 
+/* Disaggregated prefill and decode (sim.disaggregated): the two pools'
+ * figures since creation. Times are on the engine clock (ms). */
+typedef struct kv_synth_pools {
+    int valid;
+    int prefill_devices, decode_devices;
+    double prefill_free_ms;    /* when the prefill pool has run what it was given */
+    double prefill_busy_ms;    /* time it ran prefill batches */
+    double prefill_wait_ms;    /* summed over its batches: the wait for the pool (its queue) */
+    uint64_t prefill_batches;
+    double transfer_free_ms;   /* when the links have sent what they were given */
+    double transfer_busy_ms, transfer_bytes;
+    uint64_t handovers;        /* prompts whose KV went to the decode pool */
+    /* per step (kv_synth_observe): requests on the prefill pool (prefilling
+     * or waiting for it) and in transfer; KV those hold, per prefill device */
+    uint64_t steps;
+    double sum_in_prefill, sum_in_transfer;
+    int max_in_prefill, max_in_transfer;
+    double prefill_kv_used, prefill_kv_peak;
+} kv_synth_pools;
+
+/* Disaggregated pools: the engine clock at the step's start, before
+ * kv_synth_step. */
+void kv_synth_begin(kv_synth *s, double now_ms);
+/* After kv_synth_step, for batch sequence seq: when its first token exists
+ * (the prefill pool's batch end; 0 when it sampled on the decode pool) and
+ * when it may be scheduled again (its chunk done, or its KV on the decode
+ * pool; 0: no hold). Both 0 unless disaggregated. */
+double kv_synth_token_ms(const kv_synth *s, int seq);
+double kv_synth_hold_ms(const kv_synth *s, int seq);
+/* Records a step's queue lengths (requests on the prefill pool, in
+ * transfer) and the prompt tokens whose KV the prefill pool holds. */
+void kv_synth_observe(kv_synth *s, int in_prefill, int in_transfer, double prefill_kv_tokens);
+/* NULL unless disaggregated. */
+const kv_synth_pools *kv_synth_pools_of(const kv_synth *s);
+
 /* Synthetic speculative decoding. The draft of position pos of a request:
  * the target's own id there (kv_synth_token) with probability
  * sim.spec_acceptance, drawn per position, else another id (rejected by

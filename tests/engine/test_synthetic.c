@@ -386,8 +386,10 @@ static void test_synthetic_step_checks(void) {
 }
 
 /* Disaggregated: a second TP group for prefill (twice the devices and the
- * price); a pure decode step costs what it costs co-located, a step mixing
- * a prefill chunk with decode tokens costs the longer pool, not the sum. */
+ * price); a pure decode step costs what it costs co-located, and a step
+ * whose batch mixes a prefill chunk with decode tokens costs the decode
+ * pool only its decode tokens (the chunk runs on the prefill pool's clock:
+ * test_synth_pools.c). */
 static void test_synthetic_disaggregated(void) {
     kv_config c;
     double t_mixed[2] = {0, 0}, t_dec[2] = {0, 0};
@@ -402,7 +404,9 @@ static void test_synthetic_disaggregated(void) {
         int32_t ids[3000];
         for (int i = 0; i < 3000; i++) ids[i] = 300 + i;
         CHECK(test_submit(e, NULL, ids, 100, 20, 1, 0) > 0);
-        for (int i = 0; i < 3; i++) CHECK(kv_engine_step(e) >= 0); /* #1 decoding */
+        for (int i = 0; i < 4; i++) /* #1 decoding (split: once its KV is on the decode pool) */
+            if (kv_engine_step(e) == 0 && kv_engine_hold_wait_ms(e) > 0)
+                kv_engine_advance_clock(e, kv_engine_hold_wait_ms(e));
         ids[0] = 7;
         CHECK(test_submit(e, NULL, ids, 3000, 4, 1, 0) > 0); /* a long prompt joins */
         CHECK(kv_engine_run_until_idle(e) == 0);
@@ -417,8 +421,8 @@ static void test_synthetic_disaggregated(void) {
         kv_snapshot_free(s);
         kv_engine_free(e);
     }
-    CHECKF(t_dec[0] > 0 && fabs(t_dec[1] - t_dec[0]) < 1e-9 * t_dec[0], "decode step %g vs %g ms", t_dec[0], t_dec[1]);
-    CHECKF(t_mixed[0] > 0 && t_mixed[1] > 0 && t_mixed[1] < t_mixed[0] && t_mixed[1] > t_dec[1],
+    CHECKF(t_dec[0] > 0 && fabs(t_dec[1] - t_dec[0]) < 1e-4 * t_dec[0], "decode step %g vs %g ms", t_dec[0], t_dec[1]);
+    CHECKF(t_mixed[0] > 0 && t_mixed[1] > 0 && t_mixed[1] < 0.5 * t_mixed[0] && t_mixed[1] < 1.1 * t_dec[1],
            "mixed step co-located %g ms, disaggregated %g ms", t_mixed[0], t_mixed[1]);
 }
 
