@@ -93,7 +93,8 @@ static const kv_config_key keys[] = {
            "see them); false = host wall time"),
     K_INT("sim.tp", sim.tp, 1, 64, "synthetic model: tensor-parallel devices (two all-reduces per layer)"),
     K_INT("sim.pp", sim.pp, 1, 64, "synthetic model: pipeline stages (layers split, micro-batches, a bubble)"),
-    K_INT("sim.ep", sim.ep, 1, 256, "synthetic MoE model: expert-parallel devices (the step waits for the busiest)"),
+    K_INT("sim.ep", sim.ep, 1, 256, "synthetic MoE model: expert-parallel devices, a multiple of sim.tp (attention data-parallel on ep/tp "
+          "groups) or a divisor (each expert split tp/ep ways); the step waits for the busiest"),
     K_DBL("sim.ep_skew", sim.ep_skew, 0, 100, 0, "expert routing skew: the busiest device gets (1 + skew) x its share"),
     K_INT("sim.microbatches", sim.microbatches, 0, 1024, "pipeline micro-batches per step; 0 = sim.pp"),
     K_BOOL("sim.cuda_graphs", sim.cuda_graphs, "synthetic model: one graph launch per step instead of one per op"),

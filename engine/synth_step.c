@@ -24,6 +24,7 @@ struct kv_synth {
     int graphs;              /* bool: sim.cuda_graphs */
     int host_logits;         /* bool: sim.host_logits */
     double ep_skew;
+    int dp;                  /* attention groups: sim.ep / sim.tp when ep > tp, else 1 */
     int qh, kvh, ffn_t, vocab_t; /* per device: query heads, KV heads, FFN width, head rows */
     int ffn_e;               /* MoE: FFN width of an expert as one device holds it */
     double kv_row_bytes;     /* one (token, kv head) row in kv.dtype */
@@ -69,12 +70,20 @@ static int check_parallel(const kv_model *m, const kv_config *cfg, kv_err *err) 
         return kv_err_set(err, KV_ERR_INVAL, "sim.pp: %d stages for %d layers", cfg->sim.pp, hp->n_layers);
     if (cfg->sim.ep > 1 && m->n_experts <= 1)
         return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %s is dense (no experts to spread)", m->name);
-    if (cfg->sim.ep > 1 && cfg->sim.ep != cfg->sim.tp)
+    int ep = cfg->sim.ep, tp = cfg->sim.tp;
+    if (ep > m->n_experts)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d devices for %d experts", ep, m->n_experts);
+    if (ep > 1 && m->n_experts % ep != 0)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d experts do not split evenly over %d devices (%d and %d "
+                          "left over)", m->n_experts, ep, m->n_experts / ep, m->n_experts % ep);
+    if (ep > 1 && ep % tp != 0 && tp % ep != 0)
         return kv_err_set(err, KV_ERR_INVAL,
-                          "sim.ep: experts are spread over the tensor-parallel group (as vLLM's expert parallel "
-                          "does): sim.ep must be 1 or equal sim.tp (%d)", cfg->sim.tp);
-    if (cfg->sim.ep > m->n_experts)
-        return kv_err_set(err, KV_ERR_INVAL, "sim.ep: %d devices for %d experts", cfg->sim.ep, m->n_experts);
+                          "sim.ep %d and sim.tp %d: one must divide the other (ep a multiple of tp: attention runs "
+                          "data-parallel on ep / tp groups of tp devices; ep a divisor of tp: each expert is split "
+                          "over tp / ep devices)", ep, tp);
+    if (ep > tp && ep / tp > cfg->scheduler.max_seqs)
+        return kv_err_set(err, KV_ERR_INVAL, "sim.ep %d over sim.tp %d: %d attention groups for at most %d sequences "
+                          "(scheduler.max_seqs)", ep, tp, ep / tp, cfg->scheduler.max_seqs);
     if (cfg->sim.disaggregated && cfg->sim.pp > 1)
         return kv_err_set(err, KV_ERR_INVAL, "sim.disaggregated: pools of pipelines are not modelled (sim.pp must be 1)");
     if (cfg->spec.method == KV_SPEC_DRAFT_MODEL)
@@ -115,13 +124,16 @@ static int plan_memory(kv_synth *s, const kv_config *cfg, uint64_t block_bytes, 
     p->device_bytes = (double)d->mem_bytes;
     p->usable_bytes = p->device_bytes * cfg->sim.memory_utilization;
     double ex = expert_bytes(m, s->dt);
-    p->weights = ((double)m->weight_bytes - ex) / (tp * pp) + ex / ((p->ep > 1 ? p->ep : tp) * pp);
+    /* attention and the rest split over tp (and replicated over the dp =
+     * ep / tp groups); experts over max(ep, tp): E / ep whole experts a
+     * device, or E / ep experts split tp / ep ways */
+    p->weights = ((double)m->weight_bytes - ex) / (tp * pp) + ex / ((p->ep > tp ? p->ep : tp) * pp);
     double row = 2.0 * hp->dim + (2.0 * s->qh + 2.0 * s->kvh) * hp->head_dim + 2.0 * s->ffn_t;
     p->activations = (double)s->max_tokens * row * 2.0 + (double)s->max_logits * s->vocab_t * 4.0;
     p->reserve = (double)cfg->sim.reserve;
     /* a device holds its KV heads of its stage's layers */
     p->block_share = (double)block_bytes * ((double)s->kvh / hp->n_kv_heads) *
-                     ((double)cdiv(hp->n_layers, pp) / hp->n_layers);
+                     ((double)cdiv(hp->n_layers, pp) / hp->n_layers) / s->dp; /* a dp group holds 1 / dp of them */
     p->kv = p->usable_bytes - p->weights - p->activations - p->reserve;
     const char *name = m->path + strlen("synthetic:");
     if (p->weights > p->usable_bytes || p->kv < p->block_share) {
@@ -187,12 +199,13 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     p->tp = cfg->sim.tp;
     p->pp = cfg->sim.pp;
     p->ep = cfg->sim.ep;
-    p->n_devices = p->tp * p->pp;
+    s->dp = p->ep > p->tp ? p->ep / p->tp : 1;
+    p->n_devices = p->tp * s->dp * p->pp;
     s->microbatches = cfg->sim.microbatches > 0 ? cfg->sim.microbatches : p->pp;
     s->qh = cdiv(hp->n_heads, p->tp);
     s->kvh = cdiv(hp->n_kv_heads, p->tp); /* fewer KV heads than devices: replicated */
     s->ffn_t = cdiv(hp->ffn_dim, p->tp);
-    s->ffn_e = p->ep > 1 ? hp->ffn_dim : s->ffn_t;
+    s->ffn_e = p->ep > 1 ? cdiv(hp->ffn_dim, p->ep >= p->tp ? 1 : p->tp / p->ep) : s->ffn_t;
     s->vocab_t = cdiv(hp->n_vocab, p->tp);
     s->spec = cfg->spec.method;
     s->draft_layers = cfg->spec.draft_layers;
@@ -203,13 +216,13 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     if (s->disagg) {
         /* the decode pool is one group of tp devices and holds the KV
          * cache; the prefill pool adds prefill_groups more */
-        p->n_devices = p->tp * (1 + s->prefill_groups);
+        p->n_devices = p->tp * s->dp * (1 + s->prefill_groups);
         if (!(s->scratch = calloc((size_t)s->seq_cap + (size_t)max_tokens * 4, sizeof *s->scratch))) goto oom;
         if (!(s->tok_ms = calloc((size_t)s->seq_cap * 2, sizeof *s->tok_ms))) goto oom;
         s->hold_ms = s->tok_ms + s->seq_cap;
         s->pools.valid = 1;
-        s->pools.decode_devices = p->tp;
-        s->pools.prefill_devices = p->tp * s->prefill_groups;
+        s->pools.decode_devices = p->tp * s->dp;
+        s->pools.prefill_devices = p->tp * s->dp * s->prefill_groups;
     }
     if (plan_memory(s, cfg, block_bytes, err)) {
         kv_synth_free(s);
@@ -262,7 +275,7 @@ static int moe_ops(const kv_synth *s, int n, kv_sim_cost *ops) {
     double hit = el * (1.0 - pow(1.0 - 1.0 / el, assign));
     int rows = (int)ceil(assign);
     double rb = kv_synth_row_bytes(s->dt, hp->dim), rbf = kv_synth_row_bytes(s->dt, s->ffn_e);
-    ops[nops++] = kv_sim_cost_matmul(rb * E, hp->dim, E, n, s->peak); /* the router */
+    ops[nops++] = kv_sim_cost_matmul(rb * E, hp->dim, E, cdiv(n, s->dp), s->peak); /* the router, own tokens */
     ops[nops++] = kv_sim_cost_matmul(hit * s->ffn_e * rb, hp->dim, s->ffn_e, rows, s->peak);
     ops[nops++] = kv_sim_cost_matmul(hit * s->ffn_e * rb, hp->dim, s->ffn_e, rows, s->peak);
     ops[nops++] = kv_sim_cost_silu_mul((int64_t)rows * s->ffn_e);
@@ -270,13 +283,31 @@ static int moe_ops(const kv_synth *s, int n, kv_sim_cost *ops) {
     return nops;
 }
 
+double kv_synth_moe_comm_s(const kv_synth *s, int n) {
+    if (!s || s->m->n_experts <= 1 || n <= 0) return 0.0;
+    const kv_sim_device *d = s->plan.dev;
+    int tp = s->plan.tp, ep = s->plan.ep;
+    double act = (double)n * s->m->hp.dim * 2.0; /* the step's residual stream in 16 bits */
+    if (ep < tp) /* every device has every token: the experts' partial sums are all-reduced */
+        return allreduce_s(d, tp, act);
+    /* each device dispatches its 1 / ep of the tokens to their top-k
+     * experts and gets the results back (combine) */
+    return 2.0 * alltoall_s(d, ep, act * s->m->n_experts_used / ep);
+}
+
 /* One layer's ops for n tokens on one device, in forward.c's order; comm:
- * the seconds of its collectives. attn_flops, kv_rows: the batch's sums. */
-static int layer_ops(const kv_synth *s, int n, double attn_flops, double kv_rows, kv_sim_cost *ops,
+ * the seconds of its collectives. attn_flops, kv_rows: the batch's sums.
+ * With dp attention groups (sim.ep > sim.tp) a device's group runs 1 / dp
+ * of the batch's tokens and contexts through attention, while its experts
+ * serve the whole batch's routed tokens. */
+static int layer_ops(const kv_synth *s, int n_all, double attn_flops, double kv_rows, kv_sim_cost *ops,
                      double *comm /* OUT */) {
     const kv_hparams *hp = &s->m->hp;
     const kv_sim_device *d = s->plan.dev;
     int nops = 0, tp = s->plan.tp, hd = hp->head_dim, qd = s->qh * hd, kvd = s->kvh * hd;
+    int n = cdiv(n_all, s->dp);
+    attn_flops /= s->dp;
+    kv_rows /= s->dp;
     double rb = kv_synth_row_bytes(s->dt, hp->dim);
     ops[nops++] = kv_sim_cost_rmsnorm(n, hp->dim);
     ops[nops++] = kv_sim_cost_matmul(rb * qd, hp->dim, qd, n, s->peak);
@@ -292,9 +323,8 @@ static int layer_ops(const kv_synth *s, int n, double attn_flops, double kv_rows
     double act = (double)n * hp->dim * 2.0; /* the residual stream in 16 bits */
     *comm = allreduce_s(d, tp, act);          /* after the attention output projection */
     if (s->m->n_experts > 1) {
-        nops += moe_ops(s, n, ops + nops);
-        *comm += s->plan.ep > 1 ? 2.0 * alltoall_s(d, s->plan.ep, act * s->m->n_experts_used / s->plan.ep)
-                                : allreduce_s(d, tp, act);
+        nops += moe_ops(s, n_all, ops + nops);
+        *comm += s->plan.ep > 1 ? kv_synth_moe_comm_s(s, n_all) : allreduce_s(d, tp, act);
     } else {
         ops[nops++] = kv_sim_cost_matmul(rb * s->ffn_t, hp->dim, s->ffn_t, n, s->peak);
         ops[nops++] = kv_sim_cost_matmul(rb * s->ffn_t, hp->dim, s->ffn_t, n, s->peak);
@@ -458,7 +488,7 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
     kv_sim_cost ops[LAYER_OPS];
     if (s->graphs) charge_seconds(b, KV_SIM_OTHER, d->launch_s); /* one graph launch */
     charge_transfer(b, (double)n * sizeof(int32_t));               /* token ids up */
-    ops[0] = kv_sim_cost_get_rows(kv_synth_row_bytes(s->dt, hp->dim), hp->dim, n);
+    ops[0] = kv_sim_cost_get_rows(kv_synth_row_bytes(s->dt, hp->dim), hp->dim, cdiv(n, s->dp));
     charge_ops(s, ops, 1, 0.0, 1);
     double attn_flops = 0.0, kv_rows = 0.0;
     if (!s->disagg) kv_sim_attention_sums(&bt->ab, s->qh, hp->head_dim, 0, s->seq_ctx, &attn_flops, &kv_rows);
@@ -484,7 +514,7 @@ int kv_synth_step(kv_synth *s, const kv_batch *bt, kv_err *err) {
         charge_seconds(b, KV_SIM_COMM, slots * (d->peer_latency_s + nm * hp->dim * 2.0 / bw));
     }
     if (bt->n_logits > 0) {
-        int nl = bt->n_logits;
+        int nl = cdiv(bt->n_logits, s->dp); /* each attention group's own rows */
         charge_transfer(b, (double)nl * sizeof(int32_t)); /* logit rows up */
         ops[0] = kv_sim_cost_get_rows((double)hp->dim * sizeof(float), hp->dim, nl);
         ops[1] = kv_sim_cost_rmsnorm(nl, hp->dim);

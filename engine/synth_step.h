@@ -95,6 +95,15 @@ void kv_synth_observe(kv_synth *s, int in_prefill, int in_transfer, double prefi
 /* NULL unless disaggregated. */
 const kv_synth_pools *kv_synth_pools_of(const kv_synth *s);
 
+/* A MoE model's collectives in one layer for a step of n tokens, in
+ * seconds: with sim.ep >= sim.tp each device dispatches its n / ep tokens'
+ * activations (dim x 2 bytes x top-k) to the experts' devices and gets them
+ * back, two all-to-alls over ep devices ((ep - 1) / ep of the bytes over
+ * the peer link, plus its latency, each); with sim.ep < sim.tp every
+ * device has every token and the experts' partial sums are all-reduced
+ * over tp. 0 for a dense model. */
+double kv_synth_moe_comm_s(const kv_synth *s, int n);
+
 /* Synthetic speculative decoding. The draft of position pos of a request:
  * the target's own id there (kv_synth_token) with probability
  * sim.spec_acceptance, drawn per position, else another id (rejected by
