@@ -24,10 +24,8 @@ void kv_bench_cost_of(const kv_bench_result *r, kv_bench_cost *out) {
     }
     if (m->sim_tokens_out > 0) out->usd_per_million_output_tokens = usd / (double)m->sim_tokens_out * 1e6;
     if (r->completed > 0) out->usd_per_request = usd / (double)r->completed;
-    /* NOTE: goodput tokens are counted as the output tokens times the
-     * fraction of requests within the SLA (the bench keeps no per-request
-     * SLA verdict); exact when requests are of one length. */
-    double good = (double)m->sim_tokens_out * m->sla_attainment;
+    /* goodput tokens: the output tokens of the requests within the SLA */
+    double good = (double)m->good_output_tokens;
     if (good > 0) out->usd_per_million_goodput_tokens = usd / good * 1e6;
     out->api_price_per_mtok = r->cfg.sim.api_price_per_mtok;
     if (out->api_price_per_mtok > 0)

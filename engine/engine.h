@@ -276,6 +276,7 @@ typedef struct kv_metrics_summary {
     uint64_t prefill_tokens_computed; /* prompt tokens actually run through the model */
     double input_tokens_per_s, output_tokens_per_s, requests_per_s;
     double goodput_requests_per_s;  /* completed requests meeting the SLA, per second */
+    uint64_t good_output_tokens;    /* output tokens of those requests */
     double sla_attainment;          /* fraction of completed requests meeting the SLA */
     kv_stat queue_ms, ttft_ms, tpot_ms, itl_ms, e2e_ms;
     double kv_utilization;          /* slots holding tokens / slots reserved (time-averaged over steps) */

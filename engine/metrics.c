@@ -26,6 +26,7 @@ struct kv_metrics {
     double first_arrival_ms; /* < 0: none in this window */
     double last_finish_ms;
     uint64_t submitted, completed, cancelled, rejected, errors, good;
+    uint64_t good_tokens; /* output tokens of the requests meeting the SLA */
     uint64_t input_tokens, output_tokens, prefill_tokens;
     uint64_t prompt_tokens_admitted, prefix_hit_tokens;
     uint64_t preemptions, swaps_out, swaps_in;
@@ -162,6 +163,7 @@ void kv_metrics_finished(kv_metrics *m, kv_req_metrics *rm, kv_finish why, doubl
         if (m->sla_ttft_ms > 0 && !(ttft >= 0 && ttft <= m->sla_ttft_ms)) ok = 0;
         if (m->sla_tpot_ms > 0 && tpot > m->sla_tpot_ms) ok = 0;
         if (ok) m->good++;
+        if (ok) m->good_tokens += (uint64_t)rm->n_out;
         break;
     }
     case KV_FINISH_CANCELLED: m->cancelled++; break;
@@ -259,6 +261,7 @@ int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics
         out->goodput_requests_per_s = (double)m->good / el;
     }
     out->sla_attainment = m->completed ? (double)m->good / (double)m->completed : 0;
+    out->good_output_tokens = m->good_tokens;
     out->kv_utilization = m->util_reserved > 0 ? m->util_held / m->util_reserved : 0;
     out->prefix_hit_tokens = m->prefix_hit_tokens;
     out->prefix_hit_rate =

@@ -228,6 +228,8 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
         kv_synth_free(s);
         return NULL;
     }
+    /* a swap or copy of a block moves each device's share of it at once */
+    kv_backend_set_kv_share(b, p->block_share * s->dp / (double)block_bytes);
     return s;
 oom:
     kv_synth_free(s);

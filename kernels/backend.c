@@ -90,6 +90,10 @@ int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int n, int lau
     return 0;
 }
 
+void kv_backend_set_kv_share(kv_backend *b, double share) {
+    if (b && b->ops && b->ops->set_kv_share) b->ops->set_kv_share(b, share);
+}
+
 kv_backend *kv_backend_create_model(const struct kv_sim_device *d, int n_threads, kv_err *err) {
     return kv_sim_backend_create_custom(d, n_threads, err);
 }

@@ -213,6 +213,11 @@ typedef struct kv_backend_ops {
      * device (sim_cost.h), one after the other, each with its launch cost
      * unless launch is 0. NULL for backends without a clock. */
     void (*charge)(kv_backend *b, const struct kv_sim_cost *c, int n, int launch);
+    /* A synthetic model spread over devices: a storage-less KV block's
+     * swap (upload / download with NULL buffers) and copy_block are charged
+     * at share (0, 1] of its bytes, each device moving its own share over
+     * its own link at once. NULL for backends without a clock. */
+    void (*set_kv_share)(kv_backend *b, double share);
 
     /* Ops the architectures past llama need (gemma3, qwen2/3, phi3, Llama 3
      * RoPE scaling, sliding windows). NULL: the backend lacks the op, and
@@ -261,6 +266,8 @@ int kv_backend_clock_get(kv_backend *b, kv_backend_clock *out);
 /* ops.charge of n costs, NULL-safe: 0 when charged, KV_ERR_UNSUPPORTED when
  * b has no clock to charge. */
 int kv_backend_charge(kv_backend *b, const struct kv_sim_cost *c, int n, int launch);
+/* ops.set_kv_share, NULL-safe (a no-op for backends without it). */
+void kv_backend_set_kv_share(kv_backend *b, double share);
 /* kv_backend_create_on("sim", ...) for a device the caller describes (*d is
  * copied; its strings must outlive the backend). NULL with err when a
  * figure is out of range. */

@@ -36,6 +36,9 @@ typedef struct sim_ctx {
                                    sized by reserve */
     int seq_cap;
     char err[200];              /* the sim's own first failure since status ("" none) */
+    double kv_share;            /* of a storage-less KV block's bytes, what one device moves (its KV
+                                   heads and layers) while the others move theirs on their own links:
+                                   kv_sim_set_kv_share; 1 by default */
 } sim_ctx;
 
 static sim_ctx *ctx_of(const kv_backend *b) { return (sim_ctx *)b->ctx; }
@@ -182,12 +185,12 @@ static void sim_free(kv_backend *b, void *ptr) {
  * one would. */
 static void sim_upload(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (dst && src) in_of(b)->ops->upload(in_of(b), dst, src, bytes);
-    charge_transfer(b, bytes);
+    charge_transfer(b, dst && src ? bytes : (size_t)(bytes * ctx_of(b)->kv_share + 0.5));
 }
 
 static void sim_download(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (dst && src) in_of(b)->ops->download(in_of(b), dst, src, bytes);
-    charge_transfer(b, bytes);
+    charge_transfer(b, dst && src ? bytes : (size_t)(bytes * ctx_of(b)->kv_share + 0.5));
 }
 
 static int sim_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
@@ -330,7 +333,12 @@ static void sim_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int
 static void sim_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
     if (!kv) return;
     if (kv->k) in_of(b)->ops->copy_block(in_of(b), kv, dst, src);
-    charge_cost(b, kv_sim_cost_copy_block(kv->n_layers, kv->block_size, (double)kv->slot_bytes));
+    double share = kv->k ? 1.0 : ctx_of(b)->kv_share; /* each device copies its share of the block at once */
+    charge_cost(b, kv_sim_cost_copy_block(kv->n_layers, kv->block_size, (double)kv->slot_bytes * share));
+}
+
+static void sim_set_kv_share(kv_backend *b, double share) {
+    if (share > 0 && share <= 1) ctx_of(b)->kv_share = share;
 }
 
 /* ---- failures, sizing, the clock ----------------------------------------- */
@@ -409,6 +417,7 @@ static const kv_backend_ops sim_ops = {
     .reserve = sim_reserve,
     .clock = sim_clock,
     .charge = sim_charge,
+    .set_kv_share = sim_set_kv_share,
     .gelu_mul = sim_gelu_mul,
     .scale = sim_scale,
     .add_rows = sim_add_rows,
@@ -431,6 +440,7 @@ static kv_backend *create(const kv_sim_device *d, const kv_sim_device *own, int 
         return NULL;
     }
     c->inner = inner;
+    c->kv_share = 1.0;
     if (own) {
         c->own = *own;
         c->dev = &c->own;

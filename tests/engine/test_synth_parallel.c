@@ -137,6 +137,29 @@ static void test_pools_separate_queues(void) {
     CHECK(g->in_prefill_max >= 1 && g->in_prefill_max <= 2);
 }
 
+/* Goodput counts the tokens of the requests within the SLA: request 1
+ * (10 tokens) gets its first token in one step, request 2 (3 tokens) waits
+ * for a second chunk and misses a 40 ms TTFT bound; half the requests but
+ * 10 of the 13 tokens are good. */
+static void test_goodput_tokens(void) {
+    kv_config c;
+    pools_config(&c, 0);
+    c.sla.ttft_ms = 40;
+    kv_engine *e = test_engine_new(&c);
+    REQUIRE(e);
+    int32_t ids[1000];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 1000; i++) ids[i] = 300 + (i * 7 + r * 13) % 20000;
+        CHECK(test_submit(e, NULL, ids, 1000, r ? 3 : 10, 1, 0) > 0);
+    }
+    CHECK(kv_engine_run_until_idle(e) == 0);
+    kv_metrics_summary m;
+    kv_engine_metrics(e, &m);
+    CHECKF(m.output_tokens == 13 && m.sla_attainment == 0.5 && m.good_output_tokens == 10, "%llu good of %llu, %.2f",
+           (unsigned long long)m.good_output_tokens, (unsigned long long)m.output_tokens, m.sla_attainment);
+    kv_engine_free(e);
+}
+
 /* ---- expert parallel ------------------------------------------------------ */
 
 static void moe_config(kv_config *c, const char *shape, int tp, int ep) {
@@ -265,5 +288,48 @@ static void test_ep_skew_and_refusals(void) {
     }
 }
 
-TEST_MAIN(T(test_pools_one_request), T(test_pools_separate_queues), T(test_ep_memory), T(test_ep_dispatch_cost),
-          T(test_ep_skew_and_refusals))
+/* ---- swap and copy-on-write under tensor parallel ------------------------ */
+
+/* Llama 3 70B over tp 4: a device holds 2 of the 8 KV heads, so a swapped
+ * block moves a quarter of its bytes on each device's own PCIe link at once
+ * (64 GB/s + 4 us), and a copied block a quarter of its reads and writes. */
+static void test_tp_swap_share(void) {
+    kv_config c;
+    kv_err err = {0};
+    double t[2][2]; /* tp 1, 4: download, copy */
+    for (int k = 0; k < 2; k++) {
+        moe_config(&c, "llama-3-70b", k ? 4 : 1, 1);
+        snprintf(c.sim.dtype, sizeof c.sim.dtype, "int4");
+        snprintf(c.sim_device, sizeof c.sim_device, "h200");
+        kv_model *m = kv_synth_model_new(&c, &err);
+        kv_backend *b = kv_backend_create_on("sim", "h200", 1, &err);
+        REQUIRE(m && b);
+        uint64_t block = kv_model_kv_bytes_per_token(m, KV_CACHE_F16) * 16;
+        kv_synth *s = kv_synth_new(m, &c, b, block, 16, 2048, 64, &err);
+        REQUIRE(s);
+        kv_backend_clock clk;
+        kv_backend_clock_get(b, &clk);
+        double t0 = clk.elapsed_s;
+        b->ops->download(b, NULL, NULL, (size_t)block);
+        kv_backend_clock_get(b, &clk);
+        t[k][0] = clk.elapsed_s - t0;
+        kv_pages pg = {.n_layers = 80, .block_size = 16, .slot_bytes = (size_t)block / 16 / 80 / 2};
+        t0 = clk.elapsed_s;
+        b->ops->copy_block(b, &pg, 1, 0);
+        kv_backend_clock_get(b, &clk);
+        t[k][1] = clk.elapsed_s - t0;
+        kv_synth_free(s);
+        kv_backend_free(b);
+        kv_model_free(m);
+    }
+    double want0 = 5242880.0 / 64e9 + 4e-6, want4 = 5242880.0 / 4 / 64e9 + 4e-6;
+    CHECKF(fabs(t[0][0] - want0) < 1e-12 && fabs(t[1][0] - want4) < 1e-12, "swap of a block %.3f us, tp 4 %.3f us",
+           t[0][0] * 1e6, t[1][0] * 1e6);
+    /* K and V (2 x 2.5 MiB) read and written through HBM at 80% of 4.8 TB/s, plus the launch */
+    double c1 = 2.0 * 5242880 / (4.8e12 * 0.8) + 4e-6, c4 = 2.0 * 5242880 / 4 / (4.8e12 * 0.8) + 4e-6;
+    CHECKF(fabs(t[0][1] - c1) < 1e-12 && fabs(t[1][1] - c4) < 1e-12, "copy of a block %.3f us, tp 4 %.3f us",
+           t[0][1] * 1e6, t[1][1] * 1e6);
+}
+
+TEST_MAIN(T(test_pools_one_request), T(test_pools_separate_queues), T(test_goodput_tokens), T(test_ep_memory), T(test_ep_dispatch_cost),
+          T(test_ep_skew_and_refusals), T(test_tp_swap_share))
