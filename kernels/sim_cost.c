@@ -7,6 +7,7 @@
 #include "types.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
 
 /* Vendor datasheet figures (dense; the datasheets' larger tensor numbers
  * assume 2:4 structured sparsity and are halved here). Memory sizes are
@@ -27,7 +28,23 @@
  * fitted parameters, and they are fitted per device class, not per model.
  *
  * The 4 us per-op launch cost is an assumption (measured kernel launch plus
- * dependency overheads are a few microseconds), not a datasheet figure. */
+ * dependency overheads are a few microseconds), not a datasheet figure.
+ *
+ * Re-checked (kvtop's library search over stored public pages and
+ * repositories): H100 SXM 3.35 TB/s, 989 / 1979 TF dense BF16 / FP8, NVLink
+ * 900 GB/s both ways, PCIe Gen5 128 GB/s both ways (NVIDIA's table as
+ * reproduced by glennklockwood.com/garden/processors/h100 and HPC Tech's
+ * H100 page, which halves the sparse figures); H200 141 GB HBM3e at
+ * 4.8 TB/s, compute as H100; MI300X 192 GB HBM3 at 5.3 TB/s, ~1.3 PF FP16
+ * and ~2.6 PF FP8 dense, Infinity Fabric 128 GB/s both ways a link, 448 GB/s
+ * a GPU one way. Memory as nvidia-smi reports it (memory.total, ECC on):
+ * H100 81,559 MiB and H200 143,771 MiB (0.4% under the 80 / 141 GiB kept
+ * here), but L4 23,034 MiB and L40S 46,068 MiB, 6% under their 24 / 48 GB
+ * labels: those two use what the card reports. Prices were not re-fetched
+ * from the providers: rental listings seen in the same search span
+ * $1.90-2.94 for an H100 and $1.71-1.85 for an MI300X (gpu.blog, 2025), and
+ * $3-5 for an MI300X elsewhere (codesota.com): a profile sets its own with
+ * sim.device_usd_per_hour. */
 #define GB_S 1e9
 #define TF 1e12
 static const kv_sim_device devices[] = {
@@ -39,9 +56,9 @@ static const kv_sim_device devices[] = {
      624 * TF, 300 * GB_S, 2e-6, 1.79, 0.80, 0.65,
      "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM: HBM2e 2,039 GB/s, BF16 312 TF, INT8 624 TOPS dense, "
      "no FP8, NVLink 600 GB/s both ways, PCIe Gen4 x16); price: Lambda on-demand 8x A100 80GB SXM, per GPU"},
-    {"l4", "NVIDIA L4 24GB", 300e9, 121 * TF, 30.3 * TF, 32 * GB_S, 4e-6, (uint64_t)(24 * GIB), 242.5 * TF,
+    {"l4", "NVIDIA L4 24GB", 300e9, 121 * TF, 30.3 * TF, 32 * GB_S, 4e-6, (uint64_t)(23034 * MIB), 242.5 * TF,
      242.5 * TF, 0, 5e-6, 0.81, 0.85, 0.65,
-     "NVIDIA L4 datasheet (GDDR6 300 GB/s, BF16 121 TF, FP8/INT8 242.5 dense, PCIe Gen4 x16, no NVLink); "
+     "NVIDIA L4 datasheet (24 GB GDDR6, 23,034 MiB as nvidia-smi reports it with ECC on; 300 GB/s, BF16 121 TF, FP8/INT8 242.5 dense, PCIe Gen4 x16, no NVLink); "
      "price: Google Cloud g2-standard-8 on-demand, us-central1"},
     {"rtx4090", "NVIDIA GeForce RTX 4090 24GB", 1.008e12, 165.2 * TF, 82.6 * TF, 32 * GB_S, 4e-6,
      (uint64_t)(24 * GIB), 330.3 * TF, 660.6 * TF, 0, 5e-6, 0.40, 0.85, 0.65,
@@ -55,9 +72,9 @@ static const kv_sim_device devices[] = {
      624 * TF, 300 * GB_S, 2e-6, 1.29, 0.80, 0.65,
      "NVIDIA A100 Tensor Core GPU datasheet (40GB SXM: HBM2 1,555 GB/s, BF16 312 TF, INT8 624 TOPS dense); "
      "price: Lambda on-demand 8x A100 40GB SXM, per GPU"},
-    {"l40s", "NVIDIA L40S 48GB", 864e9, 362 * TF, 91.6 * TF, 32 * GB_S, 4e-6, (uint64_t)(48 * GIB), 733 * TF,
+    {"l40s", "NVIDIA L40S 48GB", 864e9, 362 * TF, 91.6 * TF, 32 * GB_S, 4e-6, (uint64_t)(46068 * MIB), 733 * TF,
      733 * TF, 0, 5e-6, 1.25, 0.85, 0.65,
-     "NVIDIA L40S datasheet (GDDR6 864 GB/s, BF16 362 TF, FP8/INT8 733 dense, PCIe Gen4 x16, no NVLink); "
+     "NVIDIA L40S datasheet (48 GB GDDR6, 46,068 MiB as nvidia-smi reports it with ECC on; 864 GB/s, BF16 362 TF, FP8/INT8 733 dense, PCIe Gen4 x16, no NVLink); "
      "price: typical 2024 on-demand"},
     {"mi300x", "AMD Instinct MI300X 192GB", 5.3e12, 1307.4 * TF, 163.4 * TF, 64 * GB_S, 4e-6,
      (uint64_t)(192 * GIB), 2614.9 * TF, 2614.9 * TF, 448 * GB_S, 3e-6, 3.49, 0.80, 0.65,
