@@ -457,6 +457,24 @@ int engine_skip_to_hold(kv_engine *e, double max_ms) {
     return wait > 0 && kv_engine_advance_clock(e, wait) == 0;
 }
 
+/* A synthetic model's forward: its step-time model from the step's start. */
+static int synth_forward(kv_engine *e, const kv_batch *b, double now_ms, kv_err *err) {
+    kv_synth_begin(e->synth, now_ms);
+    return kv_synth_step(e->synth, b, err);
+}
+
+/* After a synthetic step, for r (batch sequence i): its hold until its KV
+ * is on the decode pool, and the time of its tokens (a disaggregated
+ * prefill pool's batch end, later than f1_ms), which the step's events and
+ * a finish of r carry when it has nt > 0 tokens. */
+static double synth_hand_over(kv_engine *e, ereq *r, int i, double f1_ms, int nt) {
+    r->s.hold_until_ms = kv_synth_hold_ms(e->synth, i);
+    double t = kv_synth_token_ms(e->synth, i);
+    if (!(t > f1_ms)) return f1_ms;
+    if (nt > 0) e->ev_at_ms = t;
+    return t;
+}
+
 /* One iteration (state_mu held). Returns 1 when it did something. */
 static int step_locked(kv_engine *e) {
     double t0 = engine_now_ms(e);
@@ -501,8 +519,7 @@ static int step_locked(kv_engine *e) {
                       .n_logits = o->n_logits, .logit_rows = o->logit_rows, .n_layers = 0};
         kv_err ferr;
         kv_err_clear(&ferr);
-        if (e->synth) kv_synth_begin(e->synth, f0);
-        int frc = e->synth ? kv_synth_step(e->synth, &b, &ferr)
+        int frc = e->synth ? synth_forward(e, &b, f0, &ferr)
                            : kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
         f1 = engine_now_ms(e);
         if (n_items > 0) {
@@ -555,20 +572,14 @@ static int step_locked(kv_engine *e) {
                 kv_metrics_spec(e->metrics, drafted, accepted);
                 kv_sched_decide(e->sched, KV_DEC_SPEC, r->s.id, note);
             }
-            double t_tok = f1;
-            if (e->synth) { /* disaggregated pools: the prefill pool's clock, then the KV's hand-over */
-                r->s.hold_until_ms = kv_synth_hold_ms(e->synth, i);
-                if (kv_synth_token_ms(e->synth, i) > t_tok) t_tok = kv_synth_token_ms(e->synth, i);
-            }
+            double t_tok = e->synth ? synth_hand_over(e, r, i, f1, nt) : f1;
             if (nt == 0) continue;
-            if (t_tok > f1) e->ev_at_ms = t_tok;
             kv_metrics_tokens(e->metrics, &r->rm, t_tok, nt);
             emitted += nt;
             kv_finish fin = emit_tokens(e, r, r->s.tokens + r->s.n_tokens - nt, nt, drafted > 0, accepted, rows);
             if (fin != KV_FINISH_NONE) engine_finish_req(e, r, fin, NULL);
             e->ev_at_ms = 0;
         }
-        e->ev_at_ms = 0;
         /* NOTE: a failed forward (a backend op, ops.status) is contained:
          * the requests of its batch ended above with KV_FINISH_ERROR and
          * the reason, their blocks are released, and the step counts as

@@ -1,8 +1,10 @@
 /* panels_gpu.c - the Mem panel for a synthetic model on the sim backend:
  * one device's memory as the plan divides it (weights / KV used / KV
  * cached / KV free / activations / reserve, out of the device's memory),
- * the number of devices, their price and the cold start. Drawn from the
- * snapshot's kv_gpu_memory only. */
+ * the number of devices, their price and the cold start; with
+ * disaggregated pools the rows are a decode device's and one more line
+ * gives a prefill device's KV of prompts in flight and the pool's load.
+ * Drawn from the snapshot's kv_gpu_memory only. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,7 +17,7 @@ void kv_panel_gpu_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     kv_format_bytes(tot, sizeof tot, g->total);
     snprintf(extra, sizeof extra, "%d x %s, %s each", g->n_devices, g->device, tot);
     int ih, iw;
-    if (!panel_open(w, v, s, "Mem per GPU", extra, NULL, &ih, &iw)) return;
+    if (!panel_open(w, v, s, g->pools ? "Mem per decode GPU" : "Mem per GPU", extra, NULL, &ih, &iw)) return;
     struct {
         const char *name;
         uint64_t bytes;
@@ -44,5 +46,13 @@ void kv_panel_gpu_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         else
             panel_textf(w, y, 1, iw, A_DIM, "tp %d pp %d: %s usable  cold start %.0f s", g->tp, g->pp, use,
                         g->cold_start_s);
+    }
+    if (g->pools && ++y <= ih) {
+        char used[16], peak[16];
+        kv_format_bytes(used, sizeof used, g->prefill_kv_used);
+        kv_format_bytes(peak, sizeof peak, g->prefill_kv_peak);
+        panel_textf(w, y, 1, iw, A_DIM, "prefill pool %d GPUs: prompts' KV %s (peak %s), busy %.0f%%, up to %d prompts",
+                    g->prefill_devices, used, peak, g->clock_ms > 0 ? 100.0 * g->prefill_busy_ms / g->clock_ms : 0.0,
+                    g->in_prefill_max);
     }
 }
