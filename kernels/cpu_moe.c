@@ -13,22 +13,20 @@ void kv_moe_route_row_ref(const float *logits, int n_expert, int k, int norm, in
     for (int e = 1; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
     double sum = 0.0;
     for (int e = 0; e < n_expert; e++) sum += exp((double)(logits[e] - mx));
-    /* selection by insertion into the k kept (k and n_expert are small) */
+    /* selection by insertion into the k kept (k and n_expert are small),
+     * ranked by logit: the softmax keeps the order, and the logits still
+     * tell apart experts whose probabilities round to the same float */
     int kept = 0;
     for (int e = 0; e < n_expert; e++) {
-        const float p = (float)(exp((double)(logits[e] - mx)) / sum);
+        const float z = logits[e];
         int at = kept;
-        while (at > 0 && weights[at - 1] < p) at--; /* strictly greater stays ahead: ties keep the lower */
+        while (at > 0 && logits[ids[at - 1]] < z) at--; /* ties keep the lower expert ahead */
         if (at >= k) continue;
-        int last = kept < k ? kept : k - 1;
-        for (int j = last; j > at; j--) {
-            ids[j] = ids[j - 1];
-            weights[j] = weights[j - 1];
-        }
+        for (int j = kept < k ? kept : k - 1; j > at; j--) ids[j] = ids[j - 1];
         ids[at] = e;
-        weights[at] = p;
         if (kept < k) kept++;
     }
+    for (int j = 0; j < k; j++) weights[j] = (float)(exp((double)(logits[ids[j]] - mx)) / sum);
     if (!norm) return;
     float s = 0.0f;
     for (int j = 0; j < k; j++) s += weights[j];

@@ -9,7 +9,7 @@
 #include "backend.h"
 
 /* The routing of one row: p = softmax(logits[0..n_expert)), the k largest
- * p (ties: the lower expert first) into ids[0..k) in decreasing order,
+ * p (ranked by logit; ties: the lower expert first) into ids[0..k) in decreasing order,
  * their p into weights, divided by their sum (clamped below at
  * 6.103515625e-5, as llama.cpp does) when norm. The scalar reference. */
 void kv_moe_route_row_ref(const float *logits, int n_expert, int k, int norm, int32_t *ids, float *weights);

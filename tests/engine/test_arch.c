@@ -35,6 +35,13 @@ static void gemma_shape(kv_mkmodel_params *p) {
     p->n_swa = 16;
 }
 
+static void moe_shape(kv_mkmodel_params *p) {
+    p->head_dim = 32;
+    p->n_experts = 8;
+    p->n_experts_used = 2;
+    p->ffn_dim = 64;
+}
+
 static void llama3_shape(kv_mkmodel_params *p) {
     p->rope_freqs = 1;
     p->rope_base = 500000.0f;
@@ -78,6 +85,28 @@ static void test_load_each(void) {
     REQUIRE(make("llama", pa, llama3_shape) == 0);
     REQUIRE((m = kv_model_load(pa, NULL, &err)));
     CHECK(m->rope_freqs && m->rope_freqs[0] == 1.0f && m->rope_freqs[m->hp.rot_dim / 2 - 1] == 8.0f);
+    CHECK(m->hp.n_expert == 0 && !m->expert_views);
+    kv_model_free(m);
+
+    REQUIRE(make("qwen3moe", pa, moe_shape) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.expert_ffn_dim == 64 && m->hp.expert_norm);
+    CHECK(m->hp.qk_norm && m->layers[0].q_norm && m->layers[5].router.ne1 == 8 && m->layers[5].router.ne0 == 128);
+    L = &m->layers[4];
+    /* per-expert views: expert e's rows follow expert e - 1's in the 3-D tensor */
+    CHECK(L->exp_gate[0].ne0 == 128 && L->exp_gate[0].ne1 == 64 && L->exp_down[7].ne0 == 64 &&
+          L->exp_down[7].ne1 == 128);
+    CHECK((const char *)L->exp_up[3].data == (const char *)L->exp_up[2].data + 64 * L->exp_up[2].nb1);
+    CHECK((const char *)L->exp_down[7].data == (const char *)L->exp_down[0].data + 7 * 128 * L->exp_down[0].nb1);
+    char desc[256];
+    kv_arch_describe(m, desc, sizeof desc);
+    CHECKF(strstr(desc, "8 experts, 2 used per token, expert FFN 64"), "describe: %s", desc);
+    kv_model_free(m);
+
+    /* Mixtral-style llama: the expert width is feed_forward_length */
+    REQUIRE(make("llama", pa, moe_shape) == 0);
+    REQUIRE((m = kv_model_load(pa, NULL, &err)));
+    CHECK(m->hp.n_expert == 8 && m->hp.expert_ffn_dim == 64 && m->layers[1].exp_gate && !m->layers[1].q_norm);
     kv_model_free(m);
     unlink(pa);
 }
@@ -87,6 +116,8 @@ static void test_load_each(void) {
 typedef struct rewrite {
     const char *drop, *key, *skey, *sval;
     uint32_t val;
+    const char *reshape; /* a 3-D tensor written with ne[2] = ne2 (its first ne2 planes) */
+    int64_t ne2;
 } rewrite;
 
 static int skip_key(const char *key, void *ctx) {
@@ -107,7 +138,14 @@ static int rewrite_file(const char *src, const char *dst, const rewrite *r) {
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
         if (r->drop && !strcmp(name, r->drop)) continue;
-        kv_gguf_writer_add_tensor_ref(w, name, t->type, t->n_dims, t->ne, t->data, t->size);
+        int64_t ne[KV_GGUF_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        uint64_t size = t->size;
+        if (r->reshape && !strcmp(name, r->reshape) && t->n_dims == 3) {
+            size = size / (uint64_t)ne[2] * (uint64_t)r->ne2;
+            ne[2] = r->ne2;
+        }
+        kv_gguf_writer_add_tensor_ref(w, name, t->type, t->n_dims, ne, t->data, size);
     }
     int rc = kv_gguf_writer_write(w, dst, &err);
     kv_gguf_writer_free(w);
@@ -162,6 +200,19 @@ static void test_bad_files(void) {
         {"gemma3", gemma_shape, {.key = "gemma3.attention.sliding_window_pattern", .val = 0},
          "sliding_window_pattern"},
         {"llama", NULL, {.skey = "llama.rope.scaling.type", .sval = "yarn"}, "llama.rope.scaling.type"},
+        /* mixture of experts: counts out of range, tensors that do not fit them */
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_count", .val = 0}, "qwen3moe.expert_count"},
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_count", .val = 100000}, "qwen3moe.expert_count"},
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_used_count", .val = 9}, "qwen3moe.expert_used_count"},
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_used_count", .val = 0}, "qwen3moe.expert_used_count"},
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_count", .val = 4}, "blk.0.ffn_gate_inp.weight"},
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_feed_forward_length", .val = 96},
+         "blk.0.ffn_gate_exps.weight"},
+        {"qwen3moe", moe_shape, {.reshape = "blk.3.ffn_up_exps.weight", .ne2 = 7}, "blk.3.ffn_up_exps.weight"},
+        {"qwen3moe", moe_shape, {.drop = "blk.2.ffn_down_exps.weight"}, "blk.2.ffn_down_exps.weight"},
+        {"qwen3moe", moe_shape, {.drop = "blk.5.ffn_gate_inp.weight"}, "blk.5.ffn_gate_inp.weight"},
+        {"llama", moe_shape, {.key = "llama.expert_used_count", .val = 12}, "llama.expert_used_count"},
+        {"llama", moe_shape, {.reshape = "blk.0.ffn_gate_exps.weight", .ne2 = 2}, "blk.0.ffn_gate_exps.weight"},
     };
     for (size_t i = 0; i < KV_ARRAY_LEN(cases); i++) {
         if (make(cases[i].arch, src, cases[i].mut) || rewrite_file(src, dst, &cases[i].r)) {
@@ -188,6 +239,14 @@ static void test_mkmodel_params(void) {
     p.n_swa = 0;
     p.head_dim = 7;
     CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "head-dim"));
+    p.head_dim = 0;
+    p.n_experts = 4; /* gemma3 has no experts */
+    CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "experts"));
+    p.arch = "qwen3moe";
+    p.n_experts_used = 5;
+    CHECK(kv_mkmodel_validate(&p, &err) == KV_ERR_INVAL && strstr(err.msg, "experts-used"));
+    p.n_experts_used = 4;
+    CHECK(kv_mkmodel_validate(&p, &err) == 0);
 }
 
 TEST_MAIN(T(test_load_each), T(test_bad_files), T(test_mkmodel_params))
