@@ -96,7 +96,8 @@ static const field step_fields[] = {
     FI(kv_step_record, n_pad_tokens),  FI(kv_step_record, n_admitted),    FI(kv_step_record, n_preempted),
     FI(kv_step_record, n_swapped_out), FI(kv_step_record, n_swapped_in),  FI(kv_step_record, n_evicted),
     FI(kv_step_record, n_finished),    FI(kv_step_record, n_cow),         FI(kv_step_record, n_blocks_used),
-    FI(kv_step_record, n_waiting),
+    FI(kv_step_record, n_waiting),     FI(kv_step_record, n_experts),     FI(kv_step_record, expert_routed),
+    FI(kv_step_record, expert_max),    FI(kv_step_record, expert_active),
 };
 
 #define NF(t) (sizeof(t) / sizeof(t[0]))
