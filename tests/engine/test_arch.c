@@ -111,6 +111,65 @@ static void test_load_each(void) {
     unlink(pa);
 }
 
+/* The routing the engine reports adds up: over a run, every computed
+ * token is routed to experts_used experts in every layer; each step
+ * record's figures agree with the snapshot's per-expert row. */
+static void test_moe_routing_counts(void) {
+    const char *pa = tmp("route");
+    REQUIRE(make("qwen3moe", pa, moe_shape) == 0);
+    kv_config c;
+    kv_config_default(&c);
+    snprintf(c.model.path, sizeof c.model.path, "%s", pa);
+    c.threads = 1;
+    c.sampling.temperature = 0;
+    kv_err err;
+    kv_engine *e = kv_engine_new(&c, &err);
+    REQUIRE(e);
+    uint64_t tot[KV_MOE_MAX_EXPERTS];
+    double imb = -1;
+    CHECK(kv_engine_expert_tokens(e, tot, KV_MOE_MAX_EXPERTS, &imb) == 8 && imb == 0.0);
+    int32_t prompt[3][9] = {{1, 5, 6, 7, 8, 9, 10, 11, 12}, {1, 40, 41, 42, 43, 44, 45, 46, 47}, {1, 90, 91, 92, 93}};
+    const int np[3] = {9, 9, 5}, gen = 6;
+    for (int i = 0; i < 3; i++) {
+        kv_request_params p;
+        kv_engine_request_defaults(e, &p);
+        p.tokens = prompt[i];
+        p.n_tokens = np[i];
+        p.max_tokens = gen;
+        p.ignore_eos = 1;
+        REQUIRE(kv_engine_submit(e, &p, &err) > 0);
+    }
+    kv_engine_run_until_idle(e);
+    REQUIRE(kv_engine_expert_tokens(e, tot, KV_MOE_MAX_EXPERTS, &imb) == 8);
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; i++) sum += tot[i];
+    /* computed tokens: the prompts, then each generated token but the last is fed back */
+    const uint64_t computed = 9 + 9 + 5 + 3 * (gen - 1);
+    CHECKF(sum == computed * 2 * 6, "routed %llu, expected %llu tokens x 2 experts x 6 layers",
+           (unsigned long long)sum, (unsigned long long)(computed * 12));
+    CHECKF(imb >= 1.0 && imb <= 8.0, "step imbalance %g", imb);
+    kv_snapshot *sn = kv_snapshot_new();
+    REQUIRE(sn && kv_engine_snapshot(e, sn) == 0);
+    CHECK(sn->n_experts == 8 && sn->n_steps > 0);
+    const kv_step_record *r = &sn->steps[sn->n_steps - 1];
+    uint32_t rmax = 0, rsum = 0;
+    int active = 0;
+    for (int i = 0; i < 8; i++) {
+        rsum += sn->expert_tokens[i];
+        rmax = sn->expert_tokens[i] > rmax ? sn->expert_tokens[i] : rmax;
+        active += sn->expert_tokens[i] > 0;
+    }
+    CHECK(r->n_experts == 8 && r->expert_routed == (int)rsum && r->expert_max == (int)rmax &&
+          r->expert_active == active);
+    CHECKF(r->expert_routed == r->n_decode_tokens * 2 * 6 + r->n_prefill_tokens * 2 * 6, "last step routed %d",
+           r->expert_routed);
+    kv_engine_metrics_reset(e);
+    CHECK(kv_engine_expert_tokens(e, tot, KV_MOE_MAX_EXPERTS, &imb) == 8 && tot[3] == 0 && imb == 0.0);
+    kv_snapshot_free(sn);
+    kv_engine_free(e);
+    unlink(pa);
+}
+
 /* Rewrites src to dst without tensor `drop` (NULL: none) and with the u32
  * key `key` set to val (NULL: none), or the string key skey set to sval. */
 typedef struct rewrite {
@@ -249,4 +308,4 @@ static void test_mkmodel_params(void) {
     CHECK(kv_mkmodel_validate(&p, &err) == 0);
 }
 
-TEST_MAIN(T(test_load_each), T(test_bad_files), T(test_mkmodel_params))
+TEST_MAIN(T(test_load_each), T(test_moe_routing_counts), T(test_bad_files), T(test_mkmodel_params))
