@@ -328,19 +328,6 @@ static void mk_add_tensors(kv_gguf_writer *w, const kv_mkmodel_params *pp, int a
     int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads, n_exp = mk_experts(&p);
     const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
     int nf = 0;
-#define WEIGHT(name_, in, out, std)                                                                    \
-    do {                                                                                           \
-        mk_fill *f = &fills[nf++];                                                                 \
-        int64_t ne_[2] = {(in), (out)};                                                            \
-        f->type = p.type;                                                                          \
-        f->ne0 = (in);                                                                             \
-        f->row_bytes = kv_type_row_size(p.type, (in));                                             \
-        uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
-        f->seed = splitmix64(&s_);                                                                 \
-        f->amp = (std) * 1.7320508f;                                                               \
-        f->scratch = scratch;                                                                      \
-        kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
-    } while (0)
     /* a 3-D expert tensor: n_exp matrices of (in, out) one after the other
      * (n_exp 1 and type f32: the router) */
 #define EXPERTS(name_, type_, in, out, n_exp, std)                                                 \
@@ -356,6 +343,8 @@ static void mk_add_tensors(kv_gguf_writer *w, const kv_mkmodel_params *pp, int a
         f->scratch = scratch;                                                                      \
         kv_gguf_writer_add_tensor_fn(w, name_, (type_), (n_exp) > 1 ? 3 : 2, ne_, mk_fill_rows, f); \
     } while (0)
+    /* a 2-D weight matrix in the file's type */
+#define WEIGHT(name_, in, out, std) EXPERTS(name_, p.type, in, out, 1, std)
     /* an f32 vector of n values around center (norm weights, biases) */
 #define VECTOR(name_, n, center_, std)                                                             \
     do {                                                                                           \
