@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "../../engine/engine.h"
+#include "../../engine/forward.h"
 #include "../../engine/gguf.h"
 #include "../../engine/mkmodel.h"
 #include "../../engine/model.h"
@@ -170,6 +171,39 @@ static void test_moe_routing_counts(void) {
     unlink(pa);
 }
 
+/* A backend whose table lacks an MoE op (as cuda's does) is refused for a
+ * qwen3moe model by kv_forward_new, naming the op; a dense model still
+ * runs on it. */
+static void test_moe_missing_op(void) {
+    const char *pa = tmp("noop"), *pd = tmp("dense");
+    REQUIRE(make("qwen3moe", pa, moe_shape) == 0 && make("qwen3", pd, NULL) == 0);
+    kv_err err;
+    kv_model *m = kv_model_load(pa, NULL, &err), *md = kv_model_load(pd, NULL, &err);
+    kv_backend *b = kv_backend_create("cpu", 1, &err);
+    REQUIRE(m && md && b);
+    const kv_backend_ops *orig = b->ops;
+    static const char *const names[] = {"moe_route", "scatter_add"};
+    for (int i = 0; i < 2; i++) {
+        kv_backend_ops o = *orig;
+        if (i == 0) o.moe_route = NULL;
+        else o.scatter_add = NULL;
+        b->ops = &o;
+        kv_err_clear(&err);
+        kv_forward *f = kv_forward_new(m, b, 8, 8, &err);
+        CHECKF(!f && strstr(err.msg, names[i]), "without %s: %s", names[i], f ? "accepted" : err.msg);
+        kv_forward_free(f);
+        f = kv_forward_new(md, b, 8, 8, &err);
+        CHECKF(f != NULL, "dense model without %s: %s", names[i], err.msg);
+        kv_forward_free(f);
+        b->ops = orig;
+    }
+    kv_backend_free(b);
+    kv_model_free(m);
+    kv_model_free(md);
+    unlink(pa);
+    unlink(pd);
+}
+
 /* Rewrites src to dst without tensor `drop` (NULL: none) and with the u32
  * key `key` set to val (NULL: none), or the string key skey set to sval. */
 typedef struct rewrite {
@@ -308,4 +342,4 @@ static void test_mkmodel_params(void) {
     CHECK(kv_mkmodel_validate(&p, &err) == 0);
 }
 
-TEST_MAIN(T(test_load_each), T(test_moe_routing_counts), T(test_bad_files), T(test_mkmodel_params))
+TEST_MAIN(T(test_load_each), T(test_moe_routing_counts), T(test_moe_missing_op), T(test_bad_files), T(test_mkmodel_params))
