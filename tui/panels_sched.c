@@ -261,12 +261,9 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s%s",
               s->sim_device[0] ? s->sim_device : "gpu", sd, rate, cost);
     }
-    /* A mixture of experts: the last step's tokens per expert. */
-    if (y <= ih) {
-        char line[1200];
-        if (experts_line(v, s, iw, line, sizeof line))
-            panel_text(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), line, -1);
-    }
+    char moe[1200]; /* a mixture of experts: the last step's tokens per expert */
+    if (y <= ih && experts_line(v, s, iw, moe, sizeof moe))
+        panel_text(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), moe, -1);
     /* Preemption chains (the KV cascade demo) and the dynamic batch size. */
     if (y <= ih && (m->preemptions > 0 || m->batch_cap > 0)) {
         char line[160];
