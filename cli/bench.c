@@ -315,6 +315,8 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
     }
 
     kv_engine_metrics(s.e, &out->m);
+    out->n_experts = kv_engine_expert_tokens(s.e, out->expert_tokens, KV_MOE_MAX_EXPERTS, &out->expert_step_imbalance);
+    out->n_experts_used = kv_engine_model(s.e)->hp.n_expert_used;
     kv_snapshot *snap = s.snap ? s.snap : kv_snapshot_new();
     if (!snap || kv_engine_snapshot(s.e, snap)) {
         if (snap != s.snap) kv_snapshot_free(snap);
@@ -429,6 +431,10 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
     fprintf(f, "scheduler      %llu preemptions (%llu swapped out), max %d concurrent, %llu steps\n",
             (unsigned long long)m->preemptions, (unsigned long long)m->swaps_out, m->max_concurrent,
             (unsigned long long)r->steps);
+    if (r->n_experts)
+        fprintf(f, "experts        %d, top %d: imbalance (busiest / mean tokens per expert) %.2f over the run, "
+                "%.2f per step (mean)\n",
+                r->n_experts, r->n_experts_used, kv_bench_expert_imbalance(r), r->expert_step_imbalance);
     if (c->spec.method != KV_SPEC_OFF)
         fprintf(f, "speculative    %s k=%d: acceptance %.1f%% (%llu of %llu drafted), mean accepted length %.2f\n",
                 kv_bench_enum_name("spec.method", c->spec.method), c->spec.k, 100.0 * m->spec_acceptance_rate,
@@ -441,6 +447,15 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
     kv_bench_print_cost(f, r);
     fprintf(f, "wall time      %.2f s from the first submission (no warm-up); engine %.2f s\n", r->wall_s,
             m->elapsed_s);
+}
+
+double kv_bench_expert_imbalance(const kv_bench_result *r) {
+    uint64_t sum = 0, mx = 0;
+    for (int i = 0; i < r->n_experts; i++) {
+        sum += r->expert_tokens[i];
+        mx = KV_MAX(mx, r->expert_tokens[i]);
+    }
+    return sum ? (double)mx * r->n_experts / (double)sum : 0.0;
 }
 
 /* ---- the comparison ---- */

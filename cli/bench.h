@@ -53,6 +53,11 @@ typedef struct kv_bench_result {
     char error[512];             /* a run that failed (set by the caller, kv_bench_run leaves it
                                     ""): why; the JSON then holds only value, profile and this */
     kv_gpu_memory gpu;           /* a synthetic model's devices at the end (valid = 0 otherwise) */
+    /* mixture of experts (n_experts 0: dense): tokens routed to each expert
+     * over the run, summed over layers, and the mean per-step imbalance */
+    int n_experts, n_experts_used;
+    uint64_t expert_tokens[KV_MOE_MAX_EXPERTS];
+    double expert_step_imbalance;
 } kv_bench_result;
 
 /* How a run reports while it works. */
@@ -97,6 +102,9 @@ int kv_bench_class_ttft(const kv_bench_result *r, int cls, kv_stat *st /* OUT: *
  * recomputed tokens, TTFT per request class (when the workload has two),
  * the dynamic batch size (when scheduler.target_tpot_ms is set). */
 void kv_bench_print_failure(FILE *f, const kv_bench_result *r);
+/* A mixture-of-experts run's imbalance: the busiest expert's tokens over
+ * the mean per expert, over the whole run (1 is even; 0 when dense). */
+double kv_bench_expert_imbalance(const kv_bench_result *r);
 /* The run's TTFT per request class, written into its object as
  * ttft_ms_by_class {"short": stat, "long": stat} (stats as ttft_ms); the
  * chain and recompute counts (preemption_chains, chained_preemptions,

@@ -133,6 +133,16 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_field_str(w, "spec_method", kv_bench_enum_name("spec.method", r->cfg.spec.method));
     kv_bench_json_cost(w, r);
     kv_bench_json_failure(w, r);
+    if (r->n_experts) {
+        kv_json_field_uint(w, "experts", (uint64_t)r->n_experts);
+        kv_json_field_uint(w, "experts_used", (uint64_t)r->n_experts_used);
+        kv_json_write_key(w, "expert_tokens");
+        kv_json_write_begin_array(w);
+        for (int i = 0; i < r->n_experts; i++) kv_json_write_uint(w, r->expert_tokens[i]);
+        kv_json_write_end_array(w);
+        kv_json_field_num(w, "expert_imbalance", kv_bench_expert_imbalance(r));
+        kv_json_field_num(w, "expert_step_imbalance", r->expert_step_imbalance);
+    }
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
     kv_json_field_uint(w, "weights", r->mem.weights);

@@ -28,10 +28,13 @@ static void usage(FILE *f) {
             "  --rope-base X      rope frequency base (default %g)\n"
             "  --rms-eps X        RMSNorm epsilon (default %g)\n"
             "  --name S           general.name (default kvtop-random)\n"
-            "  --arch A           llama|qwen2|qwen3|gemma3|phi3 (default llama)\n"
+            "  --arch A           llama|qwen2|qwen3|gemma3|phi3|qwen3moe (default llama)\n"
             "  --head-dim N       attention.key_length (default dim / heads)\n"
             "  --window N         attention.sliding_window: gemma3's local layers, llama's every layer\n"
-            "  --rope-freqs       a Llama 3 rope_freqs table (factor 8)\n",
+            "  --rope-freqs       a Llama 3 rope_freqs table (factor 8)\n"
+            "  --experts N        mixture of experts, --ffn wide each (qwen3moe: default 8;\n"
+            "                     llama: Mixtral-style tensors)\n"
+            "  --experts-used K   experts per token (default 2)\n",
             d.dim, d.n_layers, d.n_heads, d.n_kv_heads, d.ffn_dim, d.n_vocab, d.ctx_len,
             (unsigned long long)d.seed, d.rope_base, d.rms_eps);
 }
@@ -85,6 +88,10 @@ int cmd_mkmodel(int argc, char **argv) {
             bad = cli_int(argc, argv, &i, 1, 1 << 30, &p.n_swa);
         } else if (!strcmp(a, "--rope-freqs")) {
             p.rope_freqs = 1;
+        } else if (!strcmp(a, "--experts")) {
+            bad = cli_int(argc, argv, &i, 1, 1 << 20, &p.n_experts);
+        } else if (!strcmp(a, "--experts-used")) {
+            bad = cli_int(argc, argv, &i, 1, 1 << 20, &p.n_experts_used);
         } else {
             fprintf(stderr, "kvtop mkmodel: unexpected argument '%s'\n", a);
             usage(stderr);

@@ -27,11 +27,12 @@ static const arch_info archs[KV_ARCH_COUNT] = {
     [KV_ARCH_QWEN3] = {"qwen3", 1, KV_ACT_SILU, 1, 0, 0, 0},
     [KV_ARCH_GEMMA3] = {"gemma3", 1, KV_ACT_GELU_TANH, 1, 0, 1, 0},
     [KV_ARCH_PHI3] = {"phi3", 1, KV_ACT_SILU, 0, 0, 0, 1},
+    [KV_ARCH_QWEN3MOE] = {"qwen3moe", 1, KV_ACT_SILU, 1, 0, 0, 0},
 };
 
 const char *kv_arch_name(kv_arch a) { return (int)a >= 0 && a < KV_ARCH_COUNT ? archs[a].name : "?"; }
 
-const char *kv_arch_list(void) { return "llama, qwen2, qwen3, gemma3, phi3"; }
+const char *kv_arch_list(void) { return "llama, qwen2, qwen3, gemma3, phi3, qwen3moe"; }
 
 int kv_arch_find(kv_gguf_str s) {
     for (int i = 0; i < KV_ARCH_COUNT; i++)
@@ -119,7 +120,8 @@ int kv_arch_load_hparams(kv_model *m, kv_err *err) {
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     if (!m->layers) return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
     int rc;
-    if ((rc = load_rope_scaling(m, err)) || (rc = load_window(m, err))) return rc;
+    if ((rc = load_rope_scaling(m, err)) || (rc = load_window(m, err)) || (rc = kv_arch_moe_load_hparams(m, err)))
+        return rc;
     if (hp->arch_id == KV_ARCH_GEMMA3) {
         hp->embd_scale = sqrtf((float)hp->dim);
         /* NOTE: gemma3's query_pre_attn_scalar is head_dim for every size
@@ -217,7 +219,7 @@ int kv_arch_bind_tensors(kv_model *m, kv_err *err) {
             (rc = bind_qkv(m, l, L, err)) ||
             (rc = kv_model_bind_matrix(m, NAME("attn_output.weight"), qd, dim, 0, &L->wo, err)) ||
             (rc = kv_model_bind_vector(m, NAME("ffn_norm.weight"), dim, 0, &L->ffn_norm, err)) ||
-            (rc = bind_ffn(m, l, L, err)))
+            (rc = hp->n_expert ? kv_arch_moe_bind(m, l, L, err) : bind_ffn(m, l, L, err)))
             return rc;
         if (hp->qk_norm &&
             ((rc = kv_model_bind_vector(m, NAME("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm, err)) ||
@@ -265,5 +267,9 @@ void kv_arch_describe(const kv_model *m, char *buf, size_t cap) {
         PUT("%squery scale %.4g", n ? ", " : "", (double)hp->attn_scale);
     if (m->rope_freqs) PUT("%sLlama 3 RoPE frequencies (rope_freqs)", n ? ", " : "");
     if (hp->rope_freq_scale != 1.0f) PUT("%slinear RoPE scaling x%g", n ? ", " : "", 1.0 / hp->rope_freq_scale);
+    if (hp->n_expert) {
+        PUT("%s", n ? ", " : "");
+        n += kv_arch_moe_describe(m, buf + KV_MIN(n, cap - 1), cap - KV_MIN(n, cap - 1));
+    }
 #undef PUT
 }

@@ -245,6 +245,14 @@ typedef struct kv_step_record {
     int n_admitted, n_preempted, n_swapped_out, n_swapped_in, n_evicted, n_finished, n_cow;
     int n_blocks_used;     /* after the step */
     int n_waiting;         /* queue length after the step */
+    /* mixture of experts (0 for a dense model): tokens routed to each
+     * expert in the step's target forward, summed over the layers (a token
+     * counts once per layer per expert it is routed to; a draft model's
+     * routing is not counted) */
+    int n_experts;         /* experts per layer */
+    int expert_routed;     /* (token, expert) pairs: tokens x experts used x layers */
+    int expert_max;        /* the most any one expert got */
+    int expert_active;     /* experts that got at least one token, in any layer */
 } kv_step_record;
 
 typedef enum kv_decision_kind {
@@ -394,6 +402,10 @@ typedef struct kv_snapshot {
     int cap_requests, cap_tables, cap_queue, cap_blocks, cap_steps, cap_decisions;
     /* a synthetic model's device memory (valid = 0 otherwise) */
     kv_gpu_memory gpu;
+    /* mixture of experts: the last step's tokens per expert summed over the
+     * layers (as its kv_step_record counts them); n_experts 0: dense */
+    int n_experts;
+    uint32_t expert_tokens[KV_MOE_MAX_EXPERTS];
 } kv_snapshot;
 
 kv_snapshot *kv_snapshot_new(void);
@@ -413,6 +425,13 @@ void kv_engine_forget(kv_engine *e, int64_t id);
  * carries), and a reset for a new measurement window. */
 void kv_engine_metrics(kv_engine *e, kv_metrics_summary *out /* OUT: */);
 void kv_engine_metrics_reset(kv_engine *e);
+/* Mixture of experts: tokens routed to each expert (summed over layers)
+ * since the last kv_engine_metrics_reset, into out[0..min(n_experts, cap))
+ * (OUT), and the mean over those steps of each step's imbalance (its
+ * busiest expert's tokens over the mean per expert; 1 is even) into
+ * *step_imbalance (OUT, may be NULL; 0 when no step routed). Returns
+ * n_experts; 0 for a dense model (out untouched). */
+int kv_engine_expert_tokens(kv_engine *e, uint64_t *out /* OUT: (cap) */, int cap, double *step_imbalance);
 
 /* Consistency check for tests (between steps): the scheduler's and the
  * block manager's checkers over every live sequence, the draft model's

@@ -161,7 +161,22 @@ struct kv_engine {
                                then fwd and logits are NULL and steps are timed, not computed */
     double ev_at_ms;        /* > 0: the time the step's events and finishes of the request being
                                handled carry (a disaggregated prefill pool's first token) */
+
+    /* ---- mixture of experts (engine_moe.c; state_mu) ---- */
+    uint32_t expert_step[KV_MOE_MAX_EXPERTS];  /* tokens per expert of the last step, over layers */
+    uint64_t expert_total[KV_MOE_MAX_EXPERTS]; /* the same since the last metrics reset */
+    double expert_imb_sum;  /* sum over those steps of max / mean tokens per expert */
+    uint64_t expert_imb_n;  /* steps that routed a token */
 };
+
+/* ---- engine_moe.c ---- */
+
+/* Takes the step's routing from the forward (tokens per expert summed
+ * over layers), fills rec's expert figures and adds them to the totals.
+ * Nothing for a dense model. */
+void engine_moe_step(kv_engine *e, kv_step_record *rec /* IN/OUT */);
+/* The last step's per-expert counts into s (n_experts 0 for dense). */
+void engine_moe_snapshot(const kv_engine *e, kv_snapshot *s /* OUT */);
 
 /* ---- engine.c ---- */
 

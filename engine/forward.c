@@ -9,6 +9,7 @@
  * nothing. A run asks the backend once, at its end, whether an op failed
  * (ops.status) and fails with the op's name when one did. */
 #include "forward.h"
+#include "forward_moe.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ struct kv_forward {
     int32_t *ids;   /* (max_tokens) backend copy of the token ids */
     int32_t *rows;  /* (max_logits) backend copy of the logit row indices */
     uint64_t bytes; /* total of the above */
+    kv_moe *moe;    /* the experts' scratch (forward_moe.c), NULL for a dense model */
 };
 
 static void *balloc(kv_forward *f, size_t bytes) {
@@ -41,6 +43,7 @@ static void *balloc(kv_forward *f, size_t bytes) {
 
 void kv_forward_free(kv_forward *f) {
     if (!f) return;
+    kv_moe_free(f->moe);
     void *bufs[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->gate, f->up, f->xl, f->logits, f->ids, f->rows};
     for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++)
         if (bufs[i]) f->b->ops->free(f->b, bufs[i]);
@@ -65,6 +68,7 @@ static kv_backend_limits forward_limits(const kv_model *m, int max_tokens) {
             lim.weight_types |= (uint64_t)1 << ((unsigned)ws[i]->type & 63);
         }
     }
+    kv_moe_limits(m, &lim);
     return lim;
 }
 
@@ -78,6 +82,7 @@ static int check_ops(const kv_model *m, const kv_backend *b, kv_err *err) {
     if (hp->qkv_bias && !o->add_rows) missing = "add_rows";
     if ((m->rope_freqs || hp->rope_freq_scale != 1.0f) && !o->rope_ext) missing = "rope_ext";
     if (hp->n_swa > 0 && !o->attention_window) missing = "attention_window";
+    if (hp->n_expert > 0 && !missing) missing = kv_moe_missing_op(b);
     if (!missing) return 0;
     return kv_err_set(err, KV_ERR_UNSUPPORTED, "forward: the %s backend has no %s op, which %s models need", o->name,
                       missing, hp->arch);
@@ -119,7 +124,7 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
         kv_forward_free(f);
         return NULL;
     }
-    if (check_ops(m, b, err) != 0) {
+    if (check_ops(m, b, err) != 0 || (hp->n_expert && !(f->moe = kv_moe_new(m, b, max_tokens, &f->bytes, err)))) {
         kv_forward_free(f);
         return NULL;
     }
@@ -132,6 +137,10 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
 }
 
 uint64_t kv_forward_activation_bytes(const kv_forward *f) { return f ? f->bytes : 0; }
+
+int kv_forward_expert_tokens(kv_forward *f, uint32_t *out, int cap) {
+    return f && f->moe ? kv_moe_take_counts(f->moe, out, cap) : 0;
+}
 
 /* Validates the batch against the model, the cache and the scratch sizes. */
 static int check_batch(const kv_forward *f, const kv_pages *kv, const kv_batch *bt, kv_err *err) {
@@ -226,6 +235,10 @@ static void ffn_block(kv_forward *f, int l, int n) {
     const kv_backend_ops *o = b->ops;
     const int dim = hp->dim;
     o->rmsnorm(b, f->x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
+    if (f->moe) { /* mixture of experts: adds into the residual itself */
+        kv_moe_ffn(f->moe, L, f->xb, f->x, n);
+        return;
+    }
     o->matmul(b, &L->w_gate, f->xb, f->gate, n);
     o->matmul(b, &L->w_up, f->xb, f->up, n);
     if (hp->act == KV_ACT_GELU_TANH)

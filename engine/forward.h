@@ -1,5 +1,5 @@
 /* forward.h - the forward pass (llama and the architectures of arch.c:
- * qwen2, qwen3, gemma3, phi3) over a batch of tokens from many
+ * qwen2, qwen3, gemma3, phi3, and qwen3moe's experts in forward_moe.c) over a batch of tokens from many
  * sequences at once (prefill chunks and decode tokens together), reading and
  * writing K/V through the paged cache. It calls only the backend table. */
 #ifndef KV_FORWARD_H
@@ -33,6 +33,11 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
 void kv_forward_free(kv_forward *f);
 /* Bytes of activation buffers this forward holds (memory breakdown). */
 uint64_t kv_forward_activation_bytes(const kv_forward *f);
+/* Mixture of experts: the tokens routed to each expert, summed over the
+ * layers, of the runs since the last call, into out[0..min(n_expert, cap))
+ * (OUT), and restarts the counts. Returns n_expert (0: a dense model, out
+ * untouched). */
+int kv_forward_expert_tokens(kv_forward *f, uint32_t *out, int cap);
 
 /* Runs the batch. logits: (n_logits, n_vocab) floats, host memory. Checks
  * token ids, positions and sizes first; on bad input returns KV_ERR_INVAL or

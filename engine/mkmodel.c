@@ -14,6 +14,7 @@
 
 #include "../base/hash.h"
 #include "gguf.h"
+#include "model.h" /* KV_MOE_MAX_EXPERTS */
 
 #define MK_MIN_VOCAB 259 /* <unk>, <s>, </s> and the 256 byte tokens */
 #define MK_MAX_VOCAB (1 << 21)
@@ -29,6 +30,7 @@
  * 1/sqrt(2 * n_layers) so the stream grows slowly with depth and deep random
  * models keep finite activations. Values are uniform with that deviation. */
 #define MK_STD 0.02f
+#define MK_ROUTER_STD 0.1f /* logits of spread ~ 0.1 sqrt(dim): a clear top-k */
 
 kv_mkmodel_params kv_mkmodel_default_params(void) {
     kv_mkmodel_params p;
@@ -68,13 +70,21 @@ int kv_mkmodel_file_type(kv_type t) {
 }
 
 /* The architecture mkmodel writes: index into mk_archs, or -1. */
-static const char *const mk_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3"};
-enum { MK_LLAMA, MK_QWEN2, MK_QWEN3, MK_GEMMA3, MK_PHI3 };
+static const char *const mk_archs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"};
+enum { MK_LLAMA, MK_QWEN2, MK_QWEN3, MK_GEMMA3, MK_PHI3, MK_QWEN3MOE };
 static int mk_arch_id(const char *a) {
     if (!a) return MK_LLAMA;
     for (int i = 0; i < (int)KV_ARRAY_LEN(mk_archs); i++)
         if (!strcmp(a, mk_archs[i])) return i;
     return -1;
+}
+
+/* The experts a file of p has (0: dense) and how many a token uses. */
+static int mk_experts(const kv_mkmodel_params *p) {
+    return p->n_experts ? p->n_experts : mk_arch_id(p->arch) == MK_QWEN3MOE ? 8 : 0;
+}
+static int mk_experts_used(const kv_mkmodel_params *p) {
+    return mk_experts(p) == 0 ? 0 : p->n_experts_used ? p->n_experts_used : KV_MIN(2, mk_experts(p));
 }
 
 /* 1 when kv_quantize_row can produce t (tried on one zero block). */
@@ -101,8 +111,16 @@ int kv_mkmodel_validate(const kv_mkmodel_params *p, kv_err *err) {
     if (!p->vocab_from) RANGE(n_vocab, MK_MIN_VOCAB, MK_MAX_VOCAB, "vocab")
 #undef RANGE
     if (mk_arch_id(p->arch) < 0)
-        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: unknown arch '%s' (llama, qwen2, qwen3, gemma3, phi3)",
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: unknown arch '%s' (llama, qwen2, qwen3, gemma3, phi3, qwen3moe)",
                           p->arch);
+    const int arch = mk_arch_id(p->arch);
+    if (p->n_experts < 0 || p->n_experts > KV_MOE_MAX_EXPERTS || (p->n_experts && arch != MK_LLAMA &&
+                                                                  arch != MK_QWEN3MOE))
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: experts %d must be in [0, %d] (llama or qwen3moe only)",
+                          p->n_experts, KV_MOE_MAX_EXPERTS);
+    if (p->n_experts_used < 0 || p->n_experts_used > mk_experts(p))
+        return kv_err_set(err, KV_ERR_INVAL, "mkmodel: experts-used %d must be in [1, experts %d]",
+                          p->n_experts_used, mk_experts(p));
     if (p->head_dim < 0 || p->head_dim > 4096 || p->head_dim % 2)
         return kv_err_set(err, KV_ERR_INVAL, "mkmodel: head-dim %d must be even and in [0, 4096]", p->head_dim);
     if (p->n_swa < 0 || p->n_swa > p->ctx_len)
@@ -139,7 +157,8 @@ uint64_t kv_mkmodel_n_params(const kv_mkmodel_params *p) {
     uint64_t d = (uint64_t)p->dim, f = (uint64_t)p->ffn_dim, v = (uint64_t)p->n_vocab;
     uint64_t hd = p->head_dim ? (uint64_t)p->head_dim : d / (uint64_t)p->n_heads;
     uint64_t qd = hd * (uint64_t)p->n_heads, kvd = hd * (uint64_t)p->n_kv_heads;
-    uint64_t layer = 2 * d + 2 * d * qd + 2 * d * kvd + 3 * d * f;
+    const uint64_t E = (uint64_t)mk_experts(p);
+    uint64_t layer = 2 * d + 2 * d * qd + 2 * d * kvd + (E ? E * 3 * d * f + d * E : 3 * d * f);
     return v * d * (p->untied ? 2 : 1) + d + (uint64_t)p->n_layers * layer;
 }
 
@@ -306,22 +325,26 @@ static void mk_add_tensors(kv_gguf_writer *w, const kv_mkmodel_params *pp, int a
                            float *scratch, const float *ones, const float *rope_freqs) {
     const kv_mkmodel_params p = *pp;
     /* tensors: ne[0] is the input (row) length, as llama.cpp stores them */
-    int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads;
+    int kvd = hd * p.n_kv_heads, qd = hd * p.n_heads, n_exp = mk_experts(&p);
     const float layer_std = MK_STD, resid_std = MK_STD / sqrtf(2.0f * (float)p.n_layers);
     int nf = 0;
-#define WEIGHT(name_, in, out, std)                                                                    \
+    /* a 3-D expert tensor: n_exp matrices of (in, out) one after the other
+     * (n_exp 1 and type f32: the router) */
+#define EXPERTS(name_, type_, in, out, n_exp, std)                                                 \
     do {                                                                                           \
         mk_fill *f = &fills[nf++];                                                                 \
-        int64_t ne_[2] = {(in), (out)};                                                            \
-        f->type = p.type;                                                                          \
+        int64_t ne_[3] = {(in), (out), (n_exp)};                                                   \
+        f->type = (type_);                                                                         \
         f->ne0 = (in);                                                                             \
-        f->row_bytes = kv_type_row_size(p.type, (in));                                             \
+        f->row_bytes = kv_type_row_size((type_), (in));                                            \
         uint64_t s_ = p.seed ^ kv_hash_fnv1a(name_, strlen(name_));                                \
         f->seed = splitmix64(&s_);                                                                 \
         f->amp = (std) * 1.7320508f;                                                               \
         f->scratch = scratch;                                                                      \
-        kv_gguf_writer_add_tensor_fn(w, name_, p.type, 2, ne_, mk_fill_rows, f);                   \
+        kv_gguf_writer_add_tensor_fn(w, name_, (type_), (n_exp) > 1 ? 3 : 2, ne_, mk_fill_rows, f); \
     } while (0)
+    /* a 2-D weight matrix in the file's type */
+#define WEIGHT(name_, in, out, std) EXPERTS(name_, p.type, in, out, 1, std)
     /* an f32 vector of n values around center (norm weights, biases) */
 #define VECTOR(name_, n, center_, std)                                                             \
     do {                                                                                           \
@@ -368,24 +391,32 @@ static void mk_add_tensors(kv_gguf_writer *w, const kv_mkmodel_params *pp, int a
             VECTOR(NAME("attn_k.bias"), kvd, 0.0f, 0.1f);
             VECTOR(NAME("attn_v.bias"), kvd, 0.0f, 0.1f);
         }
-        if (arch == MK_QWEN3 || arch == MK_GEMMA3) {
+        if (arch == MK_QWEN3 || arch == MK_GEMMA3 || arch == MK_QWEN3MOE) {
             NORM(NAME("attn_q_norm.weight"), hd);
             NORM(NAME("attn_k_norm.weight"), hd);
         }
         WEIGHT(NAME("attn_output.weight"), qd, p.dim, resid_std);
         if (arch == MK_GEMMA3) NORM(NAME("post_attention_norm.weight"), p.dim);
         NORM(NAME("ffn_norm.weight"), p.dim);
-        if (arch == MK_PHI3) {
+        if (n_exp) {
+            /* the router stays f32 (llama.cpp's quantizers keep it so) and
+             * is wide enough that the top-k choice is not a near-tie */
+            EXPERTS(NAME("ffn_gate_inp.weight"), KV_TYPE_F32, p.dim, n_exp, 1, MK_ROUTER_STD);
+            EXPERTS(NAME("ffn_gate_exps.weight"), p.type, p.dim, p.ffn_dim, n_exp, layer_std);
+            EXPERTS(NAME("ffn_up_exps.weight"), p.type, p.dim, p.ffn_dim, n_exp, layer_std);
+            EXPERTS(NAME("ffn_down_exps.weight"), p.type, p.ffn_dim, p.dim, n_exp, resid_std);
+        } else if (arch == MK_PHI3) {
             WEIGHT(NAME("ffn_up.weight"), p.dim, 2 * p.ffn_dim, layer_std);
         } else {
             WEIGHT(NAME("ffn_gate.weight"), p.dim, p.ffn_dim, layer_std);
             WEIGHT(NAME("ffn_up.weight"), p.dim, p.ffn_dim, layer_std);
         }
-        WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
+        if (!n_exp) WEIGHT(NAME("ffn_down.weight"), p.ffn_dim, p.dim, resid_std);
         if (arch == MK_GEMMA3) NORM(NAME("post_ffw_norm.weight"), p.dim);
 #undef NAME
     }
 #undef NORM
+#undef EXPERTS
 #undef VECTOR
 #undef WEIGHT
 }
@@ -447,7 +478,12 @@ int kv_mkmodel_write(const kv_mkmodel_params *pin, const char *path, kv_err *err
     kv_gguf_writer_add_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
     kv_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)p.n_heads);
     kv_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)p.n_kv_heads);
-    if (p.head_dim || arch == MK_GEMMA3 || arch == MK_QWEN3) {
+    if (mk_experts(&p)) {
+        kv_gguf_writer_add_u32(w, KEY("expert_count"), (uint32_t)mk_experts(&p));
+        kv_gguf_writer_add_u32(w, KEY("expert_used_count"), (uint32_t)mk_experts_used(&p));
+        if (arch == MK_QWEN3MOE) kv_gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p.ffn_dim);
+    }
+    if (p.head_dim || arch == MK_GEMMA3 || arch == MK_QWEN3 || arch == MK_QWEN3MOE) {
         kv_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)hd);
         kv_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)hd);
     }

@@ -1,5 +1,5 @@
 /* mkmodel.h - writes a deterministic random-weight model (llama, qwen2,
- * qwen3, gemma3, phi3) of any shape and weight type as a GGUF file, with
+ * qwen3, gemma3, phi3, qwen3moe) of any shape and weight type as a GGUF file, with
  * the tensor names, shapes and metadata llama.cpp uses, and a
  * SentencePiece-style vocabulary (or one copied from another GGUF). For benchmarks and tests that need a model of a given size;
  * and the first layers of a GGUF model as a same-vocabulary draft. */
@@ -27,12 +27,15 @@ typedef struct kv_mkmodel_params {
     const char *vocab_from; /* borrowed; a GGUF whose tokenizer.* keys are copied, or NULL */
     const char *name;       /* borrowed; general.name, NULL for "kvtop-random" */
     /* architectures past llama (appended; zero/NULL keeps the llama file) */
-    const char *arch;       /* borrowed; "llama" (NULL), "qwen2", "qwen3", "gemma3", "phi3" */
+    const char *arch;       /* borrowed; "llama" (NULL), "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe" */
     int head_dim;           /* attention.key_length; 0: dim / n_heads */
     int n_swa;              /* attention.sliding_window (gemma3: local layers, pattern 6;
                                llama: every layer, as Mistral); 0: none */
     int rope_freqs;         /* 1: a Llama 3 rope_freqs.weight table (factor 8, low 1, high 4,
                                original context 8192) */
+    int n_experts;          /* expert_count: a mixture of experts with ffn_dim per expert
+                               (qwen3moe: 0 means 8; llama: Mixtral-style when > 0) */
+    int n_experts_used;     /* expert_used_count (0 means 2, at most n_experts) */
 } kv_mkmodel_params;
 
 /* A small model: dim 128, 4 layers, 4 heads (2 kv), ffn 384, vocab 512,

@@ -66,12 +66,17 @@ int kv_model_bind_matrix(kv_model *m, const char *name, int64_t ne0, int64_t ne1
                           "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                           m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                           (long long)t->ne[3], (long long)ne0, (long long)ne1);
+    return kv_model_bind_tensor_rows(m, t, ne0, ne1, out, err);
+}
+
+int kv_model_bind_tensor_rows(kv_model *m, const kv_gguf_tensor *t, int64_t ne0, int64_t ne1, kv_tensor *out,
+                              kv_err *err) {
     const kv_type_traits *tr = kv_type_get(t->type);
     if (!tr || !tr->supported)
         return kv_err_set(err, KV_ERR_UNSUPPORTED,
-                          "%s: tensor '%s' has type %s (id %d), which kvtop cannot compute with "
+                          "%s: tensor '%.*s' has type %s (id %d), which kvtop cannot compute with "
                           "(supported: f32, f16, bf16, q8_0, q4_0, q4_1 and the types `kvtop quantize` lists)",
-                          m->path, name, kv_type_name(t->type), (int)t->type);
+                          m->path, (int)KV_MIN(t->name.len, 96), t->name.data, kv_type_name(t->type), (int)t->type);
     out->type = t->type;
     out->ne0 = ne0;
     out->ne1 = ne1;
@@ -401,6 +406,7 @@ void kv_model_free(kv_model *m) {
     kv_tokenizer_free(m->tok);
     free(m->chat_template);
     free(m->layers);
+    free(m->expert_views);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     kv_gguf_close(m->gguf);

@@ -1,4 +1,4 @@
-/* model.h - a model in memory (llama, qwen2, qwen3, gemma3, phi3):
+/* model.h - a model in memory (llama, qwen2, qwen3, gemma3, phi3, qwen3moe):
  * hyper-parameters from GGUF metadata (or a llama2.c header), weight views
  * into the file mapping, and the tokenizer and chat template that came with
  * it. What each architecture adds is read by arch.c. */
@@ -20,6 +20,7 @@ typedef enum kv_arch {
     KV_ARCH_QWEN3,     /* per-head Q/K RMSNorm */
     KV_ARCH_GEMMA3,    /* scaled embeddings, post norms, Q/K norms, GeGLU, local/global layers */
     KV_ARCH_PHI3,      /* fused QKV and gate/up */
+    KV_ARCH_QWEN3MOE,  /* qwen3 attention, mixture-of-experts feed-forward (arch_moe.c) */
     KV_ARCH_COUNT
 } kv_arch;
 
@@ -58,7 +59,16 @@ typedef struct kv_hparams {
     int qkv_bias;          /* 1: Q/K/V projections have biases (qwen2) */
     int post_norms;        /* 1: RMSNorm after attention and after the feed-forward (gemma3) */
     int fused_qkv;         /* 1: the file holds attn_qkv / fused ffn_up (phi3); views bound */
+    /* mixture of experts (arch_moe.c); n_expert 0: a dense feed-forward */
+    int n_expert;          /* expert_count: experts per layer (<= KV_MOE_MAX_EXPERTS) */
+    int n_expert_used;     /* expert_used_count: experts each token is routed to (top-k) */
+    int expert_ffn_dim;    /* expert_feed_forward_length: one expert's hidden size */
+    int expert_norm;       /* 1: the top-k routing weights are renormalised to sum 1 */
 } kv_hparams;
+
+/* The most experts a layer may have (DeepSeek V3 and Qwen 3.5 use 256;
+ * the step record keeps a count per expert). */
+#define KV_MOE_MAX_EXPERTS 256
 
 typedef struct kv_layer {
     const float *attn_norm; /* (dim) */
@@ -80,6 +90,11 @@ typedef struct kv_layer {
     const float *bv;            /* (n_kv_heads*head_dim) */
     int swa;                    /* 1: a local (sliding-window) layer */
     float rope_base;            /* this layer's RoPE base */
+    /* mixture of experts (hp.n_expert > 0; then w_gate/w_up/w_down are unset) */
+    kv_tensor router;           /* ffn_gate_inp: (n_expert rows, dim) */
+    const kv_tensor *exp_gate;  /* (n_expert) views of ffn_gate_exps: each (expert_ffn_dim rows, dim) */
+    const kv_tensor *exp_up;    /* (n_expert) views of ffn_up_exps */
+    const kv_tensor *exp_down;  /* (n_expert) views of ffn_down_exps: each (dim rows, expert_ffn_dim) */
 } kv_layer;
 
 typedef struct kv_model {
@@ -115,6 +130,8 @@ typedef struct kv_model {
     int weight_dtype;         /* kv_synth_dtype of every matmul weight (synthetic only) */
     /* architecture specifics, at the end to keep the struct's prefix */
     const float *rope_freqs;    /* (rot_dim / 2) Llama 3 RoPE frequency divisors, or NULL */
+    kv_tensor *expert_views;    /* owned: (n_layers, 3, n_expert) per-expert row views into the
+                                   file's 3-D expert tensors (the layers' exp_* point here), or NULL */
 } kv_model;
 
 /* Looks at the file at path before anything reads it: refuses a missing

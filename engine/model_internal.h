@@ -22,6 +22,12 @@ int kv_model_hp_f32(const kv_gguf *g, const char *arch, const char *suffix, floa
  * what was expected. Counts it in the model's totals. */
 int kv_model_bind_matrix(kv_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, kv_tensor *out,
                          kv_err *err);
+/* The part of kv_model_bind_matrix after the shape check: t read as ne1
+ * rows of ne0 (a 3-D tensor's rows over all its planes), in a type the
+ * kernels compute with, into *out (OUT), counted in the totals. 0 or
+ * KV_ERR_UNSUPPORTED naming the tensor. */
+int kv_model_bind_tensor_rows(kv_model *m, const kv_gguf_tensor *t, int64_t ne0, int64_t ne1, kv_tensor *out,
+                              kv_err *err);
 /* Binds the vector `name` of exactly n elements as f32 (converted into an
  * owned copy when stored otherwise) into *out (OUT). 0; 1 when absent and
  * optional; else an error naming the tensor. */
@@ -41,5 +47,18 @@ int kv_arch_load_hparams(kv_model *m, kv_err *err);
  * QKV views, biases, Q/K and post norms), the final norm and the output
  * head. 0 or an error naming the tensor. */
 int kv_arch_bind_tensors(kv_model *m, kv_err *err);
+
+/* Mixture of experts (arch_moe.c). Reads expert_count, expert_used_count
+ * and expert_feed_forward_length (qwen3moe: required; llama: an
+ * expert_count makes it Mixtral-style) and checks them (count in [1,
+ * KV_MOE_MAX_EXPERTS], used in [1, count]), naming the key. 0 or an error. */
+int kv_arch_moe_load_hparams(kv_model *m, kv_err *err);
+/* Binds layer l's router and expert tensors (3-D, checked against
+ * [dim, expert_ffn, n_expert] / [expert_ffn, dim, n_expert]) as per-expert
+ * views. 0 or an error naming the tensor. */
+int kv_arch_moe_bind(kv_model *m, int l, kv_layer *L, kv_err *err);
+/* Writes what `kvtop info` shows of the experts into buf (cap); returns
+ * the length written ("" and 0 for a dense model). */
+size_t kv_arch_moe_describe(const kv_model *m, char *buf, size_t cap);
 
 #endif

@@ -246,6 +246,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
     for (int i = 0; i < e->steps.n; i++) s->steps[i] = *(kv_step_record *)kv_ring_at(&e->steps, i);
     s->n_decisions = e->decisions.n;
     for (int i = 0; i < e->decisions.n; i++) s->decisions[i] = *(kv_decision *)kv_ring_at(&e->decisions, i);
+    engine_moe_snapshot(e, s);
     return 0;
 }
 
@@ -362,6 +363,9 @@ void kv_engine_metrics_reset(kv_engine *e) {
     pthread_mutex_lock(&e->state_mu);
     engine_drain_inbox(e, 0);
     kv_metrics_reset(e->metrics);
+    memset(e->expert_total, 0, sizeof e->expert_total);
+    e->expert_imb_sum = 0.0;
+    e->expert_imb_n = 0;
     pthread_mutex_unlock(&e->state_mu);
 }
 

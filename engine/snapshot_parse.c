@@ -96,7 +96,8 @@ static const field step_fields[] = {
     FI(kv_step_record, n_pad_tokens),  FI(kv_step_record, n_admitted),    FI(kv_step_record, n_preempted),
     FI(kv_step_record, n_swapped_out), FI(kv_step_record, n_swapped_in),  FI(kv_step_record, n_evicted),
     FI(kv_step_record, n_finished),    FI(kv_step_record, n_cow),         FI(kv_step_record, n_blocks_used),
-    FI(kv_step_record, n_waiting),
+    FI(kv_step_record, n_waiting),     FI(kv_step_record, n_experts),     FI(kv_step_record, expert_routed),
+    FI(kv_step_record, expert_max),    FI(kv_step_record, expert_active),
 };
 
 #define NF(t) (sizeof(t) / sizeof(t[0]))
@@ -403,6 +404,21 @@ static int read_queues(const kv_json *root, kv_snapshot *s, kv_err *err) {
     return 0;
 }
 
+/* A mixture of experts' last-step row, "experts": [tokens per expert]
+ * (absent: a dense model). */
+static int read_experts(const kv_json *root, kv_snapshot *s, kv_err *err) {
+    const kv_json *a;
+    size_t n;
+    if (get_array(root, "experts", KV_MOE_MAX_EXPERTS, &a, &n, err)) return err->code;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        if (array_int(a, i, 0, 4294967295.0, "experts", &v, err)) return err->code;
+        s->expert_tokens[i] = (uint32_t)v;
+    }
+    s->n_experts = (int)n;
+    return 0;
+}
+
 static int read_decisions(const kv_json *root, kv_snapshot *s, kv_err *err) {
     static const char *const kinds[KV_DEC_KIND_COUNT] = {"admit", "chunk", "preempt", "swap_out", "swap_in",
                                                          "evict", "share", "cow",     "finish",   "reject",
@@ -468,7 +484,8 @@ static int read_all(const kv_json *root, const kv_snapshot *old, kv_snapshot *s,
         read_metrics(kv_json_get(root, "metrics"), &s->metrics, err) ||
         read_fields(kv_json_get(root, "memory"), mem_fields, NF(mem_fields), &s->mem, "memory", err) ||
         read_blocks(kv_json_get(root, "blocks"), s, err) || read_requests(root, s, err) ||
-        read_queues(root, s, err) || read_steps(root, delta, old, s, err) || read_decisions(root, s, err))
+        read_queues(root, s, err) || read_steps(root, delta, old, s, err) || read_decisions(root, s, err) ||
+        read_experts(root, s, err))
         return err->code;
     if (s->blocks_free < 0 || s->blocks_used < 0 || s->blocks_cached < 0 || s->blocks_shared < 0)
         return kv_err_set(err, KV_ERR_FORMAT, "cache: a negative block count");

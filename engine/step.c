@@ -605,6 +605,7 @@ static int step_locked(kv_engine *e) {
         rec.dur_ms = t1 - t0;
         rec.forward_ms = f1 - f0;
         rec.sim_ms = (engine_device_s(e) - sim0) * 1000.0;
+        engine_moe_step(e, &rec);
         kv_sched_observe_step(e->sched, rec.n_seqs, rec.dur_ms); /* scheduler.target_tpot_ms */
         kv_ring_push(&e->steps, &rec);
         for (int i = 0; i < n_dec; i++) kv_ring_push(&e->decisions, &dec[i]);

@@ -237,6 +237,19 @@ typedef struct kv_backend_ops {
      * window (sliding-window layers); window <= 0 is plain causal. */
     void (*attention_window)(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                              const float *q, float *out, int n_heads, float scale, int window);
+
+    /* Mixture of experts (qwen3moe; NULL: refused by kv_forward_new). */
+    /* Routing of n tokens: for each row of logits (n, n_expert), softmax
+     * over the experts, the k most probable (ties: lower expert first) into
+     * ids (n, k) in decreasing order and their probabilities into weights
+     * (n, k), divided by their sum (clamped below at 6.103515625e-5) when
+     * norm. 1 <= k <= n_expert. */
+    void (*moe_route)(kv_backend *b, const float *logits, int n, int n_expert, int k, int norm, int32_t *ids,
+                      float *weights);
+    /* x[rows[i]] += w[i] * y[i] for i in [0, n), rows of dim floats (the
+     * weighted sum of an expert's output back into its tokens' rows); rows
+     * holds distinct indices. */
+    void (*scatter_add)(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim);
 } kv_backend_ops;
 
 struct kv_backend {

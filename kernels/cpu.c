@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cpu_attention.h"
+#include "cpu_moe.h"
 #include "cpu_internal.h"
 #include "quant_ext.h"
 
@@ -552,6 +553,8 @@ static const kv_backend_ops cpu_ops = {
     .add_rows = cpu_add_rows,
     .rope_ext = cpu_rope_ext,
     .attention_window = cpu_attention_window,
+    .moe_route = kv_cpu_moe_route,
+    .scatter_add = kv_cpu_scatter_add,
     .status = cpu_status,
     .reserve = cpu_reserve,
     .clock = NULL, /* host time */

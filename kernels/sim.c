@@ -322,6 +322,18 @@ static void sim_add_rows(kv_backend *b, float *x, const float *bias, int n, int 
     if (n > 0 && dim > 0) charge_cost(b, kv_sim_cost_add_rows(n, dim));
 }
 
+static void sim_moe_route(kv_backend *b, const float *logits, int n, int n_expert, int k, int norm, int32_t *ids,
+                          float *weights) {
+    in_of(b)->ops->moe_route(in_of(b), logits, n, n_expert, k, norm, ids, weights);
+    if (n > 0 && n_expert > 0 && k > 0) charge_cost(b, kv_sim_cost_moe_route(n, n_expert, k));
+}
+
+static void sim_scatter_add(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n,
+                            int dim) {
+    in_of(b)->ops->scatter_add(in_of(b), x, y, rows, w, n, dim);
+    if (n > 0 && dim > 0) charge_cost(b, kv_sim_cost_scatter_add(n, dim));
+}
+
 static void sim_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
                          float base, int neox, float freq_scale, const float *freq_factors) {
     in_of(b)->ops->rope_ext(in_of(b), x, pos, n, n_heads, head_dim, rot_dim, base, neox, freq_scale, freq_factors);
@@ -423,6 +435,8 @@ static const kv_backend_ops sim_ops = {
     .add_rows = sim_add_rows,
     .rope_ext = sim_rope_ext,
     .attention_window = sim_attention_window,
+    .moe_route = sim_moe_route,
+    .scatter_add = sim_scatter_add,
 };
 
 /* A sim backend on device d (a table entry when own is NULL, else a copy

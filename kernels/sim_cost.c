@@ -183,6 +183,15 @@ kv_sim_cost kv_sim_cost_add_rows(int n, int dim) {
     return cost(KV_SIM_OTHER, 8.0 * n * (double)dim + 4.0 * dim, (double)n * dim, KV_SIM_PEAK_VECTOR);
 }
 
+kv_sim_cost kv_sim_cost_moe_route(int n, int n_expert, int k) {
+    return cost(KV_SIM_OTHER, 4.0 * n * (double)n_expert + 8.0 * n * (double)k,
+                (double)n * n_expert * (6.0 + k), KV_SIM_PEAK_VECTOR);
+}
+
+kv_sim_cost kv_sim_cost_scatter_add(int n, int dim) {
+    return cost(KV_SIM_OTHER, 12.0 * n * (double)dim + 8.0 * n, 2.0 * n * (double)dim, KV_SIM_PEAK_VECTOR);
+}
+
 kv_sim_cost kv_sim_cost_kv_store(int n_tokens, int n_kv_heads, int head_dim, double row_bytes) {
     double rows = (double)n_tokens * n_kv_heads; /* per K and V */
     return cost(KV_SIM_ATTENTION, 2.0 * rows * (4.0 * head_dim + row_bytes), 2.0 * rows * head_dim * 2.0,

@@ -100,6 +100,10 @@ kv_sim_cost kv_sim_cost_add(int64_t count);
 kv_sim_cost kv_sim_cost_gelu_mul(int64_t count);
 kv_sim_cost kv_sim_cost_scale(int64_t count);
 kv_sim_cost kv_sim_cost_add_rows(int n, int dim);
+/* Mixture of experts: routing n rows of n_expert logits to k experts;
+ * the weighted scatter-add of n rows of dim. */
+kv_sim_cost kv_sim_cost_moe_route(int n, int n_expert, int k);
+kv_sim_cost kv_sim_cost_scatter_add(int n, int dim);
 /* kv_store of n_tokens tokens, n_kv_heads rows each of head_dim elements,
  * row_bytes as cached. */
 kv_sim_cost kv_sim_cost_kv_store(int n_tokens, int n_kv_heads, int head_dim, double row_bytes);

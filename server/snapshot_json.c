@@ -175,6 +175,12 @@ int srv_snapshot_write_warned(FILE *f, const kv_snapshot *s, const char *model, 
     kv_json_field_ints(&w, "swapped", s->swapped, (size_t)KV_MAX(s->n_swapped, 0));
     write_blocks(&w, s);
     write_steps(&w, s, since_step);
+    if (s->n_experts > 0) { /* a mixture of experts: the last step's tokens per expert, over layers */
+        kv_json_write_key(&w, "experts");
+        kv_json_write_begin_array(&w);
+        for (int i = 0; i < s->n_experts && i < KV_MOE_MAX_EXPERTS; i++) kv_json_write_uint(&w, s->expert_tokens[i]);
+        kv_json_write_end_array(&w);
+    }
     kv_json_write_end_object(&w);
     return kv_json_writer_finish(&w);
 }

@@ -198,6 +198,32 @@ static int class_ttft_line(const kv_snapshot *s, char *line, size_t cap) {
     return 1;
 }
 
+/* A mixture-of-experts model's routing in the last step: tokens routed
+ * (summed over layers), the busiest expert against the mean, how many
+ * experts got any, and a sparkline of tokens per expert (adjacent experts
+ * share a cell, showing their busiest, when there are more than fit).
+ * Returns 0 for a dense model or before the first step. */
+static int experts_line(const kv_view_state *v, const kv_snapshot *s, int width, char *line, size_t cap) {
+    const kv_step_record *last = s->n_steps ? &s->steps[s->n_steps - 1] : NULL;
+    if (!s->n_experts || !last || !last->n_experts) return 0;
+    const int E = s->n_experts;
+    const double mean = (double)last->expert_routed / E;
+    int k = snprintf(line, cap, "experts: %d routed, busiest %d (%.1fx mean), %d of %d used ", last->expert_routed,
+                     last->expert_max, mean > 0 ? last->expert_max / mean : 0.0, last->expert_active, E);
+    int room = width - k;
+    if (room < 4 || k < 0 || (size_t)k >= cap) return 1;
+    double cells[KV_MOE_MAX_EXPERTS];
+    int n = E < room ? E : room;
+    for (int c = 0; c < n; c++) {
+        cells[c] = 0;
+        for (int e = c * E / n; e < (c + 1) * E / n; e++)
+            if (s->expert_tokens[e] > cells[c]) cells[c] = s->expert_tokens[e];
+    }
+    kv_format_sparkline(line + k, cap - (size_t)k, cells, n, n, 0, last->expert_max > 0 ? last->expert_max : 1,
+                        v->utf8);
+    return 1;
+}
+
 void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     char extra[96] = "";
     if (s) {
@@ -235,6 +261,9 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         panel_textf(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), "sim %s: last step %s on device, out %s%s",
               s->sim_device[0] ? s->sim_device : "gpu", sd, rate, cost);
     }
+    char moe[1200]; /* a mixture of experts: the last step's tokens per expert */
+    if (y <= ih && experts_line(v, s, iw, moe, sizeof moe))
+        panel_text(w, y++, 1, iw, panel_pair(v, KV_PAIR_TITLE, A_NORMAL), moe, -1);
     /* Preemption chains (the KV cascade demo) and the dynamic batch size. */
     if (y <= ih && (m->preemptions > 0 || m->batch_cap > 0)) {
         char line[160];

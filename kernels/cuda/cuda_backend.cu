@@ -762,9 +762,11 @@ static const kv_backend_ops cuda_ops = {
     cu_kv_store,      cu_attention, cu_copy_block, cu_mem_info, cu_destroy,
     cu_status,        cu_reserve,  NULL, /* clock: host time */
     NULL,             /* charge: no modelled clock */
-    /* gelu_mul, scale, add_rows, rope_ext, attention_window: not on CUDA yet;
-     * kv_forward_new refuses a model that needs one, naming the op */
+    /* gelu_mul, scale, add_rows, rope_ext, attention_window, moe_route,
+     * scatter_add: not on CUDA yet; kv_forward_new refuses a model that
+     * needs one, naming the op */
     NULL,             NULL,        NULL,       NULL,          NULL,
+    NULL,             NULL,
 };
 
 extern "C" int kv_cuda_device_count(void) {

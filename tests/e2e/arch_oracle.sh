@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp as the oracle of every architecture kvtop runs: for each of
 # llama, llama with Llama 3's rope_freqs, qwen2, qwen3, gemma3 (local layers
-# with a window shorter than the prompts) and phi3, `kvtop mkmodel --arch`
+# with a window shorter than the prompts), phi3, qwen3moe (8 experts, top 2)
+# and Mixtral-style llama (4 experts, top 2), `kvtop mkmodel --arch`
 # writes a small random-weight file (untied, so greedy tokens depend on the
 # whole forward) in f32, q8_0 and q4_k; llama.cpp (tests/oracle/llama_ref.c
 # against libllama) and kvtop (build/tools/arch_ref: the forward pass, and
@@ -108,7 +109,8 @@ print("%d of %d steps identical, %d prompts ended at a near-tie (margin < %g)" %
 printf '1 50 60 70 80 90\n1 300 301 302 303 304 305 306 307 308 309 310 311 312 313 314 315 316 317 318 319\n1 7 8 9\n' \
   >"$tmp/prompts"
 specs=("llama" "llama --rope-freqs --rope-base 500000" "qwen2" "qwen3 --head-dim 64" \
-       "gemma3 --head-dim 64 --window 8 --layers 6" "phi3")
+       "gemma3 --head-dim 64 --window 8 --layers 6" "phi3" \
+       "qwen3moe --head-dim 64 --experts 8 --experts-used 2" "llama --experts 4 --experts-used 2")
 for spec in "${specs[@]}"; do
   for type in f32 q8_0 q4_k; do
     case $type in f32) bound=2e-3 tie=0.01 ;; q8_0) bound=3e-2 tie=0.15 ;; *) bound=5e-2 tie=0.25 ;; esac

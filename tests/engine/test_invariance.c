@@ -251,14 +251,15 @@ static void test_smollm2_greedy(void) {
 
 /* The same battery on a random-weight file of every other architecture
  * (mkmodel --arch; gemma3 with a 16-token window, so later positions of
- * the longer requests attend through it) and on Gemma 3 270M's real
+ * the longer requests attend through it; qwen3moe, whose experts then see
+ * rows from different sequences and positions in every batch shape) and on Gemma 3 270M's real
  * weights (`make models`). */
 static void test_architectures_greedy(void) {
     static const struct {
         const char *arch;
-        int head_dim, window, rope_freqs;
-    } archs[] = {{"qwen2", 0, 0, 0}, {"qwen3", 48, 0, 0}, {"gemma3", 48, 16, 0}, {"phi3", 0, 0, 0},
-                 {"llama", 0, 0, 1}};
+        int head_dim, window, rope_freqs, experts;
+    } archs[] = {{"qwen2", 0, 0, 0, 0}, {"qwen3", 48, 0, 0, 0}, {"gemma3", 48, 16, 0, 0}, {"phi3", 0, 0, 0, 0},
+                 {"llama", 0, 0, 1, 0}, {"qwen3moe", 32, 0, 0, 8}};
     const char *path = harness_tmp_path("invariance", "arch", ".gguf");
     for (size_t a = 0; a < KV_ARRAY_LEN(archs); a++) {
         kv_mkmodel_params p = test_tiny_model(128, 256);
@@ -266,6 +267,7 @@ static void test_architectures_greedy(void) {
         p.head_dim = archs[a].head_dim;
         p.n_swa = archs[a].window;
         p.rope_freqs = archs[a].rope_freqs;
+        p.n_experts = archs[a].experts; /* qwen3moe: 8 experts of ffn 256, top 2 */
         p.n_layers = 6;
         p.untied = 1;
         kv_err err;

@@ -1,7 +1,8 @@
 /* fuzz_model.c - libFuzzer target for the model loader on GGUF input: the
  * architecture table and each architecture's keys and tensors (arch.c:
  * sliding window and its pattern, RoPE scaling and rope_freqs, Q/K norms,
- * biases, fused QKV and gate/up views), on top of the common keys
+ * biases, fused QKV and gate/up views; arch_moe.c: expert counts and the
+ * per-expert views of the 3-D expert tensors), on top of the common keys
  * (model.c). Any input must be rejected with a message or load into a
  * model whose every bound tensor lies inside the input and whose shapes
  * are consistent; nothing may crash. The input goes through a file (the
@@ -45,7 +46,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int l = 0; l < hp->n_layers; l++) {
         const kv_layer *L = &m->layers[l];
         const kv_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) check_tensor(ws[i], m);
+        const size_t nw = hp->n_expert ? 4 : sizeof ws / sizeof ws[0]; /* MoE: no dense feed-forward */
+        for (size_t i = 0; i < nw; i++) check_tensor(ws[i], m);
+        if (hp->n_expert) {
+            if (hp->n_expert > KV_MOE_MAX_EXPERTS || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+                L->router.ne1 != hp->n_expert || L->router.ne0 != hp->dim)
+                __builtin_trap();
+            check_tensor(&L->router, m);
+            for (int e = 0; e < hp->n_expert; e++) {
+                if (L->exp_down[e].ne0 != hp->expert_ffn_dim || L->exp_gate[e].ne1 != hp->expert_ffn_dim)
+                    __builtin_trap();
+                check_tensor(&L->exp_gate[e], m);
+                check_tensor(&L->exp_up[e], m);
+                check_tensor(&L->exp_down[e], m);
+            }
+        }
         volatile float s = L->attn_norm[hp->dim - 1] + L->ffn_norm[hp->dim - 1];
         if (L->q_norm) s += L->q_norm[hp->head_dim - 1] + L->k_norm[hp->head_dim - 1];
         if (L->post_attn_norm) s += L->post_attn_norm[hp->dim - 1] + L->post_ffn_norm[hp->dim - 1];

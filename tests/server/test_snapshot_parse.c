@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../harness.h"
+#include "../../engine/mkmodel.h"
 #include "../../engine/snapshot_parse.h"
 #include "../../server/snapshot_json.h"
 
@@ -167,4 +168,44 @@ static void test_hostile(void) {
     kv_engine_free(e);
 }
 
-TEST_MAIN(T(test_round_trip), T(test_hostile))
+/* A mixture-of-experts engine's per-expert row goes through the JSON and
+ * back (the attach client's Sched line); a negative count is refused. */
+static void test_experts_round_trip(void) {
+    const char *path = harness_tmp_path("snapparse", "moe", ".gguf");
+    kv_mkmodel_params p = kv_mkmodel_default_params();
+    p.arch = "qwen3moe";
+    p.n_experts = 8;
+    p.n_experts_used = 2;
+    p.head_dim = 32;
+    kv_err err;
+    REQUIRE(kv_mkmodel_write(&p, path, &err) == 0);
+    kv_config c;
+    kv_config_default(&c);
+    kv_copy_str(c.model.path, sizeof c.model.path, path);
+    c.threads = 1;
+    kv_engine *e = kv_engine_new(&c, &err);
+    REQUIRE(e);
+    submit(e, 0, 4);
+    for (int i = 0; i < 3; i++) kv_engine_step(e);
+    kv_snapshot *s = kv_snapshot_new(), *r = kv_snapshot_new();
+    REQUIRE(s && r && kv_engine_snapshot(e, s) == 0);
+    CHECK(s->n_experts == 8);
+    size_t len = 0, len2 = 0;
+    char *text = to_json(s, "moe", -1, &len), *again = NULL;
+    REQUIRE(text);
+    CHECKF(kv_snapshot_parse(text, len, r, NULL, 0, &err) == 0, "%s", err.msg);
+    CHECK(r->n_experts == 8 && !memcmp(r->expert_tokens, s->expert_tokens, 8 * sizeof(uint32_t)));
+    REQUIRE((again = to_json(r, "moe", -1, &len2)));
+    CHECK(len == len2 && !memcmp(text, again, len));
+    char *bad = strstr(text, "\"experts\":[");
+    REQUIRE(bad);
+    memcpy(bad + 11, "-1", 2); /* the first count made negative (its digits overwritten) */
+    CHECK(kv_snapshot_parse(text, len, r, NULL, 0, &err) == KV_ERR_FORMAT && strstr(err.msg, "experts"));
+    FREE_ALL(text, again);
+    kv_snapshot_free(s);
+    kv_snapshot_free(r);
+    kv_engine_free(e);
+    unlink(path);
+}
+
+TEST_MAIN(T(test_round_trip), T(test_hostile), T(test_experts_round_trip))

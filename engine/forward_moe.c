@@ -1,0 +1,162 @@
+/* forward_moe.c - the mixture-of-experts feed-forward. Per layer: router
+ * logits (one matmul of ffn_gate_inp), the backend's moe_route (softmax,
+ * top-k, renormalisation), then on the host a counting sort of the
+ * (token, expert) pairs by expert, and per expert that got tokens: gather
+ * their normed rows (get_rows over the activations viewed as an f32
+ * matrix), gate and up matmuls of that expert's row views, SiLU-gate,
+ * down matmul, and the backend's scatter_add of the rows times their
+ * routing weights into the residual stream. An expert's weights are read
+ * once per layer for all the rows routed to it, whatever sequence they
+ * come from; an expert no token chose is not read at all. */
+#include "forward_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct kv_moe {
+    const kv_model *m;
+    kv_backend *b;
+    int max_tokens;
+    /* backend buffers */
+    float *logits;   /* (max_tokens, n_expert) router output */
+    int32_t *ids;    /* (max_tokens, k) chosen experts */
+    float *wts;      /* (max_tokens, k) their weights */
+    int32_t *rows;   /* (max_tokens * k) token rows, grouped by expert */
+    float *rw;       /* (max_tokens * k) the routing weight of each of rows */
+    float *xe;       /* (max_tokens, dim) gathered input rows of one expert */
+    float *gate;     /* (max_tokens, expert_ffn_dim) */
+    float *up;       /* (max_tokens, expert_ffn_dim) */
+    float *ye;       /* (max_tokens, dim) one expert's output rows */
+    /* host */
+    int32_t *h_ids;  /* (max_tokens * k) */
+    float *h_wts;    /* (max_tokens * k) */
+    int32_t *h_rows; /* (max_tokens * k) */
+    float *h_rw;     /* (max_tokens * k) */
+    int off[KV_MOE_MAX_EXPERTS + 1];
+    uint32_t counts[KV_MOE_MAX_EXPERTS]; /* tokens per expert since the last take */
+};
+
+void kv_moe_free(kv_moe *mo) {
+    if (!mo) return;
+    void *bufs[] = {mo->logits, mo->ids, mo->wts, mo->rows, mo->rw, mo->xe, mo->gate, mo->up, mo->ye};
+    for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++)
+        if (bufs[i]) mo->b->ops->free(mo->b, bufs[i]);
+    free(mo->h_ids);
+    free(mo->h_wts);
+    free(mo->h_rows);
+    free(mo->h_rw);
+    free(mo);
+}
+
+kv_moe *kv_moe_new(const kv_model *m, kv_backend *b, int max_tokens, uint64_t *bytes, kv_err *err) {
+    const kv_hparams *hp = &m->hp;
+    kv_moe *mo = calloc(1, sizeof *mo);
+    if (!mo) {
+        kv_err_set(err, KV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    mo->m = m;
+    mo->b = b;
+    mo->max_tokens = max_tokens;
+    const size_t T = (size_t)max_tokens, E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    const size_t sizes[] = {T * E * 4, T * K * 4, T * K * 4, T * K * 4, T * K * 4, T * hp->dim * 4,
+                            T * hp->expert_ffn_dim * 4, T * hp->expert_ffn_dim * 4, T * hp->dim * 4};
+    void **bufs[] = {(void **)&mo->logits, (void **)&mo->ids, (void **)&mo->wts, (void **)&mo->rows,
+                     (void **)&mo->rw, (void **)&mo->xe, (void **)&mo->gate, (void **)&mo->up, (void **)&mo->ye};
+    int ok = 1;
+    for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++) {
+        *bufs[i] = b->ops->alloc(b, sizes[i]);
+        *bytes += sizes[i];
+        ok = ok && *bufs[i];
+    }
+    mo->h_ids = malloc(T * K * sizeof(int32_t));
+    mo->h_wts = malloc(T * K * sizeof(float));
+    mo->h_rows = malloc(T * K * sizeof(int32_t));
+    mo->h_rw = malloc(T * K * sizeof(float));
+    if (!ok || !mo->h_ids || !mo->h_wts || !mo->h_rows || !mo->h_rw) {
+        kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate the expert buffers for %d tokens", max_tokens);
+        kv_moe_free(mo);
+        return NULL;
+    }
+    return mo;
+}
+
+const char *kv_moe_missing_op(const kv_backend *b) {
+    if (!b->ops->moe_route) return "moe_route";
+    if (!b->ops->scatter_add) return "scatter_add";
+    return NULL;
+}
+
+void kv_moe_limits(const kv_model *m, kv_backend_limits *lim) {
+    const kv_hparams *hp = &m->hp;
+    for (int l = 0; l < hp->n_layers && hp->n_expert; l++) {
+        const kv_layer *L = &m->layers[l];
+        /* every expert of a layer shares its tensor's type: expert 0 speaks for them */
+        const kv_tensor *ws[] = {&L->router, &L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
+        for (size_t i = 0; i < KV_ARRAY_LEN(ws); i++) {
+            lim->max_k = KV_MAX(lim->max_k, ws[i]->ne0);
+            lim->weight_types |= (uint64_t)1 << ((unsigned)ws[i]->type & 63);
+        }
+    }
+}
+
+/* Groups the n * k (token, expert) pairs of h_ids / h_wts by expert (a
+ * counting sort; tokens ascending within an expert) into h_rows / h_rw,
+ * with expert e's pairs at [off[e], off[e + 1]). */
+static void group_by_expert(kv_moe *mo, int n) {
+    const int E = mo->m->hp.n_expert, k = mo->m->hp.n_expert_used;
+    int *off = mo->off;
+    memset(off, 0, sizeof(int) * (size_t)(E + 1));
+    for (int i = 0; i < n * k; i++) off[mo->h_ids[i] + 1]++;
+    for (int e = 0; e < E; e++) {
+        mo->counts[e] += (uint32_t)off[e + 1];
+        off[e + 1] += off[e];
+    }
+    int fill[KV_MOE_MAX_EXPERTS];
+    memcpy(fill, off, sizeof(int) * (size_t)E);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            const int e = mo->h_ids[t * k + j], at = fill[e]++;
+            mo->h_rows[at] = t;
+            mo->h_rw[at] = mo->h_wts[t * k + j];
+        }
+}
+
+void kv_moe_ffn(kv_moe *mo, const kv_layer *L, const float *xb, float *x, int n) {
+    const kv_hparams *hp = &mo->m->hp;
+    kv_backend *b = mo->b;
+    const kv_backend_ops *o = b->ops;
+    const int E = hp->n_expert, k = hp->n_expert_used, dim = hp->dim, ff = hp->expert_ffn_dim;
+    const size_t pairs = (size_t)n * k;
+    o->matmul(b, &L->router, xb, mo->logits, n);
+    o->moe_route(b, mo->logits, n, E, k, hp->expert_norm, mo->ids, mo->wts);
+    o->download(b, mo->h_ids, mo->ids, pairs * sizeof(int32_t));
+    o->download(b, mo->h_wts, mo->wts, pairs * sizeof(float));
+    /* a failed op upstream leaves the ids unset: keep them in range so the
+     * grouping stays in bounds (the batch fails at its status check) */
+    for (size_t i = 0; i < pairs; i++)
+        if (mo->h_ids[i] < 0 || mo->h_ids[i] >= E) mo->h_ids[i] = 0;
+    group_by_expert(mo, n);
+    o->upload(b, mo->rows, mo->h_rows, pairs * sizeof(int32_t));
+    o->upload(b, mo->rw, mo->h_rw, pairs * sizeof(float));
+    const kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float),
+                          .data = xb, .dev = (void *)xb};
+    for (int e = 0; e < E; e++) {
+        const int r0 = mo->off[e], c = mo->off[e + 1] - r0;
+        if (c == 0) continue;
+        o->get_rows(b, &xs, mo->rows + r0, mo->xe, c);
+        o->matmul(b, &L->exp_gate[e], mo->xe, mo->gate, c);
+        o->matmul(b, &L->exp_up[e], mo->xe, mo->up, c);
+        o->silu_mul(b, mo->gate, mo->up, (int64_t)c * ff);
+        o->matmul(b, &L->exp_down[e], mo->gate, mo->ye, c);
+        o->scatter_add(b, x, mo->ye, mo->rows + r0, mo->rw + r0, c, dim);
+    }
+}
+
+int kv_moe_take_counts(kv_moe *mo, uint32_t *out, int cap) {
+    const int E = mo->m->hp.n_expert;
+    if (out)
+        for (int e = 0; e < E && e < cap; e++) out[e] = mo->counts[e];
+    memset(mo->counts, 0, sizeof mo->counts);
+    return E;
+}
