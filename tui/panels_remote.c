@@ -213,6 +213,7 @@ static void fleet(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
 
 kv_panel_fn kv_panel_remote_fn(const kv_view_state *v, kv_panel_id id) {
     if (v->n_fleet > 1 && id == KV_PANEL_LOG) return fleet; /* several engines: the fleet takes the log's place */
+    if (v->ptree && id == KV_PANEL_BLOCKS) return kv_panel_ptree; /* --kv-events: the tree its events rebuild */
     if (!v->remote_status || v->remote_status->kind == KV_SOURCE_KVTOP || v->remote_status->kind == KV_SOURCE_AUTO)
         return NULL;
     switch (id) {
