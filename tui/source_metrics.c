@@ -43,11 +43,14 @@ static const kind_names VLLM = {
      "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"},
     1000.0};
 
+/* Checked against sgl-project/sglang 00ae9c1 (python/sglang/srt/metrics/
+ * collector.py): the prefix hit rate from cached_tokens_total over
+ * prompt_tokens_total deltas (its cache_hit_rate gauge on the first scrape). */
 static const kind_names SGLANG = {
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_used_tokens",
     "sglang:max_total_num_tokens", "sglang:cache_hit_rate",
-    {"sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_retracted_requests_total", NULL,
-     NULL, NULL, NULL, NULL, NULL},
+    {"sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_retracted_requests_total",
+     "sglang:cached_tokens_total", "sglang:prompt_tokens_total", NULL, NULL, NULL, NULL},
     NULL, "sglang:spec_accept_rate", "sglang:spec_accept_length", NULL,
     {"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds|sglang:time_per_output_token_seconds",
      "sglang:e2e_request_latency_seconds", "sglang:queue_time_seconds"},
@@ -62,8 +65,14 @@ static const kind_names LLAMACPP = {
     {NULL, NULL, NULL, NULL},
     1000.0};
 
-/* NOTE: TGI's names are from its documentation as we know it; no TGI
- * server was at hand to check them against. */
+/* Checked against huggingface/text-generation-inference db931fc
+ * (router/src/server.rs, backends/v3/src/{backend,queue}.rs): gauges
+ * tgi_batch_current_size and tgi_queue_size; histograms (seconds, 35
+ * geometric buckets 0.0001 * 1.5^k, k = 1..35) tgi_request_duration, _queue_duration,
+ * _mean_time_per_token_duration; token totals from the _sum of the
+ * tgi_request_generated_tokens and tgi_request_input_length histograms.
+ * TGI exports no TTFT, KV usage or prefix-cache metric. No TGI server was
+ * run. */
 static const kind_names TGI = {
     "tgi_batch_current_size", "tgi_queue_size", NULL, NULL, NULL, NULL,
     {"tgi_request_generated_tokens_sum", "tgi_request_input_length_sum", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
