@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/vec.h"
 #include "../engine/json.h"
 #include "source_internal.h"
 
@@ -367,6 +368,51 @@ void kv_metrics_to_snapshot(const kv_remote_metrics *m, kv_snapshot *s) {
     o->spec_mean_accepted_len = m->spec_accept_len;
     o->elapsed_s = m->window_s;
     if (m->have & KV_RM_CACHE_CFG) s->block_size = m->block_size;
+    /* KV in use as block counts (no per-block map: blocks stays empty), so
+     * a recording keeps it: vLLM's usage fraction of its blocks, SGLang's
+     * token pool (one token a block, as its default page size) */
+    s->n_blocks = 0;
+    s->blocks_used = s->blocks_free = 0;
+    if ((m->have & KV_RM_KV_USAGE) && (m->have & KV_RM_CACHE_CFG) && m->num_blocks > 0) {
+        double u = m->kv_usage < 0 ? 0 : m->kv_usage > 1 ? 1 : m->kv_usage;
+        s->blocks_used = (int)lround(u * m->num_blocks);
+        s->blocks_free = m->num_blocks - s->blocks_used;
+    } else if ((m->have & KV_RM_KV_TOKENS) && m->kv_total_tokens > 0 && m->kv_total_tokens < 2e9) {
+        s->block_size = 1;
+        s->blocks_used = (int)KV_MIN(m->kv_used_tokens, m->kv_total_tokens);
+        s->blocks_free = (int)m->kv_total_tokens - s->blocks_used;
+    }
+}
+
+int kv_metrics_slots_to_snapshot(const kv_source_slot *slots, int n, kv_snapshot *s) {
+    int busy = 0;
+    for (int i = 0; i < n; i++) busy += slots[i].busy != 0;
+    s->n_requests = s->n_running = s->n_waiting = s->n_swapped = 0;
+    int64_t **qs[3] = {&s->running, &s->waiting, &s->swapped};
+    int cap = s->cap_queue;
+    for (int q = 0; q < 3; q++) {
+        cap = s->cap_queue;
+        if (kv_grow((void **)qs[q], &cap, busy, sizeof(int64_t))) return KV_ERR_NOMEM;
+    }
+    s->cap_queue = cap;
+    if (kv_grow((void **)&s->requests, &s->cap_requests, busy, sizeof *s->requests)) return KV_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        const kv_source_slot *q = &slots[i];
+        if (!q->busy) continue;
+        kv_snap_request *r = &s->requests[s->n_requests++];
+        memset(r, 0, sizeof *r);
+        r->id = q->task >= 0 ? q->task : q->id;
+        r->session = -1;
+        r->state = KV_REQ_RUNNING;
+        r->n_generated = q->n_decoded;
+        r->max_tokens = q->n_remaining >= 0 ? q->n_decoded + q->n_remaining : 0;
+        r->next_block = -1;
+        r->ttft_ms = r->e2e_ms = -1;
+        r->spec_k = q->speculative ? 1 : 0;
+        snprintf(r->wait_reason, sizeof r->wait_reason, "slot %d of %d ctx", q->id, q->n_ctx);
+        s->running[s->n_running++] = r->id;
+    }
+    return 0;
 }
 
 /* ---- the source thread's side (source_internal.h) ---- */
@@ -466,6 +512,8 @@ int source_metrics_poll(kv_source *s) {
     }
     if (rejected > 0) source_reject(s, (uint64_t)rejected, bad);
     kv_metrics_to_snapshot(&m, s->cur);
+    if (kv_metrics_slots_to_snapshot(slots, n_slots, s->cur)) source_reject(s, 0, "out of memory for the slot rows");
+    s->cur->step = s->st.frames + 1; /* a scrape counts as a step: F7 records each one */
     kv_copy_str(s->cur->model_name, sizeof s->cur->model_name, s->st.model);
     pthread_mutex_lock(&s->mu);
     s->st.m = m;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../engine/trace.h"
 #include "../harness.h"
 #include "../../tui/http_client.h"
 #include "../../tui/remote_chat.h"
@@ -224,6 +225,59 @@ static void test_tgi(void) {
     kv_metrics_adapter_free(a);
 }
 
+/* What F7 keeps of a metrics source: the KV cache in use as block counts
+ * and llama-server's busy slots as request rows, one frame per scrape,
+ * read back from the trace as written. */
+static void test_record_metrics(void) {
+    kv_remote_metrics m;
+    kv_metrics_adapter *a =
+        first_scrape("tests/fixtures/attach/vllm_metrics.txt", KV_SOURCE_VLLM, 12, 5, 0.625, NULL, &m);
+    REQUIRE(a);
+    kv_metrics_adapter_free(a);
+    kv_snapshot *s = kv_snapshot_new();
+    REQUIRE(s);
+    kv_metrics_to_snapshot(&m, s);
+    CHECK(s->blocks_used == 16875 && s->blocks_free == 10125 && s->n_blocks == 0 && s->block_size == 16);
+    size_t slen;
+    char *sl = slurp(harness_shared_path("fixtures/llama-server/slots.json"), &slen);
+    REQUIRE(sl);
+    kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
+    kv_err err;
+    int n = kv_metrics_parse_slots(sl, slen, slots, KV_SOURCE_MAX_SLOTS, &err);
+    free(sl);
+    REQUIRE(n == 16);
+    slots[3].busy = 0; /* an idle slot has no row */
+    CHECK(kv_metrics_slots_to_snapshot(slots, n, s) == 0);
+    CHECK(s->n_requests == 15 && s->n_running == 15 && s->requests[0].id == 88 && s->running[0] == 88);
+    CHECK(s->requests[0].state == KV_REQ_RUNNING && s->requests[0].n_generated == slots[0].n_decoded &&
+          s->requests[0].max_tokens == slots[0].n_decoded + 64);
+    char path[] = "/tmp/kvtop-test-rec-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    s->step = 1;
+    CHECK(kv_trace_writer_add(w, s) == 1);
+    s->step = 2;
+    s->blocks_used = 17000;
+    s->blocks_free = 10000;
+    CHECK(kv_trace_writer_add(w, s) == 1);
+    CHECK(kv_trace_writer_close(w) == 0);
+    kv_trace *t = kv_trace_load(path, &err);
+    CHECKF(t != NULL, "%s", err.msg);
+    if (t) {
+        CHECK(kv_trace_n_frames(t) == 2);
+        const kv_snapshot *f0 = kv_trace_frame(t, 0);
+        CHECK(f0 && f0->blocks_used == 16875 && f0->n_requests == 15 && f0->requests[14].id == s->requests[14].id);
+        const kv_snapshot *f1 = kv_trace_frame(t, 1);
+        CHECK(f1 && f1->blocks_used == 17000 && f1->n_running == 15);
+        kv_trace_free(t);
+    }
+    unlink(path);
+    kv_snapshot_free(s);
+}
+
 static void test_garbage_lines(void) {
     const char *t = "vllm:num_requests_running{engine=\"0\"} 3\nnonsense here\nvllm:num_requests_waiting 1\n{{{\n";
     kv_metrics_adapter *a = kv_metrics_adapter_new(KV_SOURCE_VLLM, 60);
@@ -328,5 +382,5 @@ static void test_reasons_and_urls(void) {
     kv_source_free(s); /* never started: frees without a thread */
 }
 
-TEST_MAIN(T(test_llama_server), T(test_vllm), T(test_sglang), T(test_tgi), T(test_garbage_lines), T(test_sse), T(test_chat_chunks),
+TEST_MAIN(T(test_llama_server), T(test_vllm), T(test_sglang), T(test_tgi), T(test_record_metrics), T(test_garbage_lines), T(test_sse), T(test_chat_chunks),
           T(test_reasons_and_urls))
