@@ -21,6 +21,15 @@ LDLIBS_ENGINE = -lm -lpthread
 LDLIBS_YAML = -lyaml
 LDLIBS_TUI = -lncursesw -lreadline -lcurl
 LDLIBS_HTTP = -lmicrohttpd
+# kvtop attach --kv-events subscribes to vLLM's KV-event publisher through
+# libzmq when pkg-config finds it (make setup installs libzmq3-dev); without
+# it the build goes on and the option says it is missing.
+HAVE_ZMQ := $(shell pkg-config --exists libzmq 2>/dev/null && echo 1)
+ifeq ($(HAVE_ZMQ),1)
+LDLIBS_TUI += -lzmq
+else
+$(info note: libzmq not found (apt-get install libzmq3-dev): building kvtop attach without --kv-events)
+endif
 PYTHON ?= python3
 
 # One library per layer, bottom up; a layer links only what is below it
@@ -96,6 +105,9 @@ $(KVTOP_BIN): $(BUILD)/cli/main.o $(LIB_CLI) $(LIB_TUI) $(LIB_SERVER) $(LINK_PRO
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+ifeq ($(HAVE_ZMQ),1)
+$(BUILD)/tui/kv_events_sub.o: ALL_CFLAGS += -DKV_HAVE_ZMQ=1
+endif
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -204,7 +216,7 @@ fuzz: fuzz-build
 setup:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev curl tmux python3 python3-pip unzip >/dev/null
+	  build-essential clang libclang-rt-14-dev libncurses-dev libreadline-dev libyaml-dev libmicrohttpd-dev libcurl4-openssl-dev libzmq3-dev curl tmux python3 python3-pip unzip >/dev/null
 
 # gguf-py (llama.cpp's Python GGUF library) for tests/e2e/gguf_interop.sh,
 # and the official openai client and prometheus_client's parser for the
@@ -213,11 +225,20 @@ setup:
 # holds the list, so a changed list installs again.
 PYDEPS := gguf==0.19.0 numpy openai==3.57.0 prometheus_client==0.26.0
 PYDEPS_DIR := build/pydeps
+# pyzmq and msgpack drive tests/e2e/kv_events.sh (a publisher of vLLM's KV
+# events); a folder of their own, so a change to either list reinstalls
+# only that list.
+PYDEPS_KV := pyzmq==27.3.0 msgpack==1.2.4
+PYDEPS_KV_DIR := build/pydeps_kv
 pydeps:
 	@[ "$$(cat $(PYDEPS_DIR)/.done 2>/dev/null)" = "$(PYDEPS)" ] || { mkdir -p $(PYDEPS_DIR) && \
 	  { $(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(PYDEPS_DIR) $(PYDEPS) 2>/dev/null || \
 	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages --target $(PYDEPS_DIR) $(PYDEPS); } && \
 	  echo "$(PYDEPS)" > $(PYDEPS_DIR)/.done; } || echo "warning: could not install $(PYDEPS); the tests that need them will skip"
+	@[ "$$(cat $(PYDEPS_KV_DIR)/.done 2>/dev/null)" = "$(PYDEPS_KV)" ] || { mkdir -p $(PYDEPS_KV_DIR) && \
+	  { $(PYTHON) -m pip install --quiet --disable-pip-version-check --target $(PYDEPS_KV_DIR) $(PYDEPS_KV) 2>/dev/null || \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --break-system-packages --target $(PYDEPS_KV_DIR) $(PYDEPS_KV); } && \
+	  echo "$(PYDEPS_KV)" > $(PYDEPS_KV_DIR)/.done; } || echo "warning: could not install $(PYDEPS_KV); the KV-event test will skip"
 
 SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53

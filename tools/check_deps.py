@@ -10,7 +10,7 @@ entry header (tui/tui.h, server/server.h), which includes no library header.
 Two kinds of proof:
   includes  every `#include "..."` of every source file, resolved against the
             file's folder, lands in an allowed layer; system headers of the
-            front-end libraries (curses, readline, yaml, libmicrohttpd) and
+            front-end libraries (curses, readline, yaml, libmicrohttpd, libcurl, libzmq) and
             the CUDA runtime appear only where allowed.
   links     (with --build) every layer's library, linked whole
             (--whole-archive) with only the system libraries that layer may
@@ -55,6 +55,7 @@ SYSTEM = [
     (re.compile(r"^yaml\.h"), "libyaml", {"profiles"}),
     (re.compile(r"^microhttpd\.h"), "libmicrohttpd", {"server"}),
     (re.compile(r"^curl/"), "libcurl", {"tui"}),
+    (re.compile(r"^zmq\.h"), "libzmq", {"tui"}),
     (re.compile(r"^(cuda|cublas|curand|nvrtc)"), "the CUDA runtime", {"kernels/cuda"}),
 ]
 # System libraries each layer's whole library may need at link time.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "http_client.h"
+#include "kv_events_sub.h"
 #include "remote_chat.h"
 #include "source.h"
 #include "tui.h"
@@ -47,7 +48,54 @@ typedef struct attach_state {
     int64_t next_req;
     uint64_t rec_step;        /* last step added to a recording */
     int rec_have;
+    /* --kv-events: the i-th subscriber goes with the i-th URL (NULL none) */
+    kv_kvsub *kvs[ATTACH_MAX_SOURCES];
+    kv_ptree_view *ptv[ATTACH_MAX_SOURCES];
+    kv_kvsub_status kst[ATTACH_MAX_SOURCES];
+    uint64_t kseq[ATTACH_MAX_SOURCES];
 } attach_state;
+
+/* What the command line asked for. */
+typedef struct attach_args {
+    const char *urls[ATTACH_MAX_SOURCES];
+    int n_urls;
+    const char *kv_events[ATTACH_MAX_SOURCES], *kv_replay[ATTACH_MAX_SOURCES];
+    int n_kv_events, n_kv_replay;
+    const char *key;
+    kv_source_kind kind;
+    long interval, frames;
+} attach_args;
+
+/* The KV-event subscribers the arguments name, started. 0, or 2 (bad
+ * usage, said on stderr). */
+static int kv_events_open(attach_state *t, const attach_args *g) {
+    if (g->n_kv_replay > g->n_kv_events || g->n_kv_events > g->n_urls) {
+        fprintf(stderr, "kvtop attach: each --kv-events goes with a URL (in order), each --kv-replay with a --kv-events\n");
+        return 2;
+    }
+    for (int i = 0; i < g->n_kv_events; i++) {
+        kv_err err;
+        t->kvs[i] = kv_kvsub_new(g->kv_events[i], i < g->n_kv_replay ? g->kv_replay[i] : NULL, 1u << 17, &err);
+        t->ptv[i] = t->kvs[i] ? calloc(1, sizeof *t->ptv[i]) : NULL;
+        if (!t->kvs[i] || !t->ptv[i] || kv_kvsub_start(t->kvs[i])) {
+            fprintf(stderr, "kvtop attach: --kv-events %s: %s\n", g->kv_events[i],
+                    !t->kvs[i] ? err.msg : t->ptv[i] ? "cannot subscribe" : "out of memory");
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The selected source's prefix tree into the view, when it has one. */
+static void kv_events_frame(app *a, attach_state *t) {
+    int i = t->sel;
+    a->v.ptree = NULL;
+    a->v.ptree_status = NULL;
+    if (!t->kvs[i]) return;
+    kv_kvsub_take(t->kvs[i], t->ptv[i], &t->kseq[i], &t->kst[i]);
+    a->v.ptree = t->ptv[i];
+    a->v.ptree_status = &t->kst[i];
+}
 
 static attach_state S;
 
@@ -217,6 +265,7 @@ static void attach_frame(app *a) {
     a->v.fleet = t->n_src > 1 ? t->st : NULL;
     a->v.n_fleet = t->n_src;
     a->v.fleet_sel = t->sel;
+    kv_events_frame(a, t);
     if (!a->v.status[0] && st->error[0] && !st->up) app_status(a, 1, "%s", st->error);
     if (!a->v.status[0] && st->control_msg[0] && strstr(st->control_msg, "fail")) app_status(a, 1, "%s", st->control_msg);
     chat_poll_events(a);
@@ -245,19 +294,22 @@ static void attach_key(app *a, kv_key k) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvtop attach URL [URL ...] [--api-key KEY] [--kind auto|kvtop|vllm|sglang|llamacpp|tgi]\n"
-            "                    [--interval MS] [--frames N]\n"
+            "                    [--interval MS] [--frames N] [--kv-events tcp://HOST:PORT [--kv-replay tcp://HOST:PORT]]\n"
             "  shows a running server in the TUI's panels: a kvtop server (every panel, F2/F3/F4 drive it)\n"
             "  or the metrics a vLLM, SGLang, llama.cpp or TGI server exports (what it does not export is N/A).\n"
             "  Tabs chat through its /v1/chat/completions. Several URLs: [ and ] (panels focus) switch.\n"
             "  --api-key KEY  sent as a bearer token to these URLs only (also $KVTOP_API_KEY)\n"
             "  --kind K       skip detection\n"
             "  --interval MS  snapshot / scrape interval (default: 100 for a kvtop stream, 1000 for /metrics)\n"
-            "  --frames N     exit after N frames (tests)\n");
+            "  --frames N     exit after N frames (tests)\n"
+            "  --kv-events EP subscribe to vLLM's KV-event publisher (--kv-events-config endpoint) and draw the\n"
+            "                 prefix tree its events rebuild in the block panel; one per URL, in order%s\n"
+            "  --kv-replay EP its replay socket (replay_endpoint): ask for missed batches at start and after a gap\n",
+            kv_kvsub_available() ? "" : " (this build has no libzmq: unavailable)");
 }
 
-/* Parses the command line into urls; 0, 1 (help shown) or 2 (bad usage). */
-static int parse_args(int argc, char **argv, const char **urls, int *n_urls, const char **key, kv_source_kind *kind,
-                      long *interval, long *frames) {
+/* Parses the command line into g; 0, 1 (help shown) or 2 (bad usage). */
+static int parse_args(int argc, char **argv, attach_args *g) {
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int has = i + 1 < argc;
@@ -266,13 +318,22 @@ static int parse_args(int argc, char **argv, const char **urls, int *n_urls, con
             usage(stdout);
             return 1;
         } else if (!strcmp(s, "--api-key") && has) {
-            *key = argv[++i];
+            g->key = argv[++i];
         } else if (!strcmp(s, "--kind") && has) {
-            if (kv_source_kind_parse(argv[++i], kind)) {
+            if (kv_source_kind_parse(argv[++i], &g->kind)) {
                 fprintf(stderr, "kvtop attach: --kind must be auto, kvtop, vllm, sglang, llamacpp or tgi, got '%s'\n",
                         argv[i]);
                 return 2;
             }
+        } else if ((!strcmp(s, "--kv-events") || !strcmp(s, "--kv-replay")) && has) {
+            int ev = s[5] == 'e';
+            kv_err err;
+            if ((ev ? g->n_kv_events : g->n_kv_replay) >= ATTACH_MAX_SOURCES || kv_kvsub_check_endpoint(argv[++i], &err)) {
+                fprintf(stderr, "kvtop attach: %s: %s\n", s, (ev ? g->n_kv_events : g->n_kv_replay) >= ATTACH_MAX_SOURCES ? "too many" : err.msg);
+                return 2;
+            }
+            if (ev) g->kv_events[g->n_kv_events++] = argv[i];
+            else g->kv_replay[g->n_kv_replay++] = argv[i];
         } else if ((!strcmp(s, "--interval") || !strcmp(s, "--frames")) && has) {
             long v = strtol(argv[++i], &end, 10);
             long lo = s[2] == 'i' ? 20 : 1, hi = s[2] == 'i' ? 60000 : 100000000;
@@ -280,18 +341,18 @@ static int parse_args(int argc, char **argv, const char **urls, int *n_urls, con
                 fprintf(stderr, "kvtop attach: %s needs a number in [%ld, %ld], got '%s'\n", s, lo, hi, argv[i]);
                 return 2;
             }
-            *(s[2] == 'i' ? interval : frames) = v;
+            *(s[2] == 'i' ? &g->interval : &g->frames) = v;
         } else if (s[0] == '-') {
             fprintf(stderr, "kvtop attach: unknown option or missing value '%s' (see --help)\n", s);
             return 2;
-        } else if (*n_urls >= ATTACH_MAX_SOURCES) {
+        } else if (g->n_urls >= ATTACH_MAX_SOURCES) {
             fprintf(stderr, "kvtop attach: at most %d URLs\n", ATTACH_MAX_SOURCES);
             return 2;
         } else {
-            urls[(*n_urls)++] = s;
+            g->urls[g->n_urls++] = s;
         }
     }
-    if (*n_urls == 0) {
+    if (g->n_urls == 0) {
         fprintf(stderr, "kvtop attach: which server? (kvtop attach http://HOST:PORT)\n");
         return 2;
     }
@@ -318,21 +379,36 @@ static void report(const attach_state *t, double wall_s) {
             wall_s > 0 ? 100 * cpu / wall_s : 0);
 }
 
+static void attach_free_sources(attach_state *t) {
+    for (int i = 0; i < t->n_src; i++) kv_source_free(t->src[i]);
+    t->n_src = 0;
+    for (int i = 0; i < ATTACH_MAX_SOURCES; i++) {
+        kv_kvsub_free(t->kvs[i]);
+        free(t->ptv[i]);
+        t->kvs[i] = NULL;
+        t->ptv[i] = NULL;
+    }
+}
+
 static void attach_free(app *a) {
     attach_state *t = a->att;
     if (a->rec) record_stop(a);
     for (int i = 0; i < t->n_chats; i++) kv_remote_chat_free(t->chats[i].c);
-    for (int i = 0; i < t->n_src; i++) kv_source_free(t->src[i]);
+    attach_free_sources(t);
     app_free_views(a);
 }
 
 int cmd_attach(int argc, char **argv) {
-    const char *urls[ATTACH_MAX_SOURCES], *key = getenv("KVTOP_API_KEY");
-    int n_urls = 0;
-    kv_source_kind kind = KV_SOURCE_AUTO;
-    long interval = 0, frames = 0;
-    int prc = parse_args(argc, argv, urls, &n_urls, &key, &kind, &interval, &frames);
+    attach_args g;
+    memset(&g, 0, sizeof g);
+    g.key = getenv("KVTOP_API_KEY");
+    g.kind = KV_SOURCE_AUTO;
+    int prc = parse_args(argc, argv, &g);
     if (prc) return prc == 1 ? 0 : 2;
+    const char **urls = g.urls, *key = g.key;
+    int n_urls = g.n_urls;
+    kv_source_kind kind = g.kind;
+    long interval = g.interval, frames = g.frames;
     static app A;
     app *a = &A;
     memset(a, 0, sizeof *a);
@@ -350,9 +426,13 @@ int cmd_attach(int argc, char **argv) {
         }
         S.n_src++;
     }
+    if (kv_events_open(&S, &g)) {
+        attach_free_sources(&S);
+        return 2;
+    }
     if (kv_http_global_init()) {
         fprintf(stderr, "kvtop attach: libcurl did not start\n");
-        for (int k = 0; k < S.n_src; k++) kv_source_free(S.src[k]);
+        attach_free_sources(&S);
         return 1;
     }
     a->max_frames = (uint64_t)frames;

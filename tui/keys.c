@@ -160,6 +160,7 @@ const kv_key_help *kv_keys_help(void) {
         {"F7  M-k [k]", "record a trace / stop (kvtop replay FILE)"},
         {"F8  [t]", "colors on / off (8 colors or monochrome)"},
         {"F9", "block map: each block's fill (blank ▁▃▅█) / its owner's glyph"},
+        {"[ ] (panel keys)", "kvtop attach on several URLs: previous / next engine in the panels"},
         {"M-1..9 [1..9]", "switch tab; M-Left/Right [Left/Right] prev/next"},
         {"M-n M-w M-r", "new, close, rename tab ([n] [w] [r])"},
         {"PgUp/PgDn wheel", "scroll the transcript; [Up/Down/PgUp/PgDn] step log"},

@@ -91,6 +91,8 @@ typedef struct kv_view_state {
     const struct kv_source_status *fleet; /* kvtop attach on several URLs: (n_fleet) every source, borrowed */
     int n_fleet, fleet_sel;     /* rows, and the one the panels show */
     int remote_metrics;         /* bool: the shown source is a metrics adapter (no steps, no block map) */
+    const struct kv_ptree_view *ptree; /* kvtop attach --kv-events: the shown source's prefix tree, NULL none */
+    const struct kv_kvsub_status *ptree_status;
 } kv_view_state;
 
 /* Attribute of a session tag's color (A_NORMAL when colors are off). */

@@ -23,6 +23,18 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     int ih, iw;
     panel_inner(w, &ih, &iw);
     if (ih <= 0 || iw <= 0) return;
+    if (s && (!s->blocks || s->n_blocks <= 0) && s->blocks_used + s->blocks_free > 0) {
+        /* a recording of a metrics source: counts, no per-block state */
+        int total = s->blocks_used + s->blocks_free;
+        char bar[256];
+        kv_format_bar(bar, sizeof bar, KV_MAX(iw - 24, 4), (double)s->blocks_used / total, v->utf8);
+        panel_textf(w, 1, 1, iw, A_NORMAL, "KV used %5.1f%% %s", 100.0 * s->blocks_used / total, bar);
+        if (ih >= 2)
+            panel_textf(w, 2, 1, iw, A_NORMAL, "used %d  free %d %s", s->blocks_used, s->blocks_free,
+                        s->block_size == 1 ? "tokens" : "blocks");
+        if (ih >= 3) panel_text(w, 3, 1, iw, A_DIM, "the server exported no per-block state", -1);
+        return;
+    }
     if (!s || !s->blocks || s->n_blocks <= 0) {
         const char *m = v->phase == KV_PHASE_LOADING ? v->load_msg : panel_na_or(s, "no blocks");
         panel_text(w, 1, 1, iw, A_DIM, m, -1);

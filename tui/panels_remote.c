@@ -211,8 +211,35 @@ static void fleet(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     (void)s;
 }
 
+static kv_panel_fn log_fn(const kv_view_state *v) {
+    if (!v->remote_status || v->remote_status->kind == KV_SOURCE_KVTOP || v->remote_status->kind == KV_SOURCE_AUTO)
+        return kv_panel_log;
+    return remote_log;
+}
+
+/* Several engines: the fleet on top of the log's window, the selected
+ * engine's step log under it when there is room for both. */
+static void fleet_and_log(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
+    int h = getmaxy(w), wd = getmaxx(w);
+    int fh = v->n_fleet + 3; /* borders and the header row */
+    if (h - fh < 5) {
+        fleet(w, v, s);
+        return;
+    }
+    WINDOW *top = derwin(w, fh, wd, 0, 0), *bottom = derwin(w, h - fh, wd, fh, 0);
+    if (top && bottom) {
+        fleet(top, v, s);
+        log_fn(v)(bottom, v, s);
+    } else {
+        fleet(w, v, s);
+    }
+    if (top) delwin(top);
+    if (bottom) delwin(bottom);
+}
+
 kv_panel_fn kv_panel_remote_fn(const kv_view_state *v, kv_panel_id id) {
-    if (v->n_fleet > 1 && id == KV_PANEL_LOG) return fleet; /* several engines: the fleet takes the log's place */
+    if (v->n_fleet > 1 && id == KV_PANEL_LOG) return fleet_and_log; /* several engines: the fleet over the log */
+    if (v->ptree && id == KV_PANEL_BLOCKS) return kv_panel_ptree; /* --kv-events: the tree its events rebuild */
     if (!v->remote_status || v->remote_status->kind == KV_SOURCE_KVTOP || v->remote_status->kind == KV_SOURCE_AUTO)
         return NULL;
     switch (id) {

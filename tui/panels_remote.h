@@ -10,5 +10,7 @@
  * or NULL when the ordinary panel draws it (no remote, a kvtop source, or
  * a panel that works from the snapshot and the tabs alike). */
 kv_panel_fn kv_panel_remote_fn(const kv_view_state *v, kv_panel_id id);
+/* The block panel drawn from v->ptree (panels_ptree.c). */
+void kv_panel_ptree(WINDOW *w, const kv_view_state *v, const kv_snapshot *s);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/vec.h"
 #include "../engine/json.h"
 #include "source_internal.h"
 
@@ -43,11 +44,14 @@ static const kind_names VLLM = {
      "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"},
     1000.0};
 
+/* Checked against sgl-project/sglang 00ae9c1 (python/sglang/srt/metrics/
+ * collector.py): the prefix hit rate from cached_tokens_total over
+ * prompt_tokens_total deltas (its cache_hit_rate gauge on the first scrape). */
 static const kind_names SGLANG = {
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:num_used_tokens",
     "sglang:max_total_num_tokens", "sglang:cache_hit_rate",
-    {"sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_retracted_requests_total", NULL,
-     NULL, NULL, NULL, NULL, NULL},
+    {"sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_retracted_requests_total",
+     "sglang:cached_tokens_total", "sglang:prompt_tokens_total", NULL, NULL, NULL, NULL},
     NULL, "sglang:spec_accept_rate", "sglang:spec_accept_length", NULL,
     {"sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds|sglang:time_per_output_token_seconds",
      "sglang:e2e_request_latency_seconds", "sglang:queue_time_seconds"},
@@ -62,8 +66,14 @@ static const kind_names LLAMACPP = {
     {NULL, NULL, NULL, NULL},
     1000.0};
 
-/* NOTE: TGI's names are from its documentation as we know it; no TGI
- * server was at hand to check them against. */
+/* Checked against huggingface/text-generation-inference db931fc
+ * (router/src/server.rs, backends/v3/src/{backend,queue}.rs): gauges
+ * tgi_batch_current_size and tgi_queue_size; histograms (seconds, 35
+ * geometric buckets 0.0001 * 1.5^k, k = 1..35) tgi_request_duration, _queue_duration,
+ * _mean_time_per_token_duration; token totals from the _sum of the
+ * tgi_request_generated_tokens and tgi_request_input_length histograms.
+ * TGI exports no TTFT, KV usage or prefix-cache metric. No TGI server was
+ * run. */
 static const kind_names TGI = {
     "tgi_batch_current_size", "tgi_queue_size", NULL, NULL, NULL, NULL,
     {"tgi_request_generated_tokens_sum", "tgi_request_input_length_sum", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
@@ -358,6 +368,51 @@ void kv_metrics_to_snapshot(const kv_remote_metrics *m, kv_snapshot *s) {
     o->spec_mean_accepted_len = m->spec_accept_len;
     o->elapsed_s = m->window_s;
     if (m->have & KV_RM_CACHE_CFG) s->block_size = m->block_size;
+    /* KV in use as block counts (no per-block map: blocks stays empty), so
+     * a recording keeps it: vLLM's usage fraction of its blocks, SGLang's
+     * token pool (one token a block, as its default page size) */
+    s->n_blocks = 0;
+    s->blocks_used = s->blocks_free = 0;
+    if ((m->have & KV_RM_KV_USAGE) && (m->have & KV_RM_CACHE_CFG) && m->num_blocks > 0) {
+        double u = m->kv_usage < 0 ? 0 : m->kv_usage > 1 ? 1 : m->kv_usage;
+        s->blocks_used = (int)lround(u * m->num_blocks);
+        s->blocks_free = m->num_blocks - s->blocks_used;
+    } else if ((m->have & KV_RM_KV_TOKENS) && m->kv_total_tokens > 0 && m->kv_total_tokens < 2e9) {
+        s->block_size = 1;
+        s->blocks_used = (int)KV_MIN(m->kv_used_tokens, m->kv_total_tokens);
+        s->blocks_free = (int)m->kv_total_tokens - s->blocks_used;
+    }
+}
+
+int kv_metrics_slots_to_snapshot(const kv_source_slot *slots, int n, kv_snapshot *s) {
+    int busy = 0;
+    for (int i = 0; i < n; i++) busy += slots[i].busy != 0;
+    s->n_requests = s->n_running = s->n_waiting = s->n_swapped = 0;
+    int64_t **qs[3] = {&s->running, &s->waiting, &s->swapped};
+    int cap = s->cap_queue;
+    for (int q = 0; q < 3; q++) {
+        cap = s->cap_queue;
+        if (kv_grow((void **)qs[q], &cap, busy, sizeof(int64_t))) return KV_ERR_NOMEM;
+    }
+    s->cap_queue = cap;
+    if (kv_grow((void **)&s->requests, &s->cap_requests, busy, sizeof *s->requests)) return KV_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        const kv_source_slot *q = &slots[i];
+        if (!q->busy) continue;
+        kv_snap_request *r = &s->requests[s->n_requests++];
+        memset(r, 0, sizeof *r);
+        r->id = q->task >= 0 ? q->task : q->id;
+        r->session = -1;
+        r->state = KV_REQ_RUNNING;
+        r->n_generated = q->n_decoded;
+        r->max_tokens = q->n_remaining >= 0 ? q->n_decoded + q->n_remaining : 0;
+        r->next_block = -1;
+        r->ttft_ms = r->e2e_ms = -1;
+        r->spec_k = q->speculative ? 1 : 0;
+        snprintf(r->wait_reason, sizeof r->wait_reason, "slot %d of %d ctx", q->id, q->n_ctx);
+        s->running[s->n_running++] = r->id;
+    }
+    return 0;
 }
 
 /* ---- the source thread's side (source_internal.h) ---- */
@@ -457,6 +512,8 @@ int source_metrics_poll(kv_source *s) {
     }
     if (rejected > 0) source_reject(s, (uint64_t)rejected, bad);
     kv_metrics_to_snapshot(&m, s->cur);
+    if (kv_metrics_slots_to_snapshot(slots, n_slots, s->cur)) source_reject(s, 0, "out of memory for the slot rows");
+    s->cur->step = s->st.frames + 1; /* a scrape counts as a step: F7 records each one */
     kv_copy_str(s->cur->model_name, sizeof s->cur->model_name, s->st.model);
     pthread_mutex_lock(&s->mu);
     s->st.m = m;

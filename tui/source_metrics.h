@@ -44,9 +44,16 @@ int kv_metrics_parse_slots(const char *text, size_t len, kv_source_slot *out /* 
 double kv_metrics_slots_rate(const kv_source_slot *prev, int n_prev, const kv_source_slot *cur, int n_cur, double dt_s);
 
 /* Copies what maps onto the engine snapshot: the latency stats (ms) of
- * metrics, the token rates, the prefix hit rate, preemptions and speculative
- * acceptance. Nothing it does not know is touched (the block map stays
- * empty: no adapter knows physical blocks). */
+ * metrics, the token rates, the prefix hit rate, preemptions, speculative
+ * acceptance, and the KV cache in use as blocks_used / blocks_free (vLLM:
+ * its usage fraction of cache_config_info's blocks; SGLang: tokens, with
+ * block_size 1). The block map stays empty (n_blocks 0): no adapter knows
+ * physical blocks. */
 void kv_metrics_to_snapshot(const kv_remote_metrics *m, kv_snapshot *s /* IN/OUT */);
+/* llama-server's busy slots into s as request rows (id: the slot's task,
+ * tokens decoded, the limit where the slot says) and the running queue, so
+ * a recording (F7) and its replay show them. 0 or KV_ERR_NOMEM (s then has
+ * no rows). */
+int kv_metrics_slots_to_snapshot(const kv_source_slot *slots, int n, kv_snapshot *s /* IN/OUT */);
 
 #endif

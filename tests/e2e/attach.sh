@@ -10,7 +10,8 @@
 #  - on a hostile server (tests/fixtures/attach/hostile_server.py): garbage
 #    frames and chunks rejected with a count, the valid ones shown; malformed
 #    metric lines counted; a server that goes silent marked stale; one that
-#    redirects never gets the key carried to where it points;
+#    redirects never gets the key carried to where it points; two URLs
+#    show the fleet over the shown engine's step log, ] switches;
 #  - on a real llama.cpp llama-server (KVTOP_LLAMA_SERVER, or a build cached
 #    at build/peers/llama-server) on SmolLM2: kind detected, slot rows fill
 #    while two tabs chat. Skipped, with a note, when there is none.
@@ -97,6 +98,17 @@ s1=$(snap | jget 'd["step"]')
 check "F3 steps the remote engine once (step $s0 -> $s1)" '[[ -n $s0 && $s1 == $((s0 + 1)) ]]'
 check "the screen shows the remote's step" "wait_for a 'step $s1' 3" "$(cap a)"
 check "tab 2's blocks show in the remote's block map" "wait_for a 'used [1-9]' 5" "$(cap a)"
+# block fill travels in the stream: the gauge under the map equals the
+# server's own snapshot (paused, so it holds still), and F9 marks each block
+want_fill=$(snap | python3 -c '
+import json, sys
+d = json.load(sys.stdin); bs = d["config"]["block_size"]; b = d["blocks"]
+used = [i for i, s in enumerate(b["state"]) if s == "used"]
+print("%d/%d" % (sum(min(b["fill"][i], bs) for i in used), bs * len(used)))')
+check "the fill gauge equals the server's blocks ($want_fill)" "wait_for a '\\($want_fill( slots)?\\)' 5" "$(cap a)"
+tm send-keys -t a F9
+check "F9 marks each remote block by its fill" "wait_for a 'fill: blank empty' 3" "$(cap a)"
+tm send-keys -t a F9
 tm send-keys -t a F2
 sleep 1
 p=$(snap | jget 'd["paused"]')
@@ -155,6 +167,16 @@ check "malformed metric lines are counted, the good ones shown (kind vllm detect
 check "a value the server does not send is N/A with the reason" "cap m | grep -q 'N/A: vLLM exports no per-block state'" "$(cap m)"
 tm send-keys -t m C-c
 wait_for m 'EXITED rc=0' 5 >/dev/null
+HM=$HB
+hostile kvtop
+attach f "$HB" "$HM"
+check "several URLs: the fleet and the shown engine's step log both stay on screen" \
+  "wait_for f 'Fleet .*2 engines' 10 && wait_for f 'Step log' 3 && wait_for f 'hostile-ok' 5" "$(cap f)"
+tm send-keys -t f Tab "]"
+check "] (a panel key) shows the next engine and the fleet marks it" \
+  "wait_for f 'showing http://127.0.0.1' 3 && wait_for f '> 127.0.0.1:[0-9]+ +vllm' 5 && wait_for f 'Step log' 3" "$(cap f)"
+tm send-keys -t f C-c
+wait_for f 'EXITED rc=0' 5 >/dev/null
 hostile silent
 attach q "$HB" --kind kvtop
 check "a silent server times out and is marked stale" "wait_for q 'no data for [0-9]+ ms' 12" "$(cap q)"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../engine/trace.h"
 #include "../harness.h"
 #include "../../tui/http_client.h"
 #include "../../tui/remote_chat.h"
@@ -161,18 +162,120 @@ static void test_vllm(void) {
 }
 
 static void test_sglang(void) {
+    char *t;
     kv_remote_metrics m;
     kv_metrics_adapter *a =
-        first_scrape("tests/fixtures/attach/sglang_metrics.txt", KV_SOURCE_SGLANG, 7, 2, 0.28, NULL, &m);
+        first_scrape("tests/fixtures/attach/sglang_metrics.txt", KV_SOURCE_SGLANG, 7, 2, 0.28, &t, &m);
     REQUIRE(a);
     CHECK((m.have & KV_RM_KV_TOKENS) && m.kv_used_tokens == 40000 && m.kv_total_tokens == 161721);
     CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.4));
     CHECK((m.have & KV_RM_SPEC) && near(m.spec_accept, 0.5) && near(m.spec_accept_len, 2.5));
     CHECK(!(m.have & KV_RM_CACHE_CFG));
+    /* ten seconds later everything doubled: the hit rate now from the
+     * counters (3e6 cached of 8e6 prompt tokens), not the gauge (0.8) */
+    char *t2 = scaled(t, "sglang:", 2.0);
+    REQUIRE(t2);
+    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
+    CHECKF((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.375), "%g", m.prefix_hit_rate);
+    CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 755757.2) && near(m.prompt_tok_s, 800000));
+    CHECK((m.have & KV_RM_PREEMPT) && near(m.preempt_per_s, 0.4));
+    /* TTFT with SGLang's default buckets, cumulative 10,30,60,80,90,95,99,100
+     * over le 0.1,0.2,0.4,0.6,0.8,1,2,4: P50 in (0.2, 0.4]: 0.2 + 0.2 * 20/30;
+     * P90 = 0.8 (the top of its bucket); P99 = 2.0 */
+    CHECKF((m.have & KV_RM_TTFT) && near(m.ttft_ms[0], 200 + 200 * 20.0 / 30) && near(m.ttft_ms[1], 800) &&
+               near(m.ttft_ms[2], 2000), "ttft %g %g %g", m.ttft_ms[0], m.ttft_ms[1], m.ttft_ms[2]);
+    /* queue_time_seconds starts at le 0.0: cumulative 40, 70 over 0.0, 0.1
+     * (95 in all): P50 (rank 47.5) in (0, 0.1]: 0.1 * 7.5 / 30 */
+    CHECKF((m.have & KV_RM_QUEUE_TIME) && near(m.queue_ms[0], 100 * 7.5 / 30), "queue %g", m.queue_ms[0]);
+    CHECK((m.have & KV_RM_ITL) && (m.have & KV_RM_E2E));
+    free(t2);
+    free(t);
     kv_metrics_adapter_free(a);
     CHECK(kv_metrics_detect_kind("tgi_queue_size 3\n", 17) == KV_SOURCE_TGI);
     CHECK(kv_metrics_detect_kind("garbage\n", 8) == KV_SOURCE_AUTO);
     CHECK(kv_metrics_adapter_new(KV_SOURCE_KVTOP, 60) == NULL);
+}
+
+/* TGI's fixture (checked against its router source): queue and batch
+ * gauges, token totals from histogram sums, and percentiles with its
+ * geometric duration buckets 0.0001 * 1.5^k. */
+static void test_tgi(void) {
+    char *t;
+    kv_remote_metrics m;
+    kv_metrics_adapter *a = first_scrape("tests/fixtures/attach/tgi_metrics.txt", KV_SOURCE_TGI, 8, 3, 0, &t, &m);
+    REQUIRE(a);
+    CHECK((m.have & KV_RM_BATCH) && m.batch_size == 8);
+    CHECK(!(m.have & KV_RM_KV_USAGE) && !(m.have & KV_RM_PREFIX) && !(m.have & KV_RM_TTFT));
+    char *t2 = scaled(t, "tgi_", 2.0);
+    REQUIRE(t2);
+    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
+    CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 2560) && near(m.prompt_tok_s, 6144));
+    CHECK(!(m.have & KV_RM_TTFT)); /* TGI has no time-to-first-token metric */
+    /* queue: cumulative 20, 60 at le b10, b11 (b_i = 0.0001 * 1.5^(i+1)), 100 in
+     * all: P50 (rank 50) = b10 + (b11 - b10) * 30 / 40 */
+    double b10 = 0.0001 * pow(1.5, 11), b11 = 0.0001 * pow(1.5, 12);
+    CHECKF((m.have & KV_RM_QUEUE_TIME) && near(m.queue_ms[0], 1000 * (b10 + (b11 - b10) * 30 / 40)), "queue %g",
+           m.queue_ms[0]);
+    /* mean time per token: 5, 40, 90, 100 at b8..b11: P50 = b9 + (b10 - b9) * 10 / 50 */
+    double b9 = 0.0001 * pow(1.5, 10);
+    CHECKF((m.have & KV_RM_ITL) && near(m.itl_ms[0], 1000 * (b9 + (b10 - b9) * 10 / 50)), "itl %g", m.itl_ms[0]);
+    CHECK((m.have & KV_RM_E2E) && m.e2e_ms[2] >= m.e2e_ms[0]);
+    free(t2);
+    free(t);
+    kv_metrics_adapter_free(a);
+}
+
+/* What F7 keeps of a metrics source: the KV cache in use as block counts
+ * and llama-server's busy slots as request rows, one frame per scrape,
+ * read back from the trace as written. */
+static void test_record_metrics(void) {
+    kv_remote_metrics m;
+    kv_metrics_adapter *a =
+        first_scrape("tests/fixtures/attach/vllm_metrics.txt", KV_SOURCE_VLLM, 12, 5, 0.625, NULL, &m);
+    REQUIRE(a);
+    kv_metrics_adapter_free(a);
+    kv_snapshot *s = kv_snapshot_new();
+    REQUIRE(s);
+    kv_metrics_to_snapshot(&m, s);
+    CHECK(s->blocks_used == 16875 && s->blocks_free == 10125 && s->n_blocks == 0 && s->block_size == 16);
+    size_t slen;
+    char *sl = slurp(harness_shared_path("fixtures/llama-server/slots.json"), &slen);
+    REQUIRE(sl);
+    kv_source_slot slots[KV_SOURCE_MAX_SLOTS];
+    kv_err err;
+    int n = kv_metrics_parse_slots(sl, slen, slots, KV_SOURCE_MAX_SLOTS, &err);
+    free(sl);
+    REQUIRE(n == 16);
+    slots[3].busy = 0; /* an idle slot has no row */
+    CHECK(kv_metrics_slots_to_snapshot(slots, n, s) == 0);
+    CHECK(s->n_requests == 15 && s->n_running == 15 && s->requests[0].id == 88 && s->running[0] == 88);
+    CHECK(s->requests[0].state == KV_REQ_RUNNING && s->requests[0].n_generated == slots[0].n_decoded &&
+          s->requests[0].max_tokens == slots[0].n_decoded + 64);
+    char path[] = "/tmp/kvtop-test-rec-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    kv_trace_writer *w = kv_trace_writer_open(path, NULL, &err);
+    REQUIRE(w);
+    s->step = 1;
+    CHECK(kv_trace_writer_add(w, s) == 1);
+    s->step = 2;
+    s->blocks_used = 17000;
+    s->blocks_free = 10000;
+    CHECK(kv_trace_writer_add(w, s) == 1);
+    CHECK(kv_trace_writer_close(w) == 0);
+    kv_trace *t = kv_trace_load(path, &err);
+    CHECKF(t != NULL, "%s", err.msg);
+    if (t) {
+        CHECK(kv_trace_n_frames(t) == 2);
+        const kv_snapshot *f0 = kv_trace_frame(t, 0);
+        CHECK(f0 && f0->blocks_used == 16875 && f0->n_requests == 15 && f0->requests[14].id == s->requests[14].id);
+        const kv_snapshot *f1 = kv_trace_frame(t, 1);
+        CHECK(f1 && f1->blocks_used == 17000 && f1->n_running == 15);
+        kv_trace_free(t);
+    }
+    unlink(path);
+    kv_snapshot_free(s);
 }
 
 static void test_garbage_lines(void) {
@@ -279,5 +382,5 @@ static void test_reasons_and_urls(void) {
     kv_source_free(s); /* never started: frees without a thread */
 }
 
-TEST_MAIN(T(test_llama_server), T(test_vllm), T(test_sglang), T(test_garbage_lines), T(test_sse), T(test_chat_chunks),
+TEST_MAIN(T(test_llama_server), T(test_vllm), T(test_sglang), T(test_tgi), T(test_record_metrics), T(test_garbage_lines), T(test_sse), T(test_chat_chunks),
           T(test_reasons_and_urls))
