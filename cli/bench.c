@@ -560,7 +560,7 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
             return 0;
         return stat_value(&st, st.p99, v);
     }
-    case M_BATCH_CAP: *v = m->batch_cap; return r->cfg.scheduler.target_tpot_ms > 0;
+    case M_BATCH_CAP: *v = m->batch_cap; return kv_config_batch_dynamic(&r->cfg);
     case M_COUNT: break;
     }
     return 0;
@@ -575,7 +575,7 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
         if (runs[j].cfg.spec.method != KV_SPEC_OFF) any |= ONLY_SPEC;
         if (runs[j].m.sim_device_s > 0) any |= ONLY_SIM;
         if (runs[j].cfg.workload.short_fraction > 0) any |= ONLY_CLASSES;
-        if (runs[j].cfg.scheduler.target_tpot_ms > 0) any |= ONLY_TPOT;
+        if (kv_config_batch_dynamic(&runs[j].cfg)) any |= ONLY_TPOT;
     }
     char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);
     int *width = calloc((size_t)n, sizeof *width);
