@@ -357,30 +357,35 @@ static void draw_head(cmp *c) {
     WINDOW *w = c->w_head;
     if (!w) return;
     werase(w);
-    const int name_w = 18;
-    put(w, 0, 0, A_DIM, c->load_on ? " since F5" : " (F5 starts the workload)");
     /* Speculative acceptance only where some engine speculates. */
     int spec = 0;
     for (int j = 0; j < c->n; j++) spec |= c->col[j].a->cfg.spec.method != KV_SPEC_OFF;
-    int n_metrics = spec ? KV_CMP_COUNT : KV_CMP_SPEC_ACC;
-    for (int k = 0; k < n_metrics; k++) {
-        char h[32];
-        snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
-                 k == KV_CMP_TTFT50 || k == KV_CMP_TTFT99 ? " ms" : "");
-        put(w, 0, name_w + k * KV_CMP_CELL_W, A_BOLD, h);
-    }
+    int n_metrics = spec ? KV_CMP_HEADER_COUNT : KV_CMP_SPEC_ACC;
+    /* as many figures a line as the width takes; the rest wrap to a group
+     * of lines below (names, then a row per engine) */
+    int per = kv_cmp_head_per_line(getmaxx(w));
     const kv_metrics_summary *m0 = c->col[0].a->shown ? &c->col[0].a->shown->metrics : NULL;
-    for (int j = 0; j < c->n; j++) {
-        const app *a = c->col[j].a;
-        char name[64];
-        snprintf(name, sizeof name, " %c %.15s", 'A' + j, c->col[j].value);
-        put(w, 1 + j, 0, A_BOLD, name);
-        const kv_metrics_summary *m = a->shown ? &a->shown->metrics : NULL;
-        for (int k = 0; k < n_metrics; k++) {
-            char cell[48];
-            if (!m || !m0) snprintf(cell, sizeof cell, "N/A");
-            else kv_cmp_cell(cell, sizeof cell, m0, m, (kv_cmp_metric)k, j == 0);
-            put(w, 1 + j, name_w + k * KV_CMP_CELL_W, A_NORMAL, cell);
+    for (int g = 0; g * per < n_metrics; g++) {
+        int y0 = g * (1 + c->n);
+        put(w, y0, 0, A_DIM, g ? "" : c->load_on ? " since F5" : " (F5 starts the workload)");
+        for (int k = g * per; k < n_metrics && k < (g + 1) * per; k++) {
+            char h[32];
+            snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
+                     k == KV_CMP_TTFT50 || k == KV_CMP_TTFT99 ? " ms" : "");
+            put(w, y0, KV_CMP_NAME_W + (k - g * per) * KV_CMP_CELL_W, A_BOLD, h);
+        }
+        for (int j = 0; j < c->n; j++) {
+            const app *a = c->col[j].a;
+            char name[64];
+            snprintf(name, sizeof name, " %c %.15s", 'A' + j, c->col[j].value);
+            put(w, y0 + 1 + j, 0, A_BOLD, name);
+            const kv_metrics_summary *m = a->shown ? &a->shown->metrics : NULL;
+            for (int k = g * per; k < n_metrics && k < (g + 1) * per; k++) {
+                char cell[48];
+                if (!m || !m0) snprintf(cell, sizeof cell, "N/A");
+                else kv_cmp_cell(cell, sizeof cell, m0, m, (kv_cmp_metric)k, j == 0);
+                put(w, y0 + 1 + j, KV_CMP_NAME_W + (k - g * per) * KV_CMP_CELL_W, A_NORMAL, cell);
+            }
         }
     }
 }
