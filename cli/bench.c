@@ -300,6 +300,7 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory");
         goto fail;
     }
+    if (opts && opts->on_ready) opts->on_ready(opts->ready_ctx);
     if ((rc = drive(&s, err))) goto fail;
     out->wall_s = s.t0_ns ? since_s(s.t0_ns) : 0;
     if (opts && opts->progress) {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cpushare.h"
 #include "../profiles/profile.h"
 #include "compare_view.h"
 
@@ -78,36 +79,6 @@ static void cmp_close(cmp *c) {
     c->load_on = 0;
 }
 
-/* The cores this process may run on, in order: their ids into ids[], the
- * count returned (at least 1: cpu 0 when the mask cannot be read). */
-static int allowed_cpus(int *ids, int cap) {
-    cpu_set_t set;
-    int n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int i = 0; i < CPU_SETSIZE && n < cap; i++)
-            if (CPU_ISSET(i, &set)) ids[n++] = i;
-    if (n == 0) ids[n++] = 0;
-    return n;
-}
-
-/* Engine j's share of the cores: a contiguous slice of ids when there are
- * at least as many cores as engines, else one core, round robin. */
-static void share_of(const int *ids, int n_ids, int j, int n, cpu_set_t *set, cmp_col *col) {
-    CPU_ZERO(set);
-    int lo, cnt;
-    if (n_ids >= n) {
-        lo = j * n_ids / n;
-        cnt = (j + 1) * n_ids / n - lo;
-    } else {
-        lo = j % n_ids;
-        cnt = 1;
-    }
-    for (int i = 0; i < cnt; i++) CPU_SET(ids[lo + i], set);
-    col->threads = cnt;
-    if (cnt == 1) snprintf(col->cpus, sizeof col->cpus, "cpu %d", ids[lo]);
-    else snprintf(col->cpus, sizeof col->cpus, "cpu %d-%d", ids[lo], ids[lo + cnt - 1]);
-}
-
 /* Fills column app a for engine e (as loader_check does for the app),
  * with one tab named after the value (no autosave: no state dir). 0 or
  * KV_ERR_NOMEM. */
@@ -154,7 +125,7 @@ static int cmp_open(cmp *c, const char *profile, const char *const *sets, int n_
         }
     }
     int ids[CPU_SETSIZE];
-    int n_ids = allowed_cpus(ids, CPU_SETSIZE);
+    int n_ids = kv_cpus_allowed(ids, CPU_SETSIZE);
     cpu_set_t keep;
     int have_keep = pthread_getaffinity_np(pthread_self(), sizeof keep, &keep) == 0;
     snprintf(c->key, sizeof c->key, "%.120s", key);
@@ -165,7 +136,7 @@ static int cmp_open(cmp *c, const char *profile, const char *const *sets, int n_
         col->t_done = -1;
         snprintf(col->value, sizeof col->value, "%.250s", values[j]);
         cpu_set_t set;
-        share_of(ids, n_ids, j, n, &set, col);
+        col->threads = kv_cpu_share(ids, n_ids, j, n, &set, col->cpus, sizeof col->cpus);
         if (cfgs[j].threads <= 0 || cfgs[j].threads > col->threads) cfgs[j].threads = col->threads;
         col->threads = cfgs[j].threads;
         /* Threads made now inherit the share: the backend's workers in
