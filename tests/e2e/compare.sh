@@ -168,21 +168,22 @@ tm send-keys -t p q
 
 # ---- the tour ----
 out=$("$K" tour --list 2>&1)
-n=$(grep -c '^[0-9]\. ' <<<"$out")
+n=$(grep -Ec '^[0-9]+\. ' <<<"$out")
 miss=""
 while read -r prof; do [[ -f $prof ]] || miss+=" $prof"; done < <(grep -o 'profiles/[a-z-]*\.yaml' <<<"$out")
-[[ $n == 7 && -z $miss && $out == *"kv.layout=paged,contiguous"* ]] && ok "tour --list: 7 stations, every profile there" \
+[[ $n == 10 && -z $miss && $out == *"kv.layout=paged,contiguous"* && $out == *"scheduler.max_seqs=64,auto"* ]] \
+  && ok "tour --list: 10 stations, every profile there" \
   || bad "tour --list" "n=$n missing:$miss $out"
 "$K" tour --station 9 >/dev/null 2>&1 </dev/null; [[ $? == 2 ]] && ok "tour --station out of range is refused" || bad "tour --station 9"
 tm new-session -d -s t -x 200 -y 50 \
   "env LANG=C.UTF-8 LC_ALL=C.UTF-8 $K tour --station 3; echo EXITED rc=\$?; sleep 60"
-if wait_for '3/7 paging: contiguous reserves' 15 t && wait_for 'used [1-9]' 10 t; then
+if wait_for '3/10 paging: contiguous reserves' 15 t && wait_for 'used [1-9]' 10 t; then
   ok "tour station 3: caption and its comparison running"
 else
   bad "tour station 3" "$(cap t)"
 fi
 tm send-keys -t t F11
-if wait_for '2/7 batching: ' 15 t && cap t | grep -q 'scheduler.policy: continuous | static'; then
+if wait_for '2/10 batching: ' 15 t && cap t | grep -q 'scheduler.policy: continuous | static'; then
   ok "F11: the previous station, its own comparison"
 else
   bad "F11: the previous station" "$(cap t)"
