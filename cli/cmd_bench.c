@@ -352,8 +352,8 @@ int cmd_bench(int argc, char **argv) {
     if (n_ok == 0) goto done; /* nothing finished: every output file stays as it was */
     if (!a->quiet) {
         if (a->key) kv_bench_print_compare(stdout, a->profile, a->key, ok, n_ok);
-        if (a->concurrent) printf("(--concurrent: the runs ran at once, each pinned to its own share of the cores)\n");
         else kv_bench_print(stdout, a->profile, &ok[0]);
+        if (a->concurrent) printf("(--concurrent: the runs ran at once, each pinned to its own share of the cores)\n");
         fflush(stdout);
     }
     /* the runs that failed go in too, each with its error */
