@@ -323,6 +323,10 @@ static void draw_head(cmp *c) {
     for (int j = 0; j < c->n && n < (int)sizeof t; j++)
         n += snprintf(t + n, sizeof t - (size_t)n, " %s%s", j ? "| " : "", c->col[j].value);
     if (n < (int)sizeof t) snprintf(t + n, sizeof t - (size_t)n, "   %s", c->cores);
+    /* narrow: each column's share alone ("A cpu 0, B cpu 1") */
+    if ((int)strlen(t) > getmaxx(c->w_title))
+        for (int j = 0; j < c->n && n < (int)sizeof t; j++)
+            n += snprintf(t + n, sizeof t - (size_t)n, "%s%c %s", j ? ", " : "   ", 'A' + j, c->col[j].cpus);
     werase(c->w_title);
     put(c->w_title, 0, 0, title_attr(v), t);
     WINDOW *w = c->w_head;
@@ -338,7 +342,7 @@ static void draw_head(cmp *c) {
     const kv_metrics_summary *m0 = c->col[0].a->shown ? &c->col[0].a->shown->metrics : NULL;
     for (int g = 0; g * per < n_metrics; g++) {
         int y0 = g * (1 + c->n);
-        put(w, y0, 0, A_DIM, g ? "" : c->load_on ? " since F5" : " (F5 starts the workload)");
+        put(w, y0, 0, A_DIM, g ? "" : c->load_on ? " since F5" : " F5 to start");
         for (int k = g * per; k < n_metrics && k < (g + 1) * per; k++) {
             char h[32];
             snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
