@@ -46,6 +46,11 @@ out=$("$K" bench "$P" --set model.path="$M" --concurrent 2>&1); rc=$?
 [[ $rc == 2 && $out == *"--concurrent needs --compare"* ]] && ok "bench --concurrent without --compare is refused" \
   || bad "bench --concurrent without --compare" "rc=$rc $out"
 
+# a run whose engine cannot be built does not hold the other at the start line
+out=$(timeout 60 "$K" bench "$P" --set workload.requests=8 --compare model.path="$M",/nonexistent.gguf --concurrent 2>&1); rc=$?
+[[ $rc == 1 && $out == *"1 of 2 runs failed"* && $out == *"requests completed"* ]] \
+  && ok "bench --concurrent: a run that fails to start releases the other" || bad "bench --concurrent with a failing run" "rc=$rc $out"
+
 # ---- side by side ----
 tm new-session -d -s c -x 200 -y 50 \
   "env LANG=C.UTF-8 LC_ALL=C.UTF-8 $K $P --set model.path=$M --compare kv.layout=paged,contiguous; echo EXITED rc=\$?; sleep 60"
