@@ -307,6 +307,7 @@ int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_resul
         rc = kv_err_set(err, KV_ERR_NOMEM, "bench: out of memory");
         goto fail;
     }
+    if (opts && opts->on_ready) opts->on_ready(opts->ready_ctx);
     if ((rc = drive(&s, err))) goto fail;
     out->wall_s = s.t0_ns ? since_s(s.t0_ns) : 0;
     if (opts && opts->progress) {
@@ -471,99 +472,77 @@ typedef enum metric_id {
 
 enum { ONLY_SPEC = 1, ONLY_SIM = 2, ONLY_CLASSES = 4, ONLY_TPOT = 8, ONLY_POOLS = 16 };
 
+/* A row reads its figure from the metrics summary through the one reader
+ * the live --compare header uses (engine/compare.c) when sum is set (the
+ * kv_cmp_metric + 1), or from the run itself. */
+#define SUM(x) ((x) + 1)
+
 static const struct {
     const char *name;
     int decimals;
     int only; /* ONLY_SPEC: shown only when a run has speculative decoding on; ONLY_SIM: a sim backend */
+    int sum;  /* SUM(kv_cmp_metric): the summary's figure; 0: the run's (metric()) */
 } metric_rows[M_COUNT] = {
-    [M_COMPLETED] = {"requests completed", 0, 0},
-    [M_REJECTED] = {"requests rejected", 0, 0},
-    [M_OUT_TPS] = {"output tok/s", 1, 0},
-    [M_IN_TPS] = {"input tok/s", 1, 0},
-    [M_RPS] = {"requests/s", 2, 0},
-    [M_GOODPUT] = {"goodput req/s", 2, 0},
-    [M_SLA] = {"SLA met %", 1, 0},
-    [M_TTFT50] = {"TTFT p50 ms", 1, 0},
-    [M_TTFT90] = {"TTFT p90 ms", 1, 0},
-    [M_TTFT99] = {"TTFT p99 ms", 1, 0},
-    [M_TTFTM] = {"TTFT mean ms", 1, 0},
-    [M_TPOT50] = {"TPOT p50 ms", 2, 0},
-    [M_TPOT99] = {"TPOT p99 ms", 2, 0},
-    [M_ITL50] = {"ITL p50 ms", 2, 0},
-    [M_ITL99] = {"ITL p99 ms", 2, 0},
-    [M_E2E50] = {"E2E p50 ms", 1, 0},
-    [M_E2E99] = {"E2E p99 ms", 1, 0},
-    [M_E2EM] = {"E2E mean ms", 1, 0},
-    [M_QUEUE50] = {"queue p50 ms", 1, 0},
-    [M_KVUTIL] = {"KV utilisation %", 1, 0},
-    [M_PREFIX_RATE] = {"prefix hit rate %", 1, 0},
-    [M_PREFIX_TOK] = {"prefix hit tokens", 0, 0},
-    [M_PREFILL] = {"prefill tokens", 0, 0},
-    [M_PREEMPT] = {"preemptions", 0, 0},
-    [M_MAXCONC] = {"max concurrent", 0, 0},
-    [M_BLOCKS] = {"KV blocks", 0, 0},
-    [M_BPT] = {"KV bytes/token", 0, 0},
-    [M_SPEC_ACC] = {"spec acceptance %", 1, ONLY_SPEC},
-    [M_SPEC_LEN] = {"spec accepted len", 2, ONLY_SPEC},
-    [M_SIM_TPS] = {"sim output tok/s", 1, ONLY_SIM},
-    [M_SIM_S] = {"sim device s", 3, ONLY_SIM},
-    [M_PRE_BUSY] = {"prefill pool busy %", 1, ONLY_POOLS},
-    [M_PRE_WAIT] = {"prefill wait ms", 1, ONLY_POOLS},
-    [M_XFER_GB] = {"KV handed over GB", 2, ONLY_POOLS},
-    [M_USD_H] = {"$/hour (devices)", 2, ONLY_SIM},
-    [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM},
-    [M_COLD] = {"cold start s", 1, ONLY_SIM},
-    [M_STEPS] = {"engine steps", 0, 0},
-    [M_WALL] = {"wall s", 2, 0},
-    [M_RECOMPUTED] = {"tokens recomputed", 0, 0},
-    [M_CHAINS] = {"preemption cascades", 0, 0},
-    [M_LONGEST_CHAIN] = {"longest chain", 0, 0},
-    [M_TTFT99_SHORT] = {"TTFT p99 short ms", 1, ONLY_CLASSES},
-    [M_TTFT99_LONG] = {"TTFT p99 long ms", 1, ONLY_CLASSES},
-    [M_BATCH_CAP] = {"batch cap at end", 0, ONLY_TPOT},
+    [M_COMPLETED] = {"requests completed", 0, 0, 0},
+    [M_REJECTED] = {"requests rejected", 0, 0, 0},
+    [M_OUT_TPS] = {"output tok/s", 1, 0, SUM(KV_CMP_OUT_TPS)},
+    [M_IN_TPS] = {"input tok/s", 1, 0, SUM(KV_CMP_IN_TPS)},
+    [M_RPS] = {"requests/s", 2, 0, SUM(KV_CMP_RPS)},
+    [M_GOODPUT] = {"goodput req/s", 2, 0, SUM(KV_CMP_GOODPUT)},
+    [M_SLA] = {"SLA met %", 1, 0, SUM(KV_CMP_SLA)},
+    [M_TTFT50] = {"TTFT p50 ms", 1, 0, SUM(KV_CMP_TTFT50)},
+    [M_TTFT90] = {"TTFT p90 ms", 1, 0, SUM(KV_CMP_TTFT90)},
+    [M_TTFT99] = {"TTFT p99 ms", 1, 0, SUM(KV_CMP_TTFT99)},
+    [M_TTFTM] = {"TTFT mean ms", 1, 0, SUM(KV_CMP_TTFT_MEAN)},
+    [M_TPOT50] = {"TPOT p50 ms", 2, 0, SUM(KV_CMP_TPOT50)},
+    [M_TPOT99] = {"TPOT p99 ms", 2, 0, SUM(KV_CMP_TPOT99)},
+    [M_ITL50] = {"ITL p50 ms", 2, 0, SUM(KV_CMP_ITL50)},
+    [M_ITL99] = {"ITL p99 ms", 2, 0, SUM(KV_CMP_ITL99)},
+    [M_E2E50] = {"E2E p50 ms", 1, 0, SUM(KV_CMP_E2E50)},
+    [M_E2E99] = {"E2E p99 ms", 1, 0, SUM(KV_CMP_E2E99)},
+    [M_E2EM] = {"E2E mean ms", 1, 0, SUM(KV_CMP_E2E_MEAN)},
+    [M_QUEUE50] = {"queue p50 ms", 1, 0, SUM(KV_CMP_QUEUE50)},
+    [M_KVUTIL] = {"KV utilisation %", 1, 0, SUM(KV_CMP_KVUTIL)},
+    [M_PREFIX_RATE] = {"prefix hit rate %", 1, 0, SUM(KV_CMP_PREFIX_RATE)},
+    [M_PREFIX_TOK] = {"prefix hit tokens", 0, 0, SUM(KV_CMP_PREFIX_TOK)},
+    [M_PREFILL] = {"prefill tokens", 0, 0, SUM(KV_CMP_PREFILL)},
+    [M_PREEMPT] = {"preemptions", 0, 0, SUM(KV_CMP_PREEMPT)},
+    [M_MAXCONC] = {"max concurrent", 0, 0, SUM(KV_CMP_MAXCONC)},
+    [M_BLOCKS] = {"KV blocks", 0, 0, 0},
+    [M_BPT] = {"KV bytes/token", 0, 0, 0},
+    [M_SPEC_ACC] = {"spec acceptance %", 1, ONLY_SPEC, SUM(KV_CMP_SPEC_ACC)},
+    [M_SPEC_LEN] = {"spec accepted len", 2, ONLY_SPEC, SUM(KV_CMP_SPEC_LEN)},
+    [M_SIM_TPS] = {"sim output tok/s", 1, ONLY_SIM, SUM(KV_CMP_SIM_TPS)},
+    [M_SIM_S] = {"sim device s", 3, ONLY_SIM, SUM(KV_CMP_SIM_S)},
+    [M_PRE_BUSY] = {"prefill pool busy %", 1, ONLY_POOLS, 0},
+    [M_PRE_WAIT] = {"prefill wait ms", 1, ONLY_POOLS, 0},
+    [M_XFER_GB] = {"KV handed over GB", 2, ONLY_POOLS, 0},
+    [M_USD_H] = {"$/hour (devices)", 2, ONLY_SIM, 0},
+    [M_USD_MTOK] = {"$/M output tokens", 3, ONLY_SIM, 0},
+    [M_COLD] = {"cold start s", 1, ONLY_SIM, 0},
+    [M_STEPS] = {"engine steps", 0, 0, 0},
+    [M_WALL] = {"wall s", 2, 0, 0},
+    [M_RECOMPUTED] = {"tokens recomputed", 0, 0, SUM(KV_CMP_RECOMPUTED)},
+    [M_CHAINS] = {"preemption cascades", 0, 0, SUM(KV_CMP_CHAINS)},
+    [M_LONGEST_CHAIN] = {"longest chain", 0, 0, SUM(KV_CMP_LONGEST_CHAIN)},
+    [M_TTFT99_SHORT] = {"TTFT p99 short ms", 1, ONLY_CLASSES, 0},
+    [M_TTFT99_LONG] = {"TTFT p99 long ms", 1, ONLY_CLASSES, 0},
+    [M_BATCH_CAP] = {"batch cap at end", 0, ONLY_TPOT, SUM(KV_CMP_BATCH_CAP)},
 };
-
-static int stat_value(const kv_stat *st, double v, double *out) {
-    *out = v;
-    return st->valid;
-}
 
 /* The value of metric k in run r; 0 when it has none. */
 static int metric(const kv_bench_result *r, metric_id k, double *v) {
-    const kv_metrics_summary *m = &r->m;
     *v = 0;
+    int have = metric_rows[k].sum && kv_compare_metric(&r->m, (kv_cmp_metric)(metric_rows[k].sum - 1), v);
     switch (k) {
     case M_COMPLETED: *v = (double)r->completed; return 1;
     case M_REJECTED: *v = (double)r->rejected; return 1;
-    case M_OUT_TPS: *v = m->output_tokens_per_s; return 1;
-    case M_IN_TPS: *v = m->input_tokens_per_s; return 1;
-    case M_RPS: *v = m->requests_per_s; return 1;
-    case M_GOODPUT: *v = m->goodput_requests_per_s; return 1;
-    case M_SLA: *v = 100.0 * m->sla_attainment; return r->completed > 0;
-    case M_TTFT50: return stat_value(&m->ttft_ms, m->ttft_ms.p50, v);
-    case M_TTFT90: return stat_value(&m->ttft_ms, m->ttft_ms.p90, v);
-    case M_TTFT99: return stat_value(&m->ttft_ms, m->ttft_ms.p99, v);
-    case M_TTFTM: return stat_value(&m->ttft_ms, m->ttft_ms.mean, v);
-    case M_TPOT50: return stat_value(&m->tpot_ms, m->tpot_ms.p50, v);
-    case M_TPOT99: return stat_value(&m->tpot_ms, m->tpot_ms.p99, v);
-    case M_ITL50: return stat_value(&m->itl_ms, m->itl_ms.p50, v);
-    case M_ITL99: return stat_value(&m->itl_ms, m->itl_ms.p99, v);
-    case M_E2E50: return stat_value(&m->e2e_ms, m->e2e_ms.p50, v);
-    case M_E2E99: return stat_value(&m->e2e_ms, m->e2e_ms.p99, v);
-    case M_E2EM: return stat_value(&m->e2e_ms, m->e2e_ms.mean, v);
-    case M_QUEUE50: return stat_value(&m->queue_ms, m->queue_ms.p50, v);
-    case M_KVUTIL: *v = 100.0 * m->kv_utilization; return 1;
-    case M_PREFIX_RATE: *v = 100.0 * m->prefix_hit_rate; return 1;
-    case M_PREFIX_TOK: *v = (double)m->prefix_hit_tokens; return 1;
-    case M_PREFILL: *v = (double)m->prefill_tokens_computed; return 1;
-    case M_PREEMPT: *v = (double)m->preemptions; return 1;
-    case M_MAXCONC: *v = m->max_concurrent; return 1;
+    case M_SLA: return have && r->completed > 0;
     case M_BLOCKS: *v = r->kv_blocks_total; return 1;
     case M_BPT: *v = (double)r->kv_bytes_per_token; return 1;
-    case M_SPEC_ACC: *v = 100.0 * m->spec_acceptance_rate; return r->cfg.spec.method != KV_SPEC_OFF;
-    case M_SPEC_LEN: *v = m->spec_mean_accepted_len; return r->cfg.spec.method != KV_SPEC_OFF;
-    case M_SIM_TPS: *v = m->sim_output_tokens_per_s; return m->sim_device_s > 0;
-    case M_SIM_S: *v = m->sim_device_s; return m->sim_device_s > 0;
+    /* a speculating run shows its figures even before its first draft */
+    case M_SPEC_ACC:
+    case M_SPEC_LEN: return r->cfg.spec.method != KV_SPEC_OFF;
     case M_PRE_BUSY: *v = 100.0 * r->gpu.prefill_busy_ms / (r->gpu.clock_ms > 0 ? r->gpu.clock_ms : 1.0); return r->gpu.pools;
     case M_PRE_WAIT: *v = r->gpu.prefill_wait_ms; return r->gpu.pools;
     case M_XFER_GB: *v = r->gpu.transfer_bytes / 1e9; return r->gpu.pools;
@@ -577,21 +556,19 @@ static int metric(const kv_bench_result *r, metric_id k, double *v) {
     case M_COLD: *v = r->gpu.cold_start_s; return r->gpu.valid;
     case M_STEPS: *v = (double)r->steps; return 1;
     case M_WALL: *v = r->wall_s; return 1;
-    case M_RECOMPUTED: *v = (double)m->tokens_recomputed; return 1;
-    case M_CHAINS: *v = (double)m->preemption_chains; return 1;
-    case M_LONGEST_CHAIN: *v = m->longest_preemption_chain; return 1;
     case M_TTFT99_SHORT:
     case M_TTFT99_LONG: {
         kv_stat st;
         if (r->cfg.workload.short_fraction <= 0 ||
             kv_bench_class_ttft(r, k == M_TTFT99_SHORT ? KV_WORKLOAD_SHORT : KV_WORKLOAD_LONG, &st))
             return 0;
-        return stat_value(&st, st.p99, v);
+        *v = st.p99;
+        return st.valid;
     }
-    case M_BATCH_CAP: *v = m->batch_cap; return r->cfg.scheduler.target_tpot_ms > 0;
-    case M_COUNT: break;
+    /* the controller's cap, shown for every run it sized (a cap of 0 is none) */
+    case M_BATCH_CAP: *v = r->m.batch_cap; return kv_config_batch_dynamic(&r->cfg);
+    default: return have;
     }
-    return 0;
 }
 
 enum { CELL = 48 };
@@ -603,7 +580,7 @@ void kv_bench_print_compare(FILE *f, const char *profile, const char *key, const
         if (runs[j].cfg.spec.method != KV_SPEC_OFF) any |= ONLY_SPEC;
         if (runs[j].m.sim_device_s > 0) any |= ONLY_SIM;
         if (runs[j].cfg.workload.short_fraction > 0) any |= ONLY_CLASSES;
-        if (runs[j].cfg.scheduler.target_tpot_ms > 0) any |= ONLY_TPOT;
+        if (kv_config_batch_dynamic(&runs[j].cfg)) any |= ONLY_TPOT;
         if (runs[j].gpu.pools) any |= ONLY_POOLS;
     }
     char (*cells)[CELL] = calloc((size_t)M_COUNT * (size_t)n, CELL);

@@ -64,6 +64,11 @@ typedef struct kv_bench_result {
 typedef struct kv_bench_opts {
     FILE *progress;   /* live progress line (redrawn with \r, <= 5/s); NULL: none */
     const char *label;/* prefix of the progress line ("continuous"), may be NULL */
+    /* Called at most once: the engine built and the prompts tokenized, just
+     * before the clock starts (--concurrent lines the runs up here); a run
+     * that fails before that point does not call it. NULL: none. */
+    void (*on_ready)(void *ctx);
+    void *ready_ctx;
 } kv_bench_opts;
 
 /* Runs cfg's workload to completion on a fresh engine driven from this
@@ -79,6 +84,17 @@ typedef struct kv_bench_opts {
  * progress). */
 int kv_bench_run(const kv_config *cfg, const kv_bench_opts *opts, kv_bench_result *out, kv_err *err);
 void kv_bench_result_free(kv_bench_result *r); /* NULL is a no-op; leaves *r zeroed */
+
+/* --compare --concurrent: the n configurations at once, as the TUI's
+ * --compare runs them (base/cpushare.h): run j in its own thread pinned to
+ * its share of this process's cores, its threads key capped at the cores
+ * in that share (its compute threads inherit the pinning), every run's
+ * clock started together once all are built. rcs[j] and errs[j] are run
+ * j's kv_bench_run result; cpus[j] names its share ("cpu 1"). Returns 0,
+ * or KV_ERR_NOMEM / KV_ERR_BACKEND when the threads cannot be made
+ * (nothing ran). */
+int kv_bench_run_concurrent(const kv_config *cfgs, int n, kv_bench_result *runs /* OUT: (n) */,
+                            int *rcs /* OUT: (n) */, kv_err *errs /* OUT: (n) */, char (*cpus)[48] /* OUT: (n) */);
 
 /* "eos", "length", "stop", "cancelled", "rejected", "error", "none". */
 const char *kv_bench_finish_name(kv_finish f);

@@ -47,9 +47,12 @@ void kv_bench_print_failure(FILE *f, const kv_bench_result *r) {
                     st.p99, (unsigned long long)st.n);
         }
     }
-    if (r->cfg.scheduler.target_tpot_ms > 0)
-        fprintf(f, "batch size     target TPOT %g ms: the controller allows %d of max_seqs %d at the end\n",
-                r->cfg.scheduler.target_tpot_ms, m->batch_cap, r->cfg.scheduler.max_seqs);
+    if (kv_config_batch_dynamic(&r->cfg))
+        fprintf(f, "batch size     %s: holds %.2f ms a step; the controller allows %d of max_seqs %d at the end\n",
+                r->cfg.scheduler.target_tpot_ms > 0   ? "target TPOT"
+                : r->cfg.sla.tpot_ms > 0              ? "max_seqs auto, the SLA's TPOT"
+                                                      : "max_seqs auto, twice one sequence's fitted step",
+                m->batch_goal_ms, m->batch_cap, kv_config_max_seqs(&r->cfg));
 }
 
 void kv_bench_json_failure(kv_json_writer *w, const kv_bench_result *r) {

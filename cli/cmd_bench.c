@@ -30,6 +30,10 @@ static void usage(FILE *f) {
             "  --compare key=v1,v2   run once per value (fresh engine, same seeded workload) and print\n"
             "                        the runs side by side with ratios to the first; --outputs then\n"
             "                        writes one file per run (FILE with -VALUE before its extension)\n"
+            "  --concurrent          with --compare: run every value at once, each on its own share of\n"
+            "                        the cores with as many threads as cores in it, clocks started\n"
+            "                        together (what the TUI's --compare does; its header's ratios are\n"
+            "                        this table's, not those of runs one after the other)\n"
             "  --quiet               print nothing but errors (no progress line, no table)\n"
             "Timing starts at the first submission; there is no warm-up run. Requests are\n"
             "submitted when their arrival time comes (poisson, burst) or when a slot frees\n"
@@ -61,6 +65,7 @@ static void run_path(char *buf, size_t cap, const char *base, const char *value)
 typedef struct bench_args {
     const char *profile, *json_path, *outputs_path, *compare;
     int quiet;                    /* bool */
+    int concurrent;               /* bool: --compare's runs at once on split cores */
     cli_list sets;                /* --set key=value, in order (one slot more for --compare's) */
     /* --compare: the key and its values; one run otherwise */
     char cmp_buf[4096];
@@ -77,6 +82,7 @@ static int parse_args(int argc, char **argv, bench_args *a /* OUT: */) {
         {"--outputs", NULL, CLI_STR, &a->outputs_path, NULL, 0, 0},
         {"--compare", NULL, CLI_STR, &a->compare, NULL, 0, 0},
         {"--quiet", "-q", CLI_FLAG, &a->quiet, NULL, 0, 0},
+        {"--concurrent", NULL, CLI_FLAG, &a->concurrent, NULL, 0, 0},
     };
     const char *pos[2];
     int n_pos = 0;
@@ -95,6 +101,10 @@ static int parse_args(int argc, char **argv, bench_args *a /* OUT: */) {
     }
     a->profile = pos[0];
     a->n_runs = 1;
+    if (a->concurrent && !a->compare) {
+        fprintf(stderr, "kvtop bench: --concurrent needs --compare key=v1,v2\n");
+        return KV_ERR_INVAL;
+    }
     if (a->compare) {
         kv_err err;
         a->n_runs = kv_bench_parse_compare(a->compare, a->cmp_buf, sizeof a->cmp_buf, &a->key, a->values,
@@ -252,6 +262,24 @@ static int run_all(const bench_args *a, const kv_config *cfgs, char (*assign)[si
     int rc = 0;
     kv_err err;
     *failed = 0;
+    int *crc = NULL;
+    kv_err *cerr = NULL;
+    char(*cpus)[48] = NULL;
+    if (a->concurrent) {
+        crc = calloc((size_t)a->n_runs, sizeof *crc);
+        cerr = calloc((size_t)a->n_runs, sizeof *cerr);
+        cpus = calloc((size_t)a->n_runs, sizeof *cpus);
+        int r = crc && cerr && cpus ? kv_bench_run_concurrent(cfgs, a->n_runs, runs, crc, cerr, cpus) : KV_ERR_NOMEM;
+        if (r) {
+            fprintf(stderr, "kvtop bench: --concurrent: %s\n", r == KV_ERR_NOMEM ? "out of memory" : "cannot start the runs");
+            free(crc), free(cerr), free(cpus);
+            for (int j = 0; j < a->n_runs; j++) {
+                runs[j].cfg = cfgs[j];
+                kv_copy_str(runs[j].error, sizeof runs[j].error, "--concurrent: the runs could not start");
+            }
+            return 1;
+        }
+    }
     for (int j = 0; j < a->n_runs; j++) {
         char label[256];
         kv_bench_opts o = {.progress = tty ? stderr : NULL, .label = NULL};
@@ -259,7 +287,15 @@ static int run_all(const bench_args *a, const kv_config *cfgs, char (*assign)[si
             snprintf(label, sizeof label, "[%d/%d] %.200s", j + 1, a->n_runs, assign[j]);
             o.label = label;
         }
-        int r = kv_bench_run(&cfgs[j], &o, &runs[j], &err);
+        int r;
+        if (a->concurrent) {
+            r = crc[j];
+            err = cerr[j];
+            if (!r && !a->quiet) fprintf(stderr, "kvtop bench: %s ran on %s, %d thread%s\n", assign[j], cpus[j],
+                                         runs[j].cfg.threads, runs[j].cfg.threads == 1 ? "" : "s");
+        } else {
+            r = kv_bench_run(&cfgs[j], &o, &runs[j], &err);
+        }
         if (a->key) snprintf(runs[j].value, sizeof runs[j].value, "%s", a->values[j]);
         if (r) {
             fprintf(stderr, "kvtop bench: %s%s%s\n", a->key ? assign[j] : "", a->key ? ": " : "", err.msg);
@@ -284,6 +320,7 @@ static int run_all(const bench_args *a, const kv_config *cfgs, char (*assign)[si
             of->wrote = 1;
         }
     }
+    free(crc), free(cerr), free(cpus);
     return rc;
 }
 
@@ -316,6 +353,7 @@ int cmd_bench(int argc, char **argv) {
     if (!a->quiet) {
         if (a->key) kv_bench_print_compare(stdout, a->profile, a->key, ok, n_ok);
         else kv_bench_print(stdout, a->profile, &ok[0]);
+        if (a->concurrent) printf("(--concurrent: the runs ran at once, each pinned to its own share of the cores)\n");
         fflush(stdout);
     }
     /* the runs that failed go in too, each with its error */

@@ -56,6 +56,7 @@ static const char *const dist_fields[] = {"dist", "value", "min", "max", "mean",
 #define FSZ(f) sizeof(((kv_config *)0)->f)
 #define K_STR(p, f, fl, nm, doc) {p, KV_KEY_STRING, OFF(f), FSZ(f), 0, 0, fl, nm, doc}
 #define K_INT(p, f, lo, hi, doc) {p, KV_KEY_INT, OFF(f), FSZ(f), lo, hi, 0, NULL, doc}
+#define K_INT_AUTO(p, f, lo, hi, doc) {p, KV_KEY_INT, OFF(f), FSZ(f), lo, hi, KV_KEY_AUTO, NULL, doc}
 #define K_U64(p, f, doc) {p, KV_KEY_U64, OFF(f), FSZ(f), 0, 18446744073709551615.0, 0, NULL, doc}
 #define K_SIZE(p, f, lo, hi, doc) {p, KV_KEY_SIZE, OFF(f), FSZ(f), lo, hi, 0, NULL, doc}
 #define K_DBL(p, f, lo, hi, fl, doc) {p, KV_KEY_DOUBLE, OFF(f), FSZ(f), lo, hi, fl, NULL, doc}
@@ -132,7 +133,9 @@ static const kv_config_key keys[] = {
 
     K_ENUM("scheduler.policy", scheduler.policy, policy_names,
            "continuous: admit at every step; static: run each batch to completion"),
-    K_INT("scheduler.max_seqs", scheduler.max_seqs, 1, 4096, "sequences per batch"),
+    K_INT_AUTO("scheduler.max_seqs", scheduler.max_seqs, 1, 4096,
+               "sequences per batch; auto: as many as hold the TPOT target (scheduler.target_tpot_ms, else "
+               "sla.tpot_ms, else twice the fitted fixed step cost), up to 256"),
     K_INT("scheduler.max_batched_tokens", scheduler.max_batched_tokens, 1, 1048576, "tokens per forward step"),
     K_INT("scheduler.prefill_chunk", scheduler.prefill_chunk, 1, 1048576,
           "prompt tokens per prefill chunk (the step budget caps it further)"),
@@ -223,6 +226,16 @@ static const kv_config_key keys[] = {
     K_INT("server.shutdown_grace_ms", server.shutdown_grace_ms, 0, 3600000,
           "kvtop serve: on SIGINT/SIGTERM, in-flight requests get this long to finish before they are cancelled"),
 };
+
+int kv_config_max_seqs(const kv_config *c) {
+    int s = c->scheduler.max_seqs, t = c->scheduler.max_batched_tokens;
+    if (s != KV_KEY_AUTO_VALUE) return s;
+    return t > 0 && t < KV_MAX_SEQS_AUTO_CEIL ? t : KV_MAX_SEQS_AUTO_CEIL;
+}
+
+int kv_config_batch_dynamic(const kv_config *c) {
+    return c->scheduler.target_tpot_ms > 0 || c->scheduler.max_seqs == KV_KEY_AUTO_VALUE;
+}
 
 void kv_config_default(kv_config *c) {
     memset(c, 0, sizeof *c);

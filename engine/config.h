@@ -89,7 +89,9 @@ typedef struct kv_config {
     } memory;
     struct {
         kv_policy policy;
-        int max_seqs;
+        int max_seqs;            /* KV_KEY_AUTO_VALUE (0) = auto: the batch is sized to hold a TPOT
+                                    target (kv_sched_params_from_config says which); the engine's copy
+                                    holds the resolved ceiling (KV_MAX_SEQS_AUTO_CEIL) */
         int max_batched_tokens;
         int prefill_chunk;       /* tokens per prefill chunk */
         kv_preempt preemption;
@@ -185,6 +187,12 @@ void kv_config_default(kv_config *c);
 /* Range and consistency checks; on error fills err naming the key
  * ("kv.block_size must be in [1, 1024]") and returns KV_ERR_INVAL. */
 int kv_config_validate(const kv_config *c, kv_err *err);
+/* scheduler.max_seqs as a count: auto gives its ceiling (what buffers
+ * sized per sequence are sized for). */
+int kv_config_max_seqs(const kv_config *c);
+/* The batch size follows the controller (scheduler.target_tpot_ms > 0, or
+ * max_seqs auto). */
+int kv_config_batch_dynamic(const kv_config *c);
 
 
 /* ---- The key table ------------------------------------------------------
@@ -210,9 +218,17 @@ enum {
     KV_KEY_MIN_OPEN = 1u << 0, /* range excludes min: (min, max] */
     KV_KEY_MAX_OPEN = 1u << 1, /* range excludes max: [min, max) */
     KV_KEY_NONEMPTY = 1u << 2, /* STRING must not be empty */
-    KV_KEY_SECRET = 1u << 3    /* STRING holding a secret: dumps, trace headers and reports show
+    KV_KEY_SECRET = 1u << 3,   /* STRING holding a secret: dumps, trace headers and reports show
                                   KV_SECRET_SHOWN for a set value (kv_config_key_shown) */
+    KV_KEY_AUTO = 1u << 4      /* INT that also takes the word "auto", stored as KV_KEY_AUTO_VALUE */
 };
+
+/* What an INT key with KV_KEY_AUTO holds for "auto" (outside its range). */
+#define KV_KEY_AUTO_VALUE 0
+
+/* scheduler.max_seqs: auto sizes the batch up to this many sequences (and
+ * no more than max_batched_tokens: each needs a token a step). */
+#define KV_MAX_SEQS_AUTO_CEIL 256
 
 /* What a dump prints for a set secret; as a value it is refused, so a
  * redacted dump loaded back fails instead of making "***" the key. */

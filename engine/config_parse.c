@@ -225,6 +225,7 @@ int kv_config_key_check(const kv_config_key *k, const kv_config *c, kv_err *err)
     case KV_KEY_INT: {
         int v;
         memcpy(&v, p, sizeof v);
+        if ((k->flags & KV_KEY_AUTO) && v == KV_KEY_AUTO_VALUE) return 0;
         snprintf(shown, sizeof shown, "%d", v);
         return check_range(k, k->path, v, shown, err);
     }
@@ -357,7 +358,13 @@ int kv_config_key_parse(const kv_config_key *k, kv_config *c, const char *text, 
     switch (k->type) {
     case KV_KEY_INT: {
         long long v;
-        if (parse_ll(text, &v)) return bad_type(k, "an integer", text, err);
+        if ((k->flags & KV_KEY_AUTO) && !strcmp(text, "auto")) {
+            int iv = KV_KEY_AUTO_VALUE;
+            memcpy(p, &iv, sizeof iv);
+            return 0;
+        }
+        if (parse_ll(text, &v))
+            return bad_type(k, (k->flags & KV_KEY_AUTO) ? "an integer or auto" : "an integer", text, err);
         snprintf(shown, sizeof shown, "%lld", v);
         if (check_range(k, k->path, (double)v, shown, err)) return KV_ERR_INVAL;
         int iv = (int)v;
@@ -472,6 +479,7 @@ int kv_config_key_format(const kv_config_key *k, const kv_config *c, char *buf, 
     case KV_KEY_INT: {
         int v;
         memcpy(&v, p, sizeof v);
+        if ((k->flags & KV_KEY_AUTO) && v == KV_KEY_AUTO_VALUE) return snprintf(buf, cap, "auto");
         return snprintf(buf, cap, "%d", v);
     }
     case KV_KEY_U64: {

@@ -142,7 +142,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
      * cache what the weights and these activations leave. */
     e->spec_k = cfg->spec.method != KV_SPEC_OFF ? cfg->spec.k : 0;
     int T = cfg->scheduler.max_batched_tokens;
-    int64_t ml = (int64_t)cfg->scheduler.max_seqs * (1 + e->spec_k);
+    int64_t ml = (int64_t)kv_config_max_seqs(cfg) * (1 + e->spec_k);
     e->max_logits = (int)KV_MIN(ml, (int64_t)T);
     if (e->model->synthetic) {
         /* no weights, no activations: the plan sizes the KV cache from
@@ -197,15 +197,15 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     /* the attention batch's bounds, for a backend that sizes its batch meta
      * once (cuda): no sequence's table is longer than its context plus the
      * draft slack, in blocks */
-    kv_backend_limits alim = {.max_rows = T, .max_k = 1, .max_seqs = cfg->scheduler.max_seqs,
+    kv_backend_limits alim = {.max_rows = T, .max_k = 1, .max_seqs = kv_config_max_seqs(cfg),
                               .max_blocks_per_seq = (e->ctx + e->spec_k + cp->block_size - 1) / cp->block_size + 1};
     if (kv_backend_reserve(e->be, &alim, err) != 0) goto fail;
     e->sched = kv_sched_new(&e->sp, e->cache, err);
     if (!e->sched) goto fail;
     if (cfg->spec.method != KV_SPEC_OFF && !e->synth) { /* a synthetic model drafts in synth_step.c */
-        e->spec = kv_spec_new(cfg, e->model, e->be, e->cache, cfg->scheduler.max_seqs, T, err);
+        e->spec = kv_spec_new(cfg, e->model, e->be, e->cache, kv_config_max_seqs(cfg), T, err);
         if (!e->spec) goto fail;
-        e->items = malloc((size_t)cfg->scheduler.max_seqs * sizeof *e->items);
+        e->items = malloc((size_t)kv_config_max_seqs(cfg) * sizeof *e->items);
         e->probs = malloc((size_t)e->n_vocab * sizeof *e->probs);
         if (!e->items || !e->probs) {
             kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory for speculative decoding");
@@ -218,7 +218,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     e->piece_cap = (size_t)kv_tokenizer_max_piece(e->model->tok) + 16;
     e->piece = malloc(e->piece_cap);
     e->bmap = malloc((size_t)cp->n_blocks * sizeof *e->bmap);
-    e->sreqs = malloc((size_t)cfg->scheduler.max_seqs * sizeof *e->sreqs);
+    e->sreqs = malloc((size_t)kv_config_max_seqs(cfg) * sizeof *e->sreqs);
     e->pub = kv_snapshot_new();
     e->pub_back = kv_snapshot_new();
     if ((!e->logits && !e->synth) || !e->sampler || !e->metrics || !e->piece || !e->bmap || !e->sreqs || !e->pub || !e->pub_back) {

@@ -312,7 +312,9 @@ typedef struct kv_metrics_summary {
     int longest_preemption_chain;   /* links */
     uint64_t tokens_discarded;      /* computed tokens thrown away by recompute preemptions */
     uint64_t tokens_recomputed;     /* computed again after readmission */
-    int batch_cap;                  /* sequences the scheduler allows now (target_tpot_ms; 0 = off) */
+    int batch_cap;                  /* sequences the scheduler allows now (target_tpot_ms, max_seqs
+                                       auto; 0 = off) */
+    double batch_goal_ms;           /* the step time that cap holds (0: off or not yet fitted) */
 } kv_metrics_summary;
 
 typedef struct kv_mem_breakdown {

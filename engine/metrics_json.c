@@ -52,5 +52,6 @@ void kv_metrics_write_json(kv_json_writer *w, const kv_metrics_summary *m) {
     kv_json_field_uint(w, "tokens_discarded", m->tokens_discarded);
     kv_json_field_uint(w, "tokens_recomputed", m->tokens_recomputed);
     kv_json_field_uint(w, "batch_cap", (uint64_t)KV_MAX(m->batch_cap, 0));
+    kv_json_field_num(w, "batch_goal_ms", m->batch_goal_ms);
     kv_json_field_num(w, "elapsed_s", m->elapsed_s);
 }

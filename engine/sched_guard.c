@@ -11,7 +11,8 @@
  *   - admission by projected length (scheduler.admission): the prompt only,
  *     prompt + max_tokens, or prompt + a quantile of recent output lengths.
  *   - short-first order (scheduler.order): job length folded into priority.
- *   - the dynamic batch size (scheduler.target_tpot_ms, sched_batch.h). */
+ *   - the dynamic batch size (scheduler.target_tpot_ms, scheduler.max_seqs:
+ *     auto; sched_batch.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,8 @@ int sched_guard_init(kv_sched *s) {
     if (!s->out_hist) return KV_ERR_NOMEM;
     if (kv_grow((void **)&s->chain_len, &s->cap_chain, 64, sizeof *s->chain_len)) return KV_ERR_NOMEM;
     kv_batch_ctl_init(&s->bctl, s->p.target_tpot_ms, s->p.max_seqs);
-    s->cnt.batch_cap = s->p.target_tpot_ms > 0 ? s->bctl.cap : 0;
+    s->cnt.batch_cap = sched_batch_dynamic(s) ? s->bctl.cap : 0;
+    s->cnt.batch_goal_ms = sched_batch_dynamic(s) ? s->bctl.goal_ms : 0;
     return 0;
 }
 
@@ -155,10 +157,11 @@ void sched_fold_order(const kv_sched *s, kv_sreq *r) {
 
 /* ---- batch size ---- */
 
-int sched_max_seqs(const kv_sched *s) { return s->p.target_tpot_ms > 0 ? s->bctl.cap : s->p.max_seqs; }
+int sched_max_seqs(const kv_sched *s) { return sched_batch_dynamic(s) ? s->bctl.cap : s->p.max_seqs; }
 
 void kv_sched_observe_step(kv_sched *s, int n_seqs, double dur_ms) {
-    if (!s || !(s->p.target_tpot_ms > 0)) return;
+    if (!s || !sched_batch_dynamic(s)) return;
     kv_batch_ctl_observe(&s->bctl, n_seqs, dur_ms);
     s->cnt.batch_cap = s->bctl.cap;
+    s->cnt.batch_goal_ms = s->bctl.goal_ms;
 }

@@ -199,6 +199,8 @@ void sched_put_scheduled(kv_sched *s, kv_sreq *r, int n_new, int n_draft);
 /* Tokens r gets this step; *n_draft (OUT) how many of them are drafts. */
 int sched_plan_tokens(const kv_sched *s, const kv_sreq *r, int *n_draft);
 static inline int sched_ceil_div(int a, int b) { return (a + b - 1) / b; }
+/* The batch size follows the controller (target_tpot_ms, max_seqs auto). */
+static inline int sched_batch_dynamic(const kv_sched *s) { return s->p.target_tpot_ms > 0 || s->p.batch_auto; }
 /* A static batch is running (no admission until it drains). */
 static inline int sched_batch_active(const kv_sched *s) {
     return s->p.policy == KV_POLICY_STATIC && s->batch_live > 0;

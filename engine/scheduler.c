@@ -116,7 +116,7 @@ void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int c
     p->policy = cfg->scheduler.policy;
     p->layout = cfg->kv.layout;
     p->preemption = cfg->scheduler.preemption;
-    p->max_seqs = cfg->scheduler.max_seqs;
+    p->max_seqs = kv_config_max_seqs(cfg);
     p->max_batched_tokens = cfg->scheduler.max_batched_tokens;
     p->prefill_chunk = cfg->scheduler.prefill_chunk;
     p->max_wait_ms = cfg->scheduler.max_wait_ms;
@@ -129,6 +129,9 @@ void kv_sched_params_from_config(kv_sched_params *p, const kv_config *cfg, int c
     p->preempt_victim = cfg->scheduler.preempt_victim;
     p->order = cfg->scheduler.order;
     p->target_tpot_ms = cfg->scheduler.target_tpot_ms;
+    /* max_seqs auto: the given target, else the SLA's, else the controller's own (sched_batch.h) */
+    p->batch_auto = cfg->scheduler.max_seqs == KV_KEY_AUTO_VALUE;
+    if (p->batch_auto && !(p->target_tpot_ms > 0) && cfg->sla.tpot_ms > 0) p->target_tpot_ms = cfg->sla.tpot_ms;
 }
 
 kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {

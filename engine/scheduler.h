@@ -119,6 +119,8 @@ typedef struct kv_sched_params {
     kv_victim preempt_victim;  /* which running request preemption takes */
     kv_order order;            /* waiting queue order (short_first folds job length into priority) */
     double target_tpot_ms;     /* > 0: the running batch is capped to hold this step time */
+    int batch_auto;            /* bool: max_seqs auto (a ceiling); the controller runs even without
+                                  a target (it then holds twice the fitted step of one sequence) */
 } kv_sched_params;
 
 /* Fills p from a config; max_seq_len is resolved against the model context
@@ -229,7 +231,9 @@ typedef struct kv_sched_counters {
     int longest_chain;          /* links in the longest chain */
     uint64_t tokens_discarded;  /* computed tokens thrown away by recompute preemptions */
     uint64_t tokens_recomputed; /* of those, tokens computed again after readmission (prefix hits excluded) */
-    int batch_cap;              /* target_tpot_ms: the batch size the controller allows now; 0 when off */
+    int batch_cap;              /* target_tpot_ms, max_seqs auto: the batch size the controller allows
+                                   now; 0 when off */
+    double batch_goal_ms;       /* the step time it holds (0: off, or not yet fitted) */
 } kv_sched_counters;
 void kv_sched_get_counters(const kv_sched *s, kv_sched_counters *out /* OUT: */);
 

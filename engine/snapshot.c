@@ -36,6 +36,7 @@ static void engine_sched_summary(kv_engine *e, kv_metrics_summary *m) {
     m->tokens_discarded = c.tokens_discarded;
     m->tokens_recomputed = c.tokens_recomputed;
     m->batch_cap = c.batch_cap;
+    m->batch_goal_ms = c.batch_goal_ms;
 }
 
 static int snap_queues(kv_snapshot *s, int n) {

@@ -317,7 +317,7 @@ static int spec_plan(kv_engine *e) {
     }
     kv_sreq *const *run;
     int nrun = kv_sched_running(e->sched, &run), n = 0;
-    int cap = e->cfg.scheduler.max_seqs;
+    int cap = kv_config_max_seqs(&e->cfg);
     for (int i = 0; i < nrun && n < cap; i++) {
         ereq *r = (ereq *)run[i]; /* kv_sreq is ereq's first member */
         if (r->s.state != KV_REQ_RUNNING || r->s.n_tokens - r->s.n_computed != 1 || kv_sreq_n_generated(&r->s) == 0)

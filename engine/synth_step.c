@@ -179,7 +179,7 @@ kv_synth *kv_synth_new(const kv_model *m, const kv_config *cfg, kv_backend *b, u
     if (check_parallel(m, cfg, err)) return NULL;
     kv_synth *s = calloc(1, sizeof *s);
     if (!s) goto oom;
-    s->seq_cap = max_tokens > cfg->scheduler.max_seqs ? max_tokens : cfg->scheduler.max_seqs;
+    s->seq_cap = KV_MAX(max_tokens, kv_config_max_seqs(cfg));
     s->seq_ctx = calloc((size_t)s->seq_cap, sizeof *s->seq_ctx);
     if (!s->seq_ctx) goto oom;
     const kv_hparams *hp = &m->hp;

@@ -697,9 +697,9 @@ void kv_profile_print_keys(FILE *f) {
         case KV_KEY_INT:
         case KV_KEY_DOUBLE:
         case KV_KEY_FLOAT:
-            snprintf(type, sizeof type, "%s in %c%.10g, %.10g%c", kv_config_key_type_name(k->type),
+            snprintf(type, sizeof type, "%s in %c%.10g, %.10g%c%s", kv_config_key_type_name(k->type),
                      (k->flags & KV_KEY_MIN_OPEN) ? '(' : '[', k->min, k->max,
-                     (k->flags & KV_KEY_MAX_OPEN) ? ')' : ']');
+                     (k->flags & KV_KEY_MAX_OPEN) ? ')' : ']', (k->flags & KV_KEY_AUTO) ? " or auto" : "");
             break;
         case KV_KEY_SIZE: {
             /* the bounds as a size reads them back */

@@ -305,7 +305,7 @@ srv_hub *srv_hub_new(kv_engine *e, int max_queue, int forward, kv_err *err) {
     if (!h) goto nomem;
     h->e = e;
     h->max_queue = max_queue;
-    h->max_seqs = kv_engine_config(e)->scheduler.max_seqs;
+    h->max_seqs = kv_config_max_seqs(kv_engine_config(e));
     h->forward = forward;
     pthread_mutex_init(&h->mu, NULL);
     hist_init(&h->st.ttft, ttft_bounds, (int)KV_ARRAY_LEN(ttft_bounds));

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cpushare.h"
 #include "../profiles/profile.h"
 #include "compare_view.h"
 
@@ -78,36 +79,6 @@ static void cmp_close(cmp *c) {
     c->load_on = 0;
 }
 
-/* The cores this process may run on, in order: their ids into ids[], the
- * count returned (at least 1: cpu 0 when the mask cannot be read). */
-static int allowed_cpus(int *ids, int cap) {
-    cpu_set_t set;
-    int n = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        for (int i = 0; i < CPU_SETSIZE && n < cap; i++)
-            if (CPU_ISSET(i, &set)) ids[n++] = i;
-    if (n == 0) ids[n++] = 0;
-    return n;
-}
-
-/* Engine j's share of the cores: a contiguous slice of ids when there are
- * at least as many cores as engines, else one core, round robin. */
-static void share_of(const int *ids, int n_ids, int j, int n, cpu_set_t *set, cmp_col *col) {
-    CPU_ZERO(set);
-    int lo, cnt;
-    if (n_ids >= n) {
-        lo = j * n_ids / n;
-        cnt = (j + 1) * n_ids / n - lo;
-    } else {
-        lo = j % n_ids;
-        cnt = 1;
-    }
-    for (int i = 0; i < cnt; i++) CPU_SET(ids[lo + i], set);
-    col->threads = cnt;
-    if (cnt == 1) snprintf(col->cpus, sizeof col->cpus, "cpu %d", ids[lo]);
-    else snprintf(col->cpus, sizeof col->cpus, "cpu %d-%d", ids[lo], ids[lo + cnt - 1]);
-}
-
 /* Fills column app a for engine e (as loader_check does for the app),
  * with one tab named after the value (no autosave: no state dir). 0 or
  * KV_ERR_NOMEM. */
@@ -154,7 +125,7 @@ static int cmp_open(cmp *c, const char *profile, const char *const *sets, int n_
         }
     }
     int ids[CPU_SETSIZE];
-    int n_ids = allowed_cpus(ids, CPU_SETSIZE);
+    int n_ids = kv_cpus_allowed(ids, CPU_SETSIZE);
     cpu_set_t keep;
     int have_keep = pthread_getaffinity_np(pthread_self(), sizeof keep, &keep) == 0;
     snprintf(c->key, sizeof c->key, "%.120s", key);
@@ -165,7 +136,7 @@ static int cmp_open(cmp *c, const char *profile, const char *const *sets, int n_
         col->t_done = -1;
         snprintf(col->value, sizeof col->value, "%.250s", values[j]);
         cpu_set_t set;
-        share_of(ids, n_ids, j, n, &set, col);
+        col->threads = kv_cpu_share(ids, n_ids, j, n, &set, col->cpus, sizeof col->cpus);
         if (cfgs[j].threads <= 0 || cfgs[j].threads > col->threads) cfgs[j].threads = col->threads;
         col->threads = cfgs[j].threads;
         /* Threads made now inherit the share: the backend's workers in
@@ -352,35 +323,44 @@ static void draw_head(cmp *c) {
     for (int j = 0; j < c->n && n < (int)sizeof t; j++)
         n += snprintf(t + n, sizeof t - (size_t)n, " %s%s", j ? "| " : "", c->col[j].value);
     if (n < (int)sizeof t) snprintf(t + n, sizeof t - (size_t)n, "   %s", c->cores);
+    /* narrow: each column's share alone ("A cpu 0, B cpu 1") */
+    if ((int)strlen(t) > getmaxx(c->w_title))
+        for (int j = 0; j < c->n && n < (int)sizeof t; j++)
+            n += snprintf(t + n, sizeof t - (size_t)n, "%s%c %s", j ? ", " : "   ", 'A' + j, c->col[j].cpus);
     werase(c->w_title);
     put(c->w_title, 0, 0, title_attr(v), t);
     WINDOW *w = c->w_head;
     if (!w) return;
     werase(w);
-    const int name_w = 18;
-    put(w, 0, 0, A_DIM, c->load_on ? " since F5" : " (F5 starts the workload)");
     /* Speculative acceptance only where some engine speculates. */
     int spec = 0;
     for (int j = 0; j < c->n; j++) spec |= c->col[j].a->cfg.spec.method != KV_SPEC_OFF;
-    int n_metrics = spec ? KV_CMP_COUNT : KV_CMP_SPEC_ACC;
-    for (int k = 0; k < n_metrics; k++) {
-        char h[32];
-        snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
-                 k == KV_CMP_TTFT50 || k == KV_CMP_TTFT99 ? " ms" : "");
-        put(w, 0, name_w + k * KV_CMP_CELL_W, A_BOLD, h);
-    }
+    int n_metrics = spec ? KV_CMP_HEADER_COUNT : KV_CMP_SPEC_ACC;
+    /* as many figures a line as the width takes; the rest wrap to a group
+     * of lines below (names, then a row per engine) */
+    int per = kv_cmp_head_per_line(getmaxx(w));
     const kv_metrics_summary *m0 = c->col[0].a->shown ? &c->col[0].a->shown->metrics : NULL;
-    for (int j = 0; j < c->n; j++) {
-        const app *a = c->col[j].a;
-        char name[64];
-        snprintf(name, sizeof name, " %c %.15s", 'A' + j, c->col[j].value);
-        put(w, 1 + j, 0, A_BOLD, name);
-        const kv_metrics_summary *m = a->shown ? &a->shown->metrics : NULL;
-        for (int k = 0; k < n_metrics; k++) {
-            char cell[48];
-            if (!m || !m0) snprintf(cell, sizeof cell, "N/A");
-            else kv_cmp_cell(cell, sizeof cell, m0, m, (kv_cmp_metric)k, j == 0);
-            put(w, 1 + j, name_w + k * KV_CMP_CELL_W, A_NORMAL, cell);
+    for (int g = 0; g * per < n_metrics; g++) {
+        int y0 = g * (1 + c->n);
+        put(w, y0, 0, A_DIM, g ? "" : c->load_on ? " since F5" : " F5 to start");
+        for (int k = g * per; k < n_metrics && k < (g + 1) * per; k++) {
+            char h[32];
+            snprintf(h, sizeof h, "%s%s", kv_compare_metric_name((kv_cmp_metric)k),
+                     k == KV_CMP_TTFT50 || k == KV_CMP_TTFT99 ? " ms" : "");
+            put(w, y0, KV_CMP_NAME_W + (k - g * per) * KV_CMP_CELL_W, A_BOLD, h);
+        }
+        for (int j = 0; j < c->n; j++) {
+            const app *a = c->col[j].a;
+            char name[64];
+            snprintf(name, sizeof name, " %c %.15s", 'A' + j, c->col[j].value);
+            put(w, y0 + 1 + j, 0, A_BOLD, name);
+            const kv_metrics_summary *m = a->shown ? &a->shown->metrics : NULL;
+            for (int k = g * per; k < n_metrics && k < (g + 1) * per; k++) {
+                char cell[48];
+                if (!m || !m0) snprintf(cell, sizeof cell, "N/A");
+                else kv_cmp_cell(cell, sizeof cell, m0, m, (kv_cmp_metric)k, j == 0);
+                put(w, y0 + 1 + j, KV_CMP_NAME_W + (k - g * per) * KV_CMP_CELL_W, A_NORMAL, cell);
+            }
         }
     }
 }

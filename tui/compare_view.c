@@ -11,6 +11,17 @@ static kv_rect rect(int y, int x, int h, int w) {
     return r;
 }
 
+int kv_cmp_head_per_line(int cols) {
+    int per = (cols - KV_CMP_NAME_W) / KV_CMP_CELL_W;
+    return per > 1 ? per : 1;
+}
+
+int kv_cmp_head_rows(int cols, int n, int n_figures) {
+    int per = kv_cmp_head_per_line(cols);
+    int groups = n_figures > 0 ? (n_figures + per - 1) / per : 1;
+    return groups * (1 + n);
+}
+
 int kv_cmp_layout_compute(int cols, int rows, int n, int caption, kv_cmp_layout *out) {
     if (!out || n < 1 || n > KV_CMP_MAX || !kv_layout_size_ok(cols, rows)) return -1;
     kv_cmp_layout l = {.cols = cols, .rows = rows, .n = n};
@@ -21,8 +32,13 @@ int kv_cmp_layout_compute(int cols, int rows, int n, int caption, kv_cmp_layout 
     }
     int y = 0;
     l.title = rect(y++, 0, 1, cols);
-    l.head = rect(y, 0, 1 + n, cols);
-    y += 1 + n;
+    /* a header wrapped to the width, unless that leaves the columns less
+     * than their least (label, map 6, scheduler 3, transcript 4): then one
+     * group, cut at the width */
+    int head = kv_cmp_head_rows(cols, n, KV_CMP_HEADER_COUNT);
+    if (rows - 2 - y - head - (caption ? 1 : 0) - 1 < 6 + 3 + 4) head = 1 + n;
+    l.head = rect(y, 0, head, cols);
+    y += head;
     if (caption) l.caption = rect(y++, 0, 1, cols);
     l.status = rect(rows - 1, 0, 1, cols);
     l.input = rect(rows - 2, 0, 1, cols);

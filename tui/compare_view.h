@@ -42,6 +42,14 @@ int kv_cmp_layout_compute(int cols, int rows, int n, int caption, kv_cmp_layout 
 
 /* Column width of one header cell, and of the row names before them. */
 #define KV_CMP_CELL_W 15
+#define KV_CMP_NAME_W 18
+
+/* Header figures per line on a screen cols wide (at least 1): all eight
+ * need 138 columns; narrower, the header wraps into groups of lines, each a
+ * row of names and a row per engine (80 columns: two groups of four). */
+int kv_cmp_head_per_line(int cols);
+/* Rows of the header for n engines and n_figures figures at that width. */
+int kv_cmp_head_rows(int cols, int n, int n_figures);
 
 /* One header cell: engine m's figure k, and for an engine after the first
  * (first == 0) its ratio to the first engine m0 ("412.0 0.50x"); the first

@@ -273,7 +273,9 @@ void kv_panel_sched(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
                          (unsigned long long)m->preemptions, (unsigned long long)m->preemption_chains,
                          m->longest_preemption_chain, (unsigned long long)m->tokens_recomputed);
         if (m->batch_cap > 0 && n < (int)sizeof line)
-            snprintf(line + n, sizeof line - (size_t)n, "%sbatch cap %d", n ? "  " : "", m->batch_cap);
+            n += snprintf(line + n, sizeof line - (size_t)n, "%sbatch cap %d", n ? "  " : "", m->batch_cap);
+        if (m->batch_cap > 0 && m->batch_goal_ms > 0 && n > 0 && n < (int)sizeof line)
+            snprintf(line + n, sizeof line - (size_t)n, " (holds %.2f ms)", m->batch_goal_ms);
         panel_text(w, y++, 1, iw, panel_pair(v, m->preemption_chains ? KV_PAIR_PREFILL : KV_PAIR_TITLE, A_NORMAL),
                    line, -1);
     }

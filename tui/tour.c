@@ -3,7 +3,7 @@
  * one-line caption saying what to watch; F12 (or n on the panels) goes on
  * to the next, F11 (b) back. The stations follow the seed's order: prefill
  * against decode, batching, paging, prefix sharing, quantized KV,
- * speculation, and a failure mode with its guard. Every station's
+ * speculation, and the failure modes with their guards. Every station's
  * comparison is one of the demo profiles' own (their README lines). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +34,15 @@ static const kv_tour_station stations[] = {
     {"failure mode: a bad draft", "profiles/demo-spec-slow.yaml", "spec.adaptive=false,true",
      "a self-speculative draft (4 of 30 layers) that rarely agrees makes decoding slower than none; B's "
      "adaptive guard falls back to plain decode while acceptance stays low"},
+    {"failure mode: KV cascade", "profiles/demo-kv-cascade.yaml", "scheduler.admission=greedy,max_tokens",
+     "A admits on prompt blocks only: answers outgrow the pool, each preemption's victim returns and preempts "
+     "the next (Sched: cascades, tokens recomputed); B reserves max_tokens: fewer run, nothing is redone"},
+    {"failure mode: starvation", "profiles/demo-starvation.yaml", "scheduler.order=fcfs,short_first",
+     "short interactive requests queue behind long ones under FCFS (Sched: TTFT by job size, short close to "
+     "long); B lets the short ones take the next free slot"},
+    {"failure mode: latency", "profiles/demo-latency-tradeoff.yaml", "scheduler.max_seqs=64,auto",
+     "a batch of 64 shares each step but every token waits for the whole step (TPOT far over the 3 ms SLA); "
+     "B sizes the batch from measured step times to hold it (Sched: batch cap N)"},
 };
 
 const kv_tour_station *kv_tour_stations(int *n) {

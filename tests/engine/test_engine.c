@@ -601,8 +601,13 @@ static void test_bad_config(void) {
     kv_err err;
     CHECK(kv_engine_new(&c, &err) == NULL && err.code != 0);
     base_config(&c);
-    c.scheduler.max_seqs = 0;
+    c.scheduler.max_seqs = -1;
     CHECK(kv_engine_new(&c, &err) == NULL && strstr(err.msg, "max_seqs") != NULL);
+    base_config(&c);
+    c.scheduler.max_seqs = KV_KEY_AUTO_VALUE; /* auto: a ceiling, not a count */
+    kv_engine *e = kv_engine_new(&c, &err);
+    CHECKF(e != NULL, "%s", err.msg);
+    kv_engine_free(e);
     base_config(&c);
     c.kv.blocks = 0;
     c.kv.memory = 100; /* less than a block */

@@ -83,6 +83,28 @@ static void test_bounds(void) {
     CHECK(c.cap == 1);
 }
 
+/* No target (max_seqs auto without one): it holds twice the fitted step of
+ * one sequence, 2 (a + b), which allows a / b + 2 sequences. */
+static void test_no_target(void) {
+    kv_batch_ctl c;
+    kv_batch_ctl_init(&c, 0, 256);
+    CHECK(c.cap == 2 && c.goal_ms == 0);
+    /* 4 ms + 0.25 ms per sequence: goal 8.5 ms, 18 sequences */
+    double mean = drive(&c, 4.0, 0.25, 0.2, 1000, 400, 100);
+    CHECKF(fabs(c.goal_ms - 8.5) < 0.5, "goal %.2f ms", c.goal_ms);
+    CHECKF(c.cap >= 16 && c.cap <= 18, "cap %d", c.cap);
+    CHECKF(mean <= 8.7, "mean step %.2f ms", mean);
+    /* a step with no fixed cost: one sequence costs what it costs, the
+     * goal is twice that, two sequences */
+    kv_batch_ctl_init(&c, -1, 256);
+    drive(&c, 0.0, 1.0, 0.0, 1000, 300, 10);
+    CHECKF(c.cap == 2 && fabs(c.goal_ms - 2.0) < 1e-6, "cap %d goal %.3f", c.cap, c.goal_ms);
+    /* little demand: the probe does not run away while the batch is not full */
+    kv_batch_ctl_init(&c, 0, 256);
+    drive(&c, 2.0, 0.0, 0.0, 3, 200, 10);
+    CHECKF(c.cap <= 4, "cap %d with 3 waiting", c.cap);
+}
+
 /* One noisy step cannot swing the cap by more than a quarter. */
 static void test_bounded_moves(void) {
     kv_batch_ctl c;
@@ -93,4 +115,4 @@ static void test_bounded_moves(void) {
     CHECKF(c.cap >= before - (before / 4 > 1 ? before / 4 : 1) && c.cap < before, "cap %d -> %d", before, c.cap);
 }
 
-TEST_MAIN(T(test_converges), T(test_follows_the_model), T(test_bounds), T(test_bounded_moves))
+TEST_MAIN(T(test_converges), T(test_follows_the_model), T(test_bounds), T(test_bounded_moves), T(test_no_target))

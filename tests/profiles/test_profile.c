@@ -299,6 +299,13 @@ static void test_set(void) {
     CHECK(kv_profile_set(&c, "model.tokenizer=", &err) == 0 && c.model.tokenizer[0] == '\0');
     CHECK(kv_profile_set(&c, "sampling.seed=42", &err) == 0 && c.sampling.seed == 42);
     CHECK(kv_profile_set(&c, "spec.method=self", &err) == 0 && c.spec.method == KV_SPEC_SELF);
+    /* max_seqs auto: stored as KV_KEY_AUTO_VALUE, counted as its ceiling (at most max_batched_tokens) */
+    CHECK(kv_profile_set(&c, "scheduler.max_seqs=auto", &err) == 0 && c.scheduler.max_seqs == KV_KEY_AUTO_VALUE);
+    CHECK(kv_config_validate(&c, &err) == 0 && kv_config_batch_dynamic(&c));
+    CHECK(kv_config_max_seqs(&c) == KV_MIN(KV_MAX_SEQS_AUTO_CEIL, c.scheduler.max_batched_tokens));
+    CHECK(kv_profile_set(&c, "scheduler.max_batched_tokens=100", &err) == 0 && kv_config_max_seqs(&c) == 100);
+    CHECK(kv_profile_set(&c, "scheduler.max_seqs=8", &err) == 0 && kv_config_max_seqs(&c) == 8 &&
+          !kv_config_batch_dynamic(&c));
 
     static const struct {
         const char *set, *needle;
@@ -317,6 +324,9 @@ static void test_set(void) {
         {"workload.prompt_len=-3", "must be in [1, 1048576]"},
         {"ui.theme=pink", "ui.theme: unknown value 'pink' (expected auto|mono)"},
         {"kv.dtype=", "kv.dtype: unknown value ''"},
+        {"scheduler.max_seqs=0", "scheduler.max_seqs: must be in [1, 4096], got 0"},
+        {"scheduler.max_seqs=Auto", "scheduler.max_seqs: expected an integer or auto, got 'Auto'"},
+        {"scheduler.max_seqs=auto8", "expected an integer or auto"},
         {"=3", "unknown key ''"},
     };
     for (size_t i = 0; i < KV_ARRAY_LEN(bad); i++) {
@@ -382,7 +392,7 @@ static void test_dump_roundtrip(void) {
         "sampling.seed=12345678901234567890", "spec.method=draft_model", "spec.draft_model=null",
         "spec.min_acceptance=0.123456789", "workload.rate=3.3333333333333335", "workload.arrival=closed",
         "workload.prompt_len={dist: uniform, min: 3, max: 9}", "workload.output_len.sigma=1.25",
-        "workload.prompts_file=true", "ui.show_token_source=false", "sim_device=~",
+        "workload.prompts_file=true", "ui.show_token_source=false", "sim_device=~", "scheduler.max_seqs=auto",
     };
     for (size_t i = 0; i < KV_ARRAY_LEN(sets); i++) CHECKF(kv_profile_set(&c, sets[i], &err) == 0, "%s: %s", sets[i], err.msg);
     REQUIRE(kv_config_validate(&c, &err) == 0 || (printf("%s\n", err.msg), 0));

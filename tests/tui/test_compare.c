@@ -111,6 +111,14 @@ static void test_layout(void) {
     CHECK(l.blocks[0].w == 100 && l.blocks[1].x == 100 && l.blocks[1].w == 100);
     CHECK(kv_rect_visible(l.tpot[0]) && kv_rect_visible(l.mem[1]) && l.chat[0].h >= 4);
     CHECK(l.head.h == 3 && l.caption.h == 0 && l.input.y == 48 && l.status.y == 49);
+    /* the header: eight figures need 18 + 8 x 15 = 138 columns; narrower it wraps */
+    CHECK(kv_cmp_head_per_line(138) == 8 && kv_cmp_head_per_line(137) == 7 && kv_cmp_head_per_line(80) == 4);
+    CHECK(kv_cmp_head_per_line(10) == 1 && kv_cmp_head_rows(80, 2, 8) == 6 && kv_cmp_head_rows(80, 2, 7) == 6);
+    CHECK(kv_cmp_head_rows(200, 4, 8) == 5 && kv_cmp_head_rows(120, 3, 8) == 8);
+    CHECK(kv_cmp_layout_compute(80, 40, 2, 0, &l) == 0 && !l.too_small && l.head.h == 6 && l.head.w == 80);
+    /* too short for the wrapped header: one group (cut at the width) */
+    CHECK(kv_cmp_layout_compute(80, 24, 2, 1, &l) == 0 && !l.too_small && l.head.h == 6);
+    CHECK(kv_cmp_layout_compute(120, 24, 3, 0, &l) == 0 && !l.too_small && l.head.h == 4);
     for (int n = 1; n <= KV_CMP_MAX; n++)
         for (int cols = 60; cols <= 330; cols += 7)
             for (int rows = 20; rows <= 90; rows += 3)
