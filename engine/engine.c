@@ -137,6 +137,18 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     cp->block_size = cfg->kv.block_size;
     cp->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
     e->block_bytes = kv_cache_block_bytes(cp);
+    /* sliding-window release: the model's local layers (the cache copies the mask) */
+    if (cfg->kv.window_release && hp->n_swa > 0 && hp->n_swa_layers > 0 && !e->model->synthetic &&
+        cfg->kv.layout == KV_LAYOUT_PAGED) {
+        uint8_t *local = e->swa_mask = calloc((size_t)hp->n_layers, 1);
+        if (!local) {
+            kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+        for (int l = 0; l < hp->n_layers; l++) local[l] = e->model->layers[l].swa != 0;
+        cp->window = hp->n_swa;
+        cp->local_layers = local;
+    }
 
     /* The forward pass's buffers come first: a memory.budget gives the KV
      * cache what the weights and these activations leave. */
@@ -174,9 +186,13 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
         kv_memory = cfg->memory.budget - fixed;
         kv_key = "memory.budget";
     }
-    cp->n_blocks = e->synth            ? kv_synth_plan_of(e->synth)->n_blocks
-                   : cfg->kv.blocks > 0 ? cfg->kv.blocks
-                                        : kv_cache_blocks_for_bytes(cp, kv_memory);
+    {
+        const int max_len = cfg->scheduler.max_seq_len > 0 ? KV_MIN(cfg->scheduler.max_seq_len, hp->ctx_len) : hp->ctx_len;
+        if (e->synth)
+            cp->n_blocks = kv_synth_plan_of(e->synth)->n_blocks;
+        else
+            kv_cache_size_pools(cp, kv_memory, cfg->kv.blocks, cfg->scheduler.max_seqs, max_len);
+    }
     if (cp->n_blocks <= 0) {
         kv_err_set(err, KV_ERR_INVAL, "%s: %llu bytes for the KV cache hold no block of %llu bytes (%d tokens)", kv_key,
                    (unsigned long long)kv_memory, (unsigned long long)e->block_bytes, cp->block_size);
@@ -283,6 +299,7 @@ void kv_engine_free(kv_engine *e) {
     free(e->probs);
     kv_sched_free(e->sched);
     kv_cache_free(e->cache);
+    free(e->swa_mask);
     kv_backend_free(e->be);
     kv_model_free(e->model);
     pthread_mutex_destroy(&e->state_mu);

@@ -312,6 +312,8 @@ typedef struct kv_mem_breakdown {
     uint64_t kv_cached;    /* unreferenced prefix blocks */
     uint64_t kv_free;
     uint64_t kv_swap_used, kv_swap_total;
+    uint64_t kv_window_saved; /* sliding-window release: the local-layer bytes referenced blocks would
+                                 hold without it (released parts; 0 without release) */
     uint64_t activations;  /* forward scratch */
     uint64_t other;        /* tokenizer, tables, metrics */
     uint64_t budget;       /* memory.budget the KV cache was sized from; 0 = none */
@@ -357,6 +359,8 @@ typedef struct kv_snapshot {
     /* block manager counters */
     uint64_t prefix_lookups, prefix_hit_blocks, prefix_hit_tokens, evictions, cow_copies;
     int blocks_free, blocks_used, blocks_cached, blocks_shared;
+    int blocks_windowed;            /* sliding-window release: used blocks whose local-layer part is released */
+    uint64_t local_released;        /* local-layer parts released since start */
     kv_metrics_summary metrics;
     kv_mem_breakdown mem;
     /* requests: waiting, running, preempted, swapped, then the last finished ones */

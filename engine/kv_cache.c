@@ -439,6 +439,11 @@ static int match_tokens(const kv_cache *c, const int32_t *tokens, int n) {
     return t;
 }
 
+int kv_cache_match_registered(const kv_cache *c, const int32_t *tokens, int n) {
+    if (!c || !tokens || n <= 1 || !c->p.prefix_sharing) return 0;
+    return reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), c->p.block_size, n);
+}
+
 int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n) {
     if (!c || !tokens || n <= 1 || !c->p.prefix_sharing) return 0;
     return match_tokens(c, tokens, n);

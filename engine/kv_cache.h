@@ -55,6 +55,13 @@ uint64_t kv_cache_global_part_bytes(const kv_cache_params *p);
 uint64_t kv_cache_local_part_bytes(const kv_cache_params *p);
 uint64_t kv_cache_pool_bytes(const kv_cache_params *p);
 int kv_cache_plan_local_blocks(const kv_cache_params *p, int n_seqs, int max_len);
+/* Sizes p's pools: n_blocks > 0 fixes the block count (the local pool then
+ * gets the plan's parts), else both come from `bytes`: the local pool the
+ * plan's parts, the block pool what that leaves in global parts (when the
+ * plan does not fit, every block keeps its part, as without release).
+ * Sets p->n_blocks and p->n_local_blocks and returns n_blocks (0: not one
+ * block fits). */
+int kv_cache_size_pools(kv_cache_params *p, uint64_t bytes, int n_blocks, int n_seqs, int max_len);
 /* 1 when p releases local-layer storage (window > 0 and a local layer). */
 int kv_cache_params_windowed(const kv_cache_params *p);
 /* Blocks that fit in `bytes` (0 if not even one). */
@@ -103,6 +110,10 @@ void kv_cache_seq_release(kv_cache *c, kv_seq *s);
  * original. Blocks match by hash AND by their exact token ids and parent
  * block, so a hash collision can never share the wrong K/V. */
 int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n);
+/* Like match_prefix, but every registered block counts, also one whose
+ * local part sliding-window release took (for checks: what the index
+ * holds, not what attach may reuse). */
+int kv_cache_match_registered(const kv_cache *c, const int32_t *tokens, int n);
 int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, int n);
 
 /* Capacity. blocks_needed: blocks that reserve(s, n_new) would take from the

@@ -223,3 +223,38 @@ int kv_window_alloc(kv_cache *c, kv_err *err) {
     c->n_lfree = nl;
     return 0;
 }
+
+int kv_cache_size_pools(kv_cache_params *p, uint64_t bytes, int n_blocks, int n_seqs, int max_len) {
+    p->n_local_blocks = 0;
+    if (!kv_cache_params_windowed(p)) {
+        p->n_blocks = n_blocks > 0 ? n_blocks : kv_cache_blocks_for_bytes(p, bytes);
+        return p->n_blocks;
+    }
+    const int64_t cap = INT32_MAX / KV_MAX(1, p->block_size);
+    if (n_blocks > 0) {
+        p->n_blocks = n_blocks;
+        p->n_local_blocks = kv_cache_plan_local_blocks(p, n_seqs, max_len);
+        return p->n_blocks;
+    }
+    const uint64_t G = kv_cache_global_part_bytes(p), L = kv_cache_local_part_bytes(p);
+    if (!L) return p->n_blocks = 0;
+    p->n_blocks = (int)cap; /* the plan uncapped */
+    const uint64_t nl = (uint64_t)kv_cache_plan_local_blocks(p, n_seqs, max_len);
+    uint64_t nb;
+    if (G == 0) { /* every layer local: blocks are bookkeeping, sized for every sequence's context */
+        uint64_t parts = bytes / L;
+        p->n_local_blocks = (int)KV_MIN(parts, (uint64_t)cap);
+        nb = (uint64_t)p->n_local_blocks + (uint64_t)KV_MAX(1, n_seqs) * (uint64_t)((max_len + p->block_size - 1) / p->block_size);
+        p->n_blocks = (int)KV_MIN(nb, (uint64_t)cap);
+        return p->n_local_blocks > 0 ? p->n_blocks : (p->n_blocks = 0);
+    }
+    if (nl * L < bytes && (nb = (bytes - nl * L) / G) >= nl) {
+        p->n_blocks = (int)KV_MIN(nb, (uint64_t)cap);
+        p->n_local_blocks = (int)KV_MIN(nl, (uint64_t)p->n_blocks);
+    } else { /* too little for the plan: every block keeps its part */
+        nb = bytes / (G + L);
+        p->n_blocks = (int)KV_MIN(nb, (uint64_t)cap);
+        p->n_local_blocks = p->n_blocks;
+    }
+    return p->n_blocks;
+}

@@ -41,6 +41,7 @@ static const field cache_fields[] = {
     FU(kv_snapshot, prefix_lookups), FU(kv_snapshot, prefix_hit_blocks), FU(kv_snapshot, prefix_hit_tokens),
     FU(kv_snapshot, evictions),      FU(kv_snapshot, cow_copies),        FI(kv_snapshot, blocks_free),
     FI(kv_snapshot, blocks_used),    FI(kv_snapshot, blocks_cached),     FI(kv_snapshot, blocks_shared),
+    FI(kv_snapshot, blocks_windowed), FU(kv_snapshot, local_released),
 };
 static const field metrics_fields[] = {
     FD(kv_metrics_summary, elapsed_s),
@@ -79,6 +80,7 @@ static const field mem_fields[] = {
     FU(kv_mem_breakdown, weights),      FU(kv_mem_breakdown, kv_used),       FU(kv_mem_breakdown, kv_cached),
     FU(kv_mem_breakdown, kv_free),      FU(kv_mem_breakdown, kv_swap_used),  FU(kv_mem_breakdown, kv_swap_total),
     FU(kv_mem_breakdown, activations),  FU(kv_mem_breakdown, other),         FU(kv_mem_breakdown, budget),
+    FU(kv_mem_breakdown, kv_window_saved),
 };
 static const field request_fields[] = {
     FL(kv_snap_request, id),          FI(kv_snap_request, session),     FI(kv_snap_request, priority),
