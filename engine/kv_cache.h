@@ -62,6 +62,14 @@ int kv_cache_plan_local_blocks(const kv_cache_params *p, int n_seqs, int max_len
  * Sets p->n_blocks and p->n_local_blocks and returns n_blocks (0: not one
  * block fits). */
 int kv_cache_size_pools(kv_cache_params *p, uint64_t bytes, int n_blocks, int n_seqs, int max_len);
+/* What fits, run through the block manager itself (bookkeeping only, on
+ * backend b, which allocates nothing here): sequences of n_tokens tokens
+ * admitted one after another as the scheduler does (the prompt reserved
+ * whole, then committed in chunks of `chunk`), all resident at once, until
+ * one no longer fits or max_seqs did. Returns how many fit (or
+ * KV_ERR_INVAL); *seq_bytes (may be NULL) gets what the first one holds. */
+int kv_cache_fit_sequences(const kv_cache_params *p, kv_backend *b, int n_tokens, int chunk, int max_seqs,
+                           uint64_t *seq_bytes);
 /* 1 when p releases local-layer storage (window > 0 and a local layer). */
 int kv_cache_params_windowed(const kv_cache_params *p);
 /* Blocks that fit in `bytes` (0 if not even one). */

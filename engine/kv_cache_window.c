@@ -258,3 +258,39 @@ int kv_cache_size_pools(kv_cache_params *p, uint64_t bytes, int n_blocks, int n_
     }
     return p->n_blocks;
 }
+
+/* ---- what fits (a plan run through the block manager itself) ---- */
+
+int kv_cache_fit_sequences(const kv_cache_params *p, kv_backend *b, int n_tokens, int chunk, int max_seqs,
+                           uint64_t *seq_bytes) {
+    if (seq_bytes) *seq_bytes = 0;
+    if (!p || !b || n_tokens < 1 || chunk < 1 || max_seqs < 1) return KV_ERR_INVAL;
+    kv_cache_params q = *p;
+    q.no_storage = 1; /* bookkeeping only */
+    q.prefix_sharing = 0;
+    q.n_swap_blocks = 0;
+    kv_cache *c = kv_cache_new(&q, b, NULL);
+    kv_seq *s = calloc((size_t)max_seqs, sizeof *s);
+    int n = 0;
+    while (c && s && n < max_seqs) {
+        kv_seq *r = &s[n];
+        kv_seq_init(r, n + 1, 0);
+        /* the scheduler reserves a prompt whole on admission, then prefills it in chunks */
+        if (kv_cache_seq_reserve(c, r, n_tokens + 1) != 0) {
+            kv_cache_seq_release(c, r);
+            break;
+        }
+        for (int t = KV_MIN(chunk, n_tokens); r->n_tokens < n_tokens; t = KV_MIN(r->n_tokens + chunk, n_tokens))
+            kv_cache_seq_commit(c, r, NULL, t);
+        if (n == 0 && seq_bytes) {
+            const uint64_t G = c->swa ? kv_cache_global_part_bytes(&c->p) : kv_cache_block_bytes(&c->p);
+            const uint64_t parts = c->swa ? (uint64_t)(r->n_blocks - r->lfloor) : 0;
+            *seq_bytes = G * (uint64_t)r->n_blocks + parts * kv_cache_local_part_bytes(&c->p);
+        }
+        n++;
+    }
+    for (int i = 0; s && i < n; i++) kv_cache_seq_release(c, &s[i]);
+    free(s);
+    kv_cache_free(c);
+    return n;
+}
