@@ -225,6 +225,8 @@ typedef struct kv_snap_request {
 typedef struct kv_snap_block {
     uint8_t state;         /* kv_block_state: free, used, cached */
     uint8_t shared;        /* refcount >= 2 */
+    uint8_t windowed;      /* sliding-window release: its local-layer part is released (below every
+                              holder's window) */
     uint16_t refcount;
     uint16_t fill;         /* tokens in the block */
     int32_t owner;         /* request id of the latest owner, -1 */

@@ -228,6 +228,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
         const kv_block_info *bi = &e->bmap[b];
         kv_snap_block *o = &s->blocks[b];
         o->state = bi->state;
+        o->windowed = bi->windowed;
         o->shared = bi->refcount >= 2;
         o->refcount = bi->refcount;
         o->fill = bi->fill;

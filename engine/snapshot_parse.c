@@ -305,6 +305,11 @@ static int read_blocks(const kv_json *b, kv_snapshot *s, kv_err *err) {
         else if (len != n)
             return kv_err_set(err, KV_ERR_FORMAT, "blocks.%s: %zu entries, blocks.state has %zu", cols[c], len, n);
     }
+    /* optional (sliding-window release; older writers lack it) */
+    const kv_json *win = NULL;
+    size_t wlen = 0;
+    if (get_array(b, "windowed", KV_SNAPSHOT_PARSE_MAX_BLOCKS, &win, &wlen, err)) return err->code;
+    if (win && wlen != n) return kv_err_set(err, KV_ERR_FORMAT, "blocks.windowed: %zu entries, blocks.state has %zu", wlen, n);
     if (kv_grow((void **)&s->blocks, &s->cap_blocks, (int)n, sizeof *s->blocks))
         return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
     s->n_blocks = (int)n;
@@ -326,6 +331,9 @@ static int read_blocks(const kv_json *b, kv_snapshot *s, kv_err *err) {
         o->fill = (uint16_t)fill;
         o->owner = (int32_t)owner;
         o->session = (int32_t)session;
+        if (win && kv_json_type_of(kv_json_at(win, i)) != KV_JSON_BOOL)
+            return kv_err_set(err, KV_ERR_FORMAT, "blocks.windowed[%zu]: expected true or false", i);
+        o->windowed = win ? (uint8_t)kv_json_bool(kv_json_at(win, i)) : 0;
     }
     return 0;
 }
