@@ -225,10 +225,10 @@ typedef struct kv_snap_request {
 typedef struct kv_snap_block {
     uint8_t state;         /* kv_block_state: free, used, cached */
     uint8_t shared;        /* refcount >= 2 */
-    uint8_t windowed;      /* sliding-window release: its local-layer part is released (below every
-                              holder's window) */
     uint16_t refcount;
     uint16_t fill;         /* tokens in the block */
+    uint8_t windowed;      /* sliding-window release: its local-layer part is released (below every
+                              holder's window); in what was padding, so recorded traces keep their layout */
     int32_t owner;         /* request id of the latest owner, -1 */
     int32_t session;       /* its session tag, -1 */
 } kv_snap_block;
