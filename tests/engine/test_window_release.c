@@ -6,7 +6,8 @@
  * and off, chunked prefill, preemption by recompute and by swap in a tiny
  * cache, and speculation (self drafts and n-grams, with rejected drafts).
  * Each run checks the engine's invariants (kv_cache_check's window ones
- * included) after every step, and that release did happen. */
+ * included) after every step, and that release did happen; and in one
+ * kv.memory more requests run at once with release on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ typedef struct outputs {
     uint64_t released;   /* local parts released during the run */
     uint64_t saved_max;  /* largest kv_window_saved seen */
     uint64_t preemptions, hit_tokens;
+    int max_running;     /* most requests running at once */
 } outputs;
 
 /* Token ids of a prompt of n tokens (ids 3.., shared heads per family). */
@@ -76,6 +78,7 @@ static int run(const kv_config *c, const int *plen, const int *maxt, int nreq, o
     kv_engine_metrics(e, &m);
     out->preemptions = m.preemptions;
     out->hit_tokens = m.prefix_hit_tokens;
+    out->max_running = m.max_concurrent;
     kv_snapshot_free(snap);
     kv_engine_free(e);
     return rc < 0 ? -1 : 0;
@@ -174,6 +177,49 @@ static void test_random_gemma3(void) {
     unlink(path);
 }
 
+/* Admission counts the smaller footprint: in the same kv.memory more
+ * sequences run at once with release on (and their output is the same). */
+static void test_more_fit(void) {
+    kv_mkmodel_params p = test_tiny_model(128, 256);
+    p.arch = "gemma3";
+    p.head_dim = 48;
+    p.n_swa = 16;
+    p.n_layers = 6;
+    const char *path = harness_tmp_path("window", "fit", ".gguf");
+    kv_err err;
+    if (kv_mkmodel_write(&p, path, &err) != 0) {
+        CHECKF(0, "mkmodel: %s", err.msg);
+        return;
+    }
+    kv_config c;
+    test_engine_config(&c, path, 2, 0, NREQ, 512);
+    c.sampling.temperature = 0;
+    c.scheduler.max_seq_len = 160;
+    /* the profile's workload section must fit the shorter context too */
+    c.workload.prompt_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 32, .min = 32, .max = 32, .mean = 32};
+    c.workload.output_len = (kv_dist){.kind = KV_DIST_FIXED, .value = 32, .min = 32, .max = 32, .mean = 32};
+    /* 6 layers x 2 kv heads x 48 x 2 (K, V) x 2 bytes = 2304 B a token:
+     * a 120 + 20 token request holds 9 blocks, 324 KiB; with release 9
+     * one-layer parts and 3 five-layer ones, 144 KiB (a whole prompt's parts
+ * while it is prefilled) */
+    c.kv.memory = 3ull << 20;
+    c.kv.prefix_sharing = 0; /* (copies of a prompt would share it all) */
+    static const int plen[NP] = {120, 118, 121, 119, 122, 117}, maxt[NP] = {20, 22, 19, 21, 18, 20};
+    outputs *off = malloc(sizeof *off), *on = malloc(sizeof *on);
+    REQUIRE(off && on);
+    c.kv.window_release = 0;
+    CHECK(run(&c, plen, maxt, NREQ, off) == 0);
+    c.kv.window_release = 1;
+    CHECK(run(&c, plen, maxt, NREQ, on) == 0);
+    printf("    kv.memory 3 MiB, %d requests of ~140 tokens: %d at once with release off, %d with it on\n", NREQ,
+           off->max_running, on->max_running);
+    CHECK(same("more fit", off, on, maxt, NREQ));
+    CHECK(on->max_running > off->max_running);
+    free(off);
+    free(on);
+    unlink(path);
+}
+
 static void test_gemma3_270m(void) {
     const char *gemma = "models/gemma-3-270m-Q4_K_M.gguf";
     if (access(gemma, R_OK) != 0) {
@@ -191,4 +237,4 @@ static void test_gemma3_270m(void) {
     battery(&c, plen, maxt, 2, 0, 1u << 0);
 }
 
-TEST_MAIN(T(test_random_gemma3), T(test_gemma3_270m))
+TEST_MAIN(T(test_random_gemma3), T(test_more_fit), T(test_gemma3_270m))
