@@ -127,7 +127,9 @@ int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, in
 /* Capacity. blocks_needed: blocks that reserve(s, n_new) would take from the
  * pool (new blocks plus a copy-on-write of a shared partial last block; for
  * a swapped sequence, the blocks it would hold after swap-in and reserve).
- * n_available: free blocks plus evictable cached blocks. reserve: makes
+ * n_available: free blocks plus evictable cached blocks (under sliding-window
+ * release at most the local parts free or held by cached blocks: a new
+ * block takes one of each). reserve: makes
  * room for n_new more tokens after s->n_tokens (allocating, evicting LRU
  * cached blocks, copying a shared last block first); KV_AGAIN and no change
  * when the pool cannot supply it now, KV_ERR_RANGE (no change) when the

@@ -177,6 +177,28 @@ static void test_random_gemma3(void) {
     unlink(path);
 }
 
+/* Mistral's layout: every layer windowed (llama.attention.sliding_window),
+ * so the block pool holds no K/V at all, only the local pool does. */
+static void test_all_layers_windowed(void) {
+    kv_mkmodel_params p = test_tiny_model(128, 256);
+    p.arch = "llama";
+    p.n_swa = 16;
+    p.n_layers = 4;
+    const char *path = harness_tmp_path("window", "mistral", ".gguf");
+    kv_err err;
+    if (kv_mkmodel_write(&p, path, &err) != 0) {
+        CHECKF(0, "mkmodel: %s", err.msg);
+        return;
+    }
+    kv_config c;
+    test_engine_config(&c, path, 2, 0, 32, 256);
+    c.sampling.temperature = 0;
+    c.kv.memory = 8ull << 20;
+    static const int plen[NP] = {40, 23, 57, 9, 33, 70}, maxt[NP] = {30, 41, 12, 45, 26, 18};
+    battery(&c, plen, maxt, NREQ, 14, (1u << 0) | (1u << 2) | (1u << 4) | (1u << 5));
+    unlink(path);
+}
+
 /* Admission counts the smaller footprint: in the same kv.memory more
  * sequences run at once with release on (and their output is the same). */
 static void test_more_fit(void) {
@@ -237,4 +259,4 @@ static void test_gemma3_270m(void) {
     battery(&c, plen, maxt, 2, 0, 1u << 0);
 }
 
-TEST_MAIN(T(test_random_gemma3), T(test_more_fit), T(test_gemma3_270m))
+TEST_MAIN(T(test_random_gemma3), T(test_all_layers_windowed), T(test_more_fit), T(test_gemma3_270m))
