@@ -179,8 +179,10 @@ test: test-build models pydeps
 # note and the sim backend is still checked.
 GPU_BUILD ?= $(if $(filter 1,$(CUDA)),$(BUILD),build-cuda)
 test-gpu:
-	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/tests/gpu/test_backend_ops
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/tests/gpu/test_backend_ops \
+	  $(GPU_BUILD)/tests/gpu/test_backend_ext
 	KVTOP_SHARED=$${KVTOP_SHARED:-../shared} ./$(GPU_BUILD)/tests/gpu/test_backend_ops
+	./$(GPU_BUILD)/tests/gpu/test_backend_ext
 
 sanitize:
 	$(MAKE) BUILD=build-san KVTOP_BIN=build-san/kvtop OPT=-O1 \

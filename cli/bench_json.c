@@ -149,6 +149,7 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_field_uint(w, "kv_used", r->mem.kv_used);
     kv_json_field_uint(w, "kv_cached", r->mem.kv_cached);
     kv_json_field_uint(w, "kv_free", r->mem.kv_free);
+    kv_json_field_uint(w, "kv_window_saved", r->mem.kv_window_saved); /* sliding-window release */
     kv_json_field_uint(w, "activations", r->mem.activations);
     kv_json_field_uint(w, "other", r->mem.other);
     kv_json_field_uint(w, "budget", r->mem.budget);

@@ -127,6 +127,8 @@ static const kv_config_key keys[] = {
     K_ENUM("kv.layout", kv.layout, layout_names,
            "paged: blocks on demand; contiguous: reserve max_seq_len per request"),
     K_SIZE("kv.swap_memory", kv.swap_memory, 0, TIB, "host swap pool for preempted requests; 0 = none"),
+    K_BOOL("kv.window_release", kv.window_release,
+           "sliding-window layers release the K/V of blocks wholly before every holder's window"),
 
     K_SIZE("memory.budget", memory.budget, 0, TIB,
            "total for weights + activations + KV cache; the KV cache gets the rest (overrides kv.memory); 0 = off"),
@@ -252,6 +254,7 @@ void kv_config_default(kv_config *c) {
     c->kv.prefix_sharing = 1;
     c->kv.layout = KV_LAYOUT_PAGED;
     c->kv.swap_memory = 0;
+    c->kv.window_release = 1;
 
     c->scheduler.policy = KV_POLICY_CONTINUOUS;
     c->scheduler.max_seqs = 64;

@@ -82,6 +82,8 @@ typedef struct kv_config {
         int prefix_sharing;      /* bool */
         kv_layout layout;
         uint64_t swap_memory;    /* host swap pool bytes (0 = none) */
+        int window_release;      /* bool: sliding-window layers keep K/V only for blocks inside some
+                                    holder's window (engine/kv_cache_window.c), default on */
     } kv;
     struct {
         uint64_t budget;         /* weights + activations + KV in bytes; the KV cache gets what the

@@ -83,6 +83,31 @@ uint64_t engine_activation_bytes(const kv_engine *e) {
 
 /* kv_engine_new on be, or on the backend cfg names when be is NULL; takes
  * be (freed on failure too). */
+/* Sliding-window release (kv.window_release) for a model with local
+ * layers in the paged layout: the mask of local layers (kept by the engine,
+ * copied by the cache) and the window into the cache parameters. */
+static int engine_window_release(kv_engine *e, const kv_config *cfg, kv_err *err) {
+    const kv_hparams *hp = &e->model->hp;
+    if (!cfg->kv.window_release || hp->n_swa <= 0 || hp->n_swa_layers <= 0 || e->model->synthetic ||
+        cfg->kv.layout != KV_LAYOUT_PAGED)
+        return 0;
+    e->swa_mask = calloc((size_t)hp->n_layers, 1);
+    if (!e->swa_mask) return kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory");
+    for (int l = 0; l < hp->n_layers; l++) e->swa_mask[l] = e->model->layers[l].swa != 0;
+    e->cache_params.window = hp->n_swa;
+    e->cache_params.local_layers = e->swa_mask;
+    return 0;
+}
+
+/* The cache's block count (and local pool, under window release): the
+ * synthetic plan's, kv.blocks, or what kv_memory holds. */
+static void engine_size_pools(kv_engine *e, const kv_config *cfg, uint64_t kv_memory) {
+    const int ctx = e->model->hp.ctx_len;
+    const int max_len = cfg->scheduler.max_seq_len > 0 ? KV_MIN(cfg->scheduler.max_seq_len, ctx) : ctx;
+    if (e->synth) e->cache_params.n_blocks = kv_synth_plan_of(e->synth)->n_blocks;
+    else kv_cache_size_pools(&e->cache_params, kv_memory, cfg->kv.blocks, cfg->scheduler.max_seqs, max_len);
+}
+
 static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) {
     if (!cfg) {
         kv_err_set(err, KV_ERR_INVAL, "engine: NULL config");
@@ -137,6 +162,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     cp->block_size = cfg->kv.block_size;
     cp->prefix_sharing = cfg->kv.prefix_sharing && cfg->kv.layout == KV_LAYOUT_PAGED;
     e->block_bytes = kv_cache_block_bytes(cp);
+    if (engine_window_release(e, cfg, err)) goto fail;
 
     /* The forward pass's buffers come first: a memory.budget gives the KV
      * cache what the weights and these activations leave. */
@@ -174,9 +200,7 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
         kv_memory = cfg->memory.budget - fixed;
         kv_key = "memory.budget";
     }
-    cp->n_blocks = e->synth            ? kv_synth_plan_of(e->synth)->n_blocks
-                   : cfg->kv.blocks > 0 ? cfg->kv.blocks
-                                        : kv_cache_blocks_for_bytes(cp, kv_memory);
+    engine_size_pools(e, cfg, kv_memory);
     if (cp->n_blocks <= 0) {
         kv_err_set(err, KV_ERR_INVAL, "%s: %llu bytes for the KV cache hold no block of %llu bytes (%d tokens)", kv_key,
                    (unsigned long long)kv_memory, (unsigned long long)e->block_bytes, cp->block_size);
@@ -283,6 +307,7 @@ void kv_engine_free(kv_engine *e) {
     free(e->probs);
     kv_sched_free(e->sched);
     kv_cache_free(e->cache);
+    free(e->swa_mask);
     kv_backend_free(e->be);
     kv_model_free(e->model);
     pthread_mutex_destroy(&e->state_mu);

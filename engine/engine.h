@@ -227,6 +227,8 @@ typedef struct kv_snap_block {
     uint8_t shared;        /* refcount >= 2 */
     uint16_t refcount;
     uint16_t fill;         /* tokens in the block */
+    uint8_t windowed;      /* sliding-window release: its local-layer part is released (below every
+                              holder's window); in what was padding, so recorded traces keep their layout */
     int32_t owner;         /* request id of the latest owner, -1 */
     int32_t session;       /* its session tag, -1 */
 } kv_snap_block;
@@ -323,6 +325,8 @@ typedef struct kv_mem_breakdown {
     uint64_t kv_cached;    /* unreferenced prefix blocks */
     uint64_t kv_free;
     uint64_t kv_swap_used, kv_swap_total;
+    uint64_t kv_window_saved; /* sliding-window release: the local-layer bytes referenced blocks would
+                                 hold without it (released parts; 0 without release) */
     uint64_t activations;  /* forward scratch */
     uint64_t other;        /* tokenizer, tables, metrics */
     uint64_t budget;       /* memory.budget the KV cache was sized from; 0 = none */
@@ -383,6 +387,8 @@ typedef struct kv_snapshot {
     /* block manager counters */
     uint64_t prefix_lookups, prefix_hit_blocks, prefix_hit_tokens, evictions, cow_copies;
     int blocks_free, blocks_used, blocks_cached, blocks_shared;
+    int blocks_windowed;            /* sliding-window release: used blocks whose local-layer part is released */
+    uint64_t local_released;        /* local-layer parts released since start */
     kv_metrics_summary metrics;
     kv_mem_breakdown mem;
     /* requests: waiting, running, preempted, swapped, then the last finished ones */

@@ -78,6 +78,7 @@ struct kv_engine {
     kv_backend *be;
     kv_cache *cache;
     kv_cache_params cache_params;
+    uint8_t *swa_mask;              /* (n_layers) local layers under window release (cache_params.local_layers) */
     kv_sched *sched;
     kv_sched_params sp;
     kv_forward *fwd;

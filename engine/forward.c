@@ -152,9 +152,15 @@ static int check_batch(const kv_forward *f, const kv_pages *kv, const kv_batch *
         return kv_err_set(err, KV_ERR_INVAL, "forward: %d logit rows (0..%d allowed)", bt->n_logits, f->max_logits);
     if (bt->n_layers < 0 || bt->n_layers > hp->n_layers)
         return kv_err_set(err, KV_ERR_INVAL, "forward: n_layers %d out of range", bt->n_layers);
-    if (!kv || kv->n_layers != hp->n_layers || kv->n_kv_heads != hp->n_kv_heads || kv->head_dim != hp->head_dim)
+    const kv_pages *lk = bt->kv_local;
+    if (!kv || kv->n_layers + (lk ? lk->n_layers : 0) != hp->n_layers || kv->n_kv_heads != hp->n_kv_heads ||
+        kv->head_dim != hp->head_dim || (lk && (lk->n_kv_heads != hp->n_kv_heads || lk->head_dim != hp->head_dim)))
         return kv_err_set(err, KV_ERR_INVAL, "forward: KV cache shape does not match the model");
     int64_t n_slots = (int64_t)kv->n_blocks * kv->block_size;
+    for (int i = 0; lk && i < bt->n_tokens; i++)
+        if (!bt->ab_local.slot || bt->ab_local.slot[i] < 0 ||
+            bt->ab_local.slot[i] >= (int64_t)lk->n_blocks * lk->block_size)
+            return kv_err_set(err, KV_ERR_RANGE, "forward: token %d has no local-layer slot", i);
     for (int i = 0; i < bt->n_tokens; i++) {
         if (bt->tokens[i] < 0 || bt->tokens[i] >= hp->n_vocab)
             return kv_err_set(err, KV_ERR_RANGE, "forward: token id %d out of range [0, %d)", bt->tokens[i],
@@ -217,11 +223,21 @@ static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *
     }
     rope_layer(f, L, f->q, bt->ab.pos, n, hp->n_heads);
     rope_layer(f, L, f->k, bt->ab.pos, n, hp->n_kv_heads);
-    o->kv_store(b, kv, l, &bt->ab, f->k, f->v);
+    /* with the local layers' K/V apart (sliding-window release), each set
+     * is indexed in model order within its own pages */
+    const int apart = bt->kv_local != NULL, local = apart && L->swa;
+    kv_pages *pk = local ? bt->kv_local : kv;
+    const kv_attn_batch *ab = local ? &bt->ab_local : &bt->ab;
+    int li = l;
+    if (apart) {
+        li = 0;
+        for (int j = 0; j < l; j++) li += (m->layers[j].swa != 0) == (L->swa != 0);
+    }
+    o->kv_store(b, pk, li, ab, f->k, f->v);
     if (L->swa)
-        o->attention_window(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, hp->attn_scale, hp->n_swa);
+        o->attention_window(b, pk, li, ab, f->q, f->att, hp->n_heads, hp->attn_scale, hp->n_swa);
     else
-        o->attention(b, kv, l, &bt->ab, f->q, f->att, hp->n_heads, hp->attn_scale);
+        o->attention(b, pk, li, ab, f->q, f->att, hp->n_heads, hp->attn_scale);
     o->matmul(b, &L->wo, f->att, f->xb, n);
     if (L->post_attn_norm) o->rmsnorm(b, f->xb, L->post_attn_norm, f->xb, n, dim, hp->rms_eps);
     o->add(b, f->x, f->xb, (int64_t)n * dim);

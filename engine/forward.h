@@ -20,6 +20,13 @@ typedef struct kv_batch {
     const int32_t *logit_rows; /* (n_logits) indices into tokens */
     int n_layers;              /* 0: all layers; L > 0: only the first L, then the
                                   final norm and head (self-speculative draft) */
+    /* Sliding-window release (kv_cache_window.c): the local layers' K/V in
+     * pages of their own, with slots and block tables into them (entries
+     * below a sequence's window may be -1). NULL: every layer is in the
+     * pages kv_forward_run gets. Each set's layers are indexed in model
+     * order within their own pages. */
+    kv_pages *kv_local;
+    kv_attn_batch ab_local;    /* same tokens, positions and sequences as ab */
 } kv_batch;
 
 typedef struct kv_forward kv_forward; /* buffers sized once at creation */

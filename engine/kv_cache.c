@@ -139,8 +139,10 @@ static void lru_remove(kv_cache *c, int b) {
 
 /* Takes one reference on a USED or CACHED block for s. */
 void kvc_block_ref(kv_cache *c, int b, const kv_seq *s) {
-    if (c->ref[b] == 0 && c->state[b] == KV_BLOCK_CACHED) lru_remove(c, b);
+    const int was_cached = c->ref[b] == 0 && c->state[b] == KV_BLOCK_CACHED;
+    if (was_cached) lru_remove(c, b);
     c->state[b] = KV_BLOCK_USED;
+    kvw_settle(c, b, was_cached);
     if (++c->ref[b] == 2) c->n_shared++;
     c->owner[b] = s->id;
     c->owner_tag[b] = s->tag;
@@ -163,12 +165,13 @@ void kvc_block_unref(kv_cache *c, int b) {
         c->owner_tag[b] = -1;
         c->free_stack[c->n_free++] = b;
     }
+    kvw_settle(c, b, 0);
 }
 
 /* A block for s with one reference: from the free stack, else by evicting
  * the least recently used cached block. Callers check capacity first. */
 int kvc_block_alloc(kv_cache *c, const kv_seq *s) {
-    int b;
+    int b, evicted = 0;
     if (c->n_free > 0) {
         b = c->free_stack[--c->n_free];
     } else {
@@ -177,8 +180,10 @@ int kvc_block_alloc(kv_cache *c, const kv_seq *s) {
         lru_remove(c, b);
         index_remove(c, b);
         c->evictions++;
+        evicted = 1;
     }
     c->state[b] = KV_BLOCK_USED;
+    kvw_settle(c, b, evicted); /* an evicted block's local part comes along (the caller needs or trims it) */
     c->ref[b] = 1;
     c->fill[b] = 0;
     c->owner[b] = s->id;
@@ -194,7 +199,14 @@ void kv_cache_free(kv_cache *c) {
     if (c->b && c->b->ops) {
         if (c->pages.k) c->b->ops->free(c->b, c->pages.k);
         if (c->pages.v) c->b->ops->free(c->b, c->pages.v);
+        if (c->lpages.k) c->b->ops->free(c->b, c->lpages.k);
+        if (c->lpages.v) c->b->ops->free(c->b, c->lpages.v);
     }
+    free(c->is_local);
+    free(c->lidx);
+    free(c->lpart);
+    free(c->lneed);
+    free(c->lfree);
     free(c->ref);
     free(c->state);
     free(c->fill);
@@ -234,8 +246,9 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
     c->b = b;
     const int nb = p->n_blocks, bs = p->block_size;
     kv_pages *pg = &c->pages;
+    if (kv_window_setup(c, err)) goto fail_nomsg;
     pg->dtype = p->dtype;
-    pg->n_layers = p->n_layers;
+    pg->n_layers = c->n_global;
     pg->n_kv_heads = p->n_kv_heads;
     pg->head_dim = p->head_dim;
     pg->block_size = bs;
@@ -245,7 +258,7 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
     c->blk_bytes = (size_t)bs * pg->slot_bytes;
     uint64_t layer_bytes, total, swap_bytes;
     if (kv_mul_overflow((uint64_t)c->blk_bytes, (uint64_t)nb, &layer_bytes) ||
-        kv_mul_overflow(layer_bytes, (uint64_t)p->n_layers, &total) || total > (uint64_t)SIZE_MAX ||
+        kv_mul_overflow(layer_bytes, (uint64_t)c->n_global, &total) || total > (uint64_t)SIZE_MAX ||
         kv_mul_overflow(kv_cache_block_bytes(p), (uint64_t)p->n_swap_blocks, &swap_bytes) ||
         swap_bytes > (uint64_t)SIZE_MAX) {
         kv_err_set(err, KV_ERR_INVAL, "kv cache: %d blocks of %zu bytes overflow the address space", nb,
@@ -253,9 +266,9 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
         goto fail_nomsg;
     }
     pg->layer_bytes = (size_t)layer_bytes;
-    pg->k = p->no_storage ? NULL : b->ops->alloc(b, (size_t)total);
+    pg->k = p->no_storage || !total ? NULL : b->ops->alloc(b, (size_t)total);
     pg->v = pg->k ? b->ops->alloc(b, (size_t)total) : NULL;
-    if (!p->no_storage && (!pg->k || !pg->v)) {
+    if (!p->no_storage && total && (!pg->k || !pg->v)) {
         kv_err_set(err, KV_ERR_NOMEM, "kv cache: backend '%s' cannot allocate 2 x %.1f MiB for %d blocks",
                    b->ops->name ? b->ops->name : "?", (double)total / (1024.0 * 1024.0), nb);
         goto fail_nomsg;
@@ -310,6 +323,7 @@ kv_cache *kv_cache_new(const kv_cache_params *p, kv_backend *b, kv_err *err) {
     c->n_free = nb;
     c->lru_head = c->lru_tail = -1;
     c->hash_mask = ~0ull;
+    if (kv_window_alloc(c, err)) goto fail_nomsg;
     return c;
 
 fail:
@@ -367,7 +381,10 @@ void kv_cache_seq_release(kv_cache *c, kv_seq *s) {
         } else {
             /* Tail first, so the head of a prefix is the most recently used and a
              * chain is evicted from its end (a child before its parent). */
-            for (int i = s->n_blocks - 1; i >= 0; i--) kvc_block_unref(c, s->blocks[i]);
+            for (int i = s->n_blocks - 1; i >= 0; i--) {
+                kvc_block_unref(c, s->blocks[i]);
+                if (i >= s->lfloor) kvw_unneed(c, s->blocks[i]);
+            }
         }
     }
     free(s->blocks);
@@ -409,9 +426,27 @@ static int reusable_tokens(int k_blocks, int bs, int n) {
     return t > 0 ? (int)t : 0;
 }
 
-int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n) {
+/* The tokens attach reuses: reusable_tokens of the match, shortened under
+ * sliding-window release until every block the new sequence's window
+ * covers still has its local part. */
+static int match_tokens(const kv_cache *c, const int32_t *tokens, int n) {
+    if (!c->swa) return reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), c->p.block_size, n);
+    int32_t *blocks = malloc(((size_t)n / (size_t)c->p.block_size + 1) * sizeof *blocks);
+    if (!blocks) return 0; /* (no reuse: always safe) */
+    int k = match_blocks(c, tokens, n, INT_MAX, blocks, NULL);
+    int t = kvw_match_tokens(c, blocks, k, n);
+    free(blocks);
+    return t;
+}
+
+int kv_cache_match_registered(const kv_cache *c, const int32_t *tokens, int n) {
     if (!c || !tokens || n <= 1 || !c->p.prefix_sharing) return 0;
     return reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), c->p.block_size, n);
+}
+
+int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n) {
+    if (!c || !tokens || n <= 1 || !c->p.prefix_sharing) return 0;
+    return match_tokens(c, tokens, n);
 }
 
 /* NOTE: when the whole prompt sits in cached full blocks, the last block is
@@ -424,13 +459,19 @@ int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, in
     if (s->n_blocks || s->n_tokens || s->swapped) return KV_ERR_INVAL;
     if (!c->p.prefix_sharing) return 0;
     const int bs = c->p.block_size;
-    int n_tok = n > 1 ? reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), bs, n) : 0;
+    int n_tok = n > 1 ? match_tokens(c, tokens, n) : 0;
     int k = (n_tok + bs - 1) / bs;
     if (k > 0 && seq_grow(s, k)) return KV_ERR_NOMEM;
     c->lookups++;
     if (k == 0) return 0;
     match_blocks(c, tokens, n, k, s->blocks, s->hashes);
-    for (int i = 0; i < k; i++) kvc_block_ref(c, s->blocks[i], s);
+    const int floor = c->swa ? KV_MIN(kvw_floor(c, n_tok), k) : 0;
+    for (int i = 0; i < k; i++) {
+        kvc_block_ref(c, s->blocks[i], s);
+        if (i >= floor) kvw_need(c, s->blocks[i]); /* (match_tokens made sure it has its part) */
+        else kvw_trim(c, s->blocks[i]);
+    }
+    s->lfloor = floor;
     s->n_blocks = k;
     s->n_tokens = n_tok;
     s->n_hashed = n_tok / bs;
@@ -442,7 +483,11 @@ int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, in
 
 /* ---- capacity ---- */
 
-int kv_cache_n_available(const kv_cache *c) { return c ? c->n_free + c->n_cached : 0; }
+int kv_cache_n_available(const kv_cache *c) {
+    if (!c) return 0;
+    /* every new block takes one of each pool */
+    return c->swa ? KV_MIN(c->n_free + c->n_cached, kvw_available(c)) : c->n_free + c->n_cached;
+}
 
 int kv_cache_blocks_needed(const kv_cache *c, const kv_seq *s, int n_new) {
     if (!c || !s || n_new <= 0) return 0;
@@ -469,19 +514,30 @@ int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new) {
     if (nb_target > c->p.n_blocks) return KV_ERR_RANGE; /* can never fit: no waiting helps */
     int cow = seq_needs_cow(c, s);
     int new_blocks = nb_target > s->n_blocks ? (int)nb_target - s->n_blocks : 0;
-    if (new_blocks + cow > c->n_free + c->n_cached) return KV_AGAIN;
+    if (new_blocks + cow > kv_cache_n_available(c)) return KV_AGAIN;
     if (seq_grow(s, (int)nb_target)) return KV_ERR_NOMEM;
     /* From here on nothing can fail. */
     if (cow) {
         int idx = s->n_tokens / bs, src = s->blocks[idx];
         int dst = kvc_block_alloc(c, s);
-        c->b->ops->copy_block(c->b, &c->pages, dst, src);
+        if (c->n_global || !c->swa) c->b->ops->copy_block(c->b, &c->pages, dst, src);
+        if (idx >= s->lfloor) {
+            kvw_need(c, dst);
+            kvw_copy(c, dst, src);
+        } else {
+            kvw_trim(c, dst);
+        }
         c->fill[dst] = (uint16_t)(s->n_tokens % bs);
         s->blocks[idx] = dst;
         kvc_block_unref(c, src);
+        if (idx >= s->lfloor) kvw_unneed(c, src);
         c->cow_copies++;
     }
-    for (int i = 0; i < new_blocks; i++) s->blocks[s->n_blocks++] = kvc_block_alloc(c, s);
+    for (int i = 0; i < new_blocks; i++) {
+        int b = kvc_block_alloc(c, s);
+        kvw_need(c, b); /* new blocks lie past the floor */
+        s->blocks[s->n_blocks++] = b;
+    }
     s->n_reserved = s->n_blocks * bs;
     return 0;
 }
@@ -492,7 +548,7 @@ int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, in
     const int bs = c->p.block_size;
     int n_tok = 0, k = 0, taken = 0;
     if (c->p.prefix_sharing && tokens && n > 1) {
-        n_tok = reusable_tokens(match_blocks(c, tokens, n, INT_MAX, NULL, NULL), bs, n);
+        n_tok = match_tokens(c, tokens, n);
         k = (n_tok + bs - 1) / bs;
         /* walk again to see which of the k blocks sit in the evictable pool */
         uint64_t ph = KV_HASH_ROOT;
@@ -531,7 +587,10 @@ void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_to
         if (!c->registered[b]) c->fill[b] = (uint16_t)KV_MIN(bs, n_total - i * bs);
     }
     s->n_tokens = n_total;
-    if (!c->p.prefix_sharing || !tokens) return;
+    if (!c->p.prefix_sharing || !tokens) {
+        kvw_advance(c, s);
+        return;
+    }
     const int full = n_total / bs;
     while (s->n_hashed < full) {
         int i = s->n_hashed;
@@ -546,13 +605,18 @@ void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_to
             if (kvc_index_find(c, h, par, kvc_gen_of(c, par), t) != b) break;
         } else {
             int r = kvc_index_find(c, h, par, kvc_gen_of(c, par), t);
+            const int need_l = c->swa && i >= s->lfloor;
+            if (r >= 0 && need_l && c->lpart[r] < 0) break; /* the copy lost its local part: keep ours, unregistered */
             if (r >= 0) {
                 /* Same content computed twice (two sequences prefilling one prefix
                  * at once, or a recomputed last block): keep the registered copy,
                  * free ours. */
                 kvc_block_ref(c, r, s);
+                if (need_l) kvw_need(c, r);
+                else kvw_trim(c, r);
                 s->blocks[i] = r;
                 kvc_block_unref(c, b);
+                if (need_l) kvw_unneed(c, b);
             } else {
                 kvc_index_insert(c, b, h, ph, par, t);
             }
@@ -560,6 +624,7 @@ void kv_cache_seq_commit(kv_cache *c, kv_seq *s, const int32_t *tokens, int n_to
         s->hashes[i] = h;
         s->n_hashed = i + 1;
     }
+    kvw_advance(c, s);
     kvc_seq_update_reserved(c, s);
 }
 
@@ -569,8 +634,16 @@ void kv_cache_seq_truncate(kv_cache *c, kv_seq *s, int n_tokens) {
     int n = n_tokens < 0 ? 0 : n_tokens;
     if (n > s->n_blocks * bs) n = s->n_blocks * bs;
     int keep = (n + bs - 1) / bs;
-    for (int i = s->n_blocks - 1; i >= keep; i--) kvc_block_unref(c, s->blocks[i]);
+    for (int i = s->n_blocks - 1; i >= keep; i--) {
+        kvc_block_unref(c, s->blocks[i]);
+        if (i >= s->lfloor) kvw_unneed(c, s->blocks[i]);
+    }
     s->n_blocks = keep;
+    /* NOTE: the floor never moves back. The engine truncates only
+     * uncommitted slots (rejected drafts), which never moved it; cutting
+     * committed tokens below the floor would leave the window reading
+     * released parts (kv_cache_check reports it). */
+    if (s->lfloor > keep) s->lfloor = keep;
     if (s->n_tokens > n) s->n_tokens = n;
     if (s->n_hashed > s->n_tokens / bs) s->n_hashed = s->n_tokens / bs;
     /* committed tokens per private block, for the block map */

@@ -30,10 +30,48 @@ typedef struct kv_cache_params {
                             swap pool are allocated; copies and swaps still go through the
                             backend's copy_block / download / upload with NULL buffers, so a sim
                             backend charges them */
+    /* Sliding-window release (kv_cache_window.c). With window > 0 and some
+     * layer marked local, the local (sliding-window) layers' K/V live in a
+     * pool of their own, "local parts" attached to blocks: a block has one
+     * while a sequence holding it may still attend to it on a local layer,
+     * and loses it once it lies wholly before the window of every sequence
+     * that holds it (cached blocks keep theirs until the local pool needs
+     * it). The global layers' K/V stay in the block pool. */
+    int window;                  /* tokens a local-layer query sees (p sees positions > p - window) */
+    const uint8_t *local_layers; /* (n_layers) 1: a local layer; borrowed (copied by kv_cache_new); NULL: none */
+    int n_local_blocks;          /* local parts in the local pool, 1..n_blocks; 0: n_blocks */
 } kv_cache_params;
 
 /* Bytes one block takes (K and V, all layers). */
 uint64_t kv_cache_block_bytes(const kv_cache_params *p);
+/* With sliding-window release: the bytes of a block's global-layer part
+ * and of one local part (K and V); both pools' bytes; and the local parts
+ * a plan gives n_seqs sequences of up to max_len tokens (one whole
+ * sequence's blocks, as admission reserves a prompt at once, plus each
+ * other sequence's window and the block being filled), at most n_blocks.
+ * Without release: global = kv_cache_block_bytes, local = 0, pool =
+ * n_blocks blocks. */
+uint64_t kv_cache_global_part_bytes(const kv_cache_params *p);
+uint64_t kv_cache_local_part_bytes(const kv_cache_params *p);
+uint64_t kv_cache_pool_bytes(const kv_cache_params *p);
+int kv_cache_plan_local_blocks(const kv_cache_params *p, int n_seqs, int max_len);
+/* Sizes p's pools: n_blocks > 0 fixes the block count (the local pool then
+ * gets the plan's parts), else both come from `bytes`: the local pool the
+ * plan's parts, the block pool what that leaves in global parts (when the
+ * plan does not fit, every block keeps its part, as without release).
+ * Sets p->n_blocks and p->n_local_blocks and returns n_blocks (0: not one
+ * block fits). */
+int kv_cache_size_pools(kv_cache_params *p, uint64_t bytes, int n_blocks, int n_seqs, int max_len);
+/* What fits, run through the block manager itself (bookkeeping only, on
+ * backend b, which allocates nothing here): sequences of n_tokens tokens
+ * admitted one after another as the scheduler does (the prompt reserved
+ * whole, then committed in chunks of `chunk`), all resident at once, until
+ * one no longer fits or max_seqs did. Returns how many fit (or
+ * KV_ERR_INVAL); *seq_bytes (may be NULL) gets what the first one holds. */
+int kv_cache_fit_sequences(const kv_cache_params *p, kv_backend *b, int n_tokens, int chunk, int max_seqs,
+                           uint64_t *seq_bytes);
+/* 1 when p releases local-layer storage (window > 0 and a local layer). */
+int kv_cache_params_windowed(const kv_cache_params *p);
 /* Blocks that fit in `bytes` (0 if not even one). */
 int kv_cache_blocks_for_bytes(const kv_cache_params *p, uint64_t bytes);
 
@@ -51,6 +89,8 @@ typedef struct kv_seq {
     uint64_t *hashes;    /* (cap) hash chain value of each full committed block */
     int n_hashed;        /* leading blocks whose hashes are registered */
     int swapped;         /* bool: blocks[] hold swap-pool ids */
+    int lfloor;          /* sliding-window release: blocks [0, lfloor) lie wholly before the window
+                            of this sequence's next query; it no longer needs their local parts */
     int id;              /* owner id shown in the block map (request id) */
     int tag;             /* owner tag (TUI session) */
 } kv_seq;
@@ -78,12 +118,18 @@ void kv_cache_seq_release(kv_cache *c, kv_seq *s);
  * original. Blocks match by hash AND by their exact token ids and parent
  * block, so a hash collision can never share the wrong K/V. */
 int kv_cache_match_prefix(const kv_cache *c, const int32_t *tokens, int n);
+/* Like match_prefix, but every registered block counts, also one whose
+ * local part sliding-window release took (for checks: what the index
+ * holds, not what attach may reuse). */
+int kv_cache_match_registered(const kv_cache *c, const int32_t *tokens, int n);
 int kv_cache_seq_attach_prefix(kv_cache *c, kv_seq *s, const int32_t *tokens, int n);
 
 /* Capacity. blocks_needed: blocks that reserve(s, n_new) would take from the
  * pool (new blocks plus a copy-on-write of a shared partial last block; for
  * a swapped sequence, the blocks it would hold after swap-in and reserve).
- * n_available: free blocks plus evictable cached blocks. reserve: makes
+ * n_available: free blocks plus evictable cached blocks (under sliding-window
+ * release at most the local parts free or held by cached blocks: a new
+ * block takes one of each). reserve: makes
  * room for n_new more tokens after s->n_tokens (allocating, evicting LRU
  * cached blocks, copying a shared last block first); KV_AGAIN and no change
  * when the pool cannot supply it now, KV_ERR_RANGE (no change) when the
@@ -98,13 +144,21 @@ int kv_cache_seq_reserve(kv_cache *c, kv_seq *s, int n_new);
  * slots for positions [0, n_slots) would take out of kv_cache_n_available()
  * -- new blocks, the copy of a fully cached last block, and the cached
  * blocks attaching removes from the evictable pool. Both succeed exactly
- * when the result is <= kv_cache_n_available(). *n_reused (may be NULL)
- * gets what attach would return. */
+ * when the result is <= kv_cache_n_available() (under sliding-window
+ * release: they succeed when it is; the local pool may allow more).
+ * *n_reused (may be NULL) gets what attach would return. */
 int kv_cache_blocks_to_admit(const kv_cache *c, const int32_t *tokens, int n, int n_slots,
                              int *n_reused /* OUT: may be NULL */);
 
 /* Physical slot (block * block_size + offset) of position pos of s. */
 int32_t kv_cache_slot(const kv_cache *c, const kv_seq *s, int pos);
+/* Sliding-window release: the local pool's pages (NULL without release),
+ * the slot of position pos in them (-1 when its block has no local part),
+ * and s's table into them: out[i] = local part of block i, -1 below the
+ * window (n = s->n_blocks entries). */
+kv_pages *kv_cache_local_pages(kv_cache *c);
+int32_t kv_cache_local_slot(const kv_cache *c, const kv_seq *s, int pos);
+void kv_cache_local_table(const kv_cache *c, const kv_seq *s, int32_t *out /* OUT: (s->n_blocks) */);
 
 /* After the forward wrote K/V for positions [s->n_tokens, n_total): marks
  * them committed and, with prefix sharing on, registers every newly full
@@ -140,6 +194,13 @@ typedef struct kv_cache_stats {
     uint64_t cow_copies;    /* copy-on-write block copies */
     uint64_t swapped_out;   /* blocks moved to host */
     uint64_t swapped_in;    /* blocks moved back */
+    /* sliding-window release (0 without it) */
+    int n_local_blocks;     /* local parts in the local pool */
+    int n_local_free;
+    int n_local_cached;     /* held by unreferenced cached blocks (reclaimable) */
+    int n_windowed;         /* referenced blocks without a local part (released: below every holder's window) */
+    uint64_t local_released;  /* local parts released because windows moved past them */
+    uint64_t local_reclaimed; /* local parts taken from cached blocks */
 } kv_cache_stats;
 
 void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out /* OUT: */);
@@ -157,6 +218,7 @@ typedef struct kv_block_info {
     int32_t owner;       /* id of the most recent sequence that referenced it, -1 if none */
     int32_t owner_tag;   /* tag of that sequence */
     uint64_t last_use;   /* LRU clock */
+    uint8_t windowed;    /* sliding-window release: used or cached, but its local-layer part released */
 } kv_block_info;
 
 /* Per-block state for the block map (n = n_blocks entries). */

@@ -29,6 +29,14 @@ void kv_cache_get_stats(const kv_cache *c, kv_cache_stats *out) {
     out->cow_copies = c->cow_copies;
     out->swapped_out = c->swapped_out;
     out->swapped_in = c->swapped_in;
+    if (c->swa) {
+        out->n_local_blocks = c->lpages.n_blocks;
+        out->n_local_free = c->n_lfree;
+        out->n_local_cached = c->n_cached_l;
+        for (int b = 0; b < c->p.n_blocks; b++) out->n_windowed += c->ref[b] > 0 && c->lpart[b] < 0;
+        out->local_released = c->local_released;
+        out->local_reclaimed = c->local_reclaimed;
+    }
 }
 
 void kv_cache_block_map(const kv_cache *c, kv_block_info *out) {
@@ -41,6 +49,7 @@ void kv_cache_block_map(const kv_cache *c, kv_block_info *out) {
         o->owner = c->owner[i];
         o->owner_tag = c->owner_tag[i];
         o->last_use = c->last_use[i];
+        o->windowed = c->swa && c->state[i] != KV_BLOCK_FREE && c->lpart[i] < 0;
     }
 }
 
@@ -60,6 +69,60 @@ static int check_fail(char *msg, size_t cap, const char *fmt, ...) {
         rc = check_fail(msg, cap, __VA_ARGS__);    \
         goto done;                                 \
     } while (0)
+
+/* Sliding-window release: lneed counts the references at or past their
+ * sequence's floor, each of which has its local part; a referenced block
+ * nobody needs holds none; a free block none; every part is free or held by
+ * exactly one block, and the counts agree. */
+static int check_window(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg, size_t cap) {
+    const int nb = c->p.n_blocks, nl = c->lpages.n_blocks;
+    int rc = 0;
+    int32_t *need = calloc((size_t)nb, sizeof *need);
+    uint8_t *held = calloc((size_t)nl, 1);
+    if (!need || !held) FAIL("check: out of memory");
+    for (int q = 0; q < n_seqs; q++) {
+        const kv_seq *s = seqs[q];
+        if (!s) continue;
+        if (s->lfloor < 0 || s->lfloor > s->n_blocks)
+            FAIL("seq %d: window floor %d outside its %d blocks", s->id, s->lfloor, s->n_blocks);
+        if (s->lfloor < KV_MIN(kvw_floor(c, s->n_tokens), s->n_blocks) && !s->swapped)
+            FAIL("seq %d: window floor %d behind its %d committed tokens", s->id, s->lfloor, s->n_tokens);
+        if (s->lfloor > kvw_floor(c, s->n_tokens))
+            FAIL("seq %d: window floor %d past what %d committed tokens allow (released blocks its window needs)",
+                 s->id, s->lfloor, s->n_tokens);
+        if (s->swapped) continue;
+        for (int i = s->lfloor; i < s->n_blocks; i++) {
+            const int b = s->blocks[i];
+            need[b]++;
+            if (c->lpart[b] < 0) FAIL("seq %d: block[%d] = %d lies in its window but has no local part", s->id, i, b);
+        }
+    }
+    int n_cached_l = 0;
+    for (int b = 0; b < nb; b++) {
+        if (c->lneed[b] != need[b]) FAIL("block %d: lneed %d but %d window references", b, c->lneed[b], need[b]);
+        const int part = c->lpart[b];
+        if (part >= nl) FAIL("block %d: local part %d out of range", b, part);
+        if (part < 0) continue;
+        if (held[part]) FAIL("local part %d held twice", part);
+        held[part] = 1;
+        if (c->state[b] == KV_BLOCK_FREE) FAIL("block %d: free but holds local part %d", b, part);
+        if (c->state[b] == KV_BLOCK_USED && !need[b]) FAIL("block %d: nobody's window covers it, but it holds part %d", b, part);
+        if (c->state[b] == KV_BLOCK_CACHED) n_cached_l++;
+    }
+    if (n_cached_l != c->n_cached_l) FAIL("local: %d cached blocks hold parts, counted %d", n_cached_l, c->n_cached_l);
+    if (c->n_lfree < 0 || c->n_lfree > nl) FAIL("local: n_free %d", c->n_lfree);
+    for (int i = 0; i < c->n_lfree; i++) {
+        const int part = c->lfree[i];
+        if (part < 0 || part >= nl || held[part]) FAIL("local: free part %d out of range, held or listed twice", part);
+        held[part] = 1;
+    }
+    for (int i = 0; i < nl; i++)
+        if (!held[i]) FAIL("local: part %d neither free nor held", i);
+done:
+    free(need);
+    free(held);
+    return rc;
+}
 
 int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg, size_t cap) {
     if (msg && cap) msg[0] = 0;
@@ -195,6 +258,7 @@ int kv_cache_check(const kv_cache *c, kv_seq *const *seqs, int n_seqs, char *msg
         for (int i = 0; i < nsw; i++)
             if (!swap_seen[i]) FAIL("swap: block %d neither free nor held by a live sequence", i);
     }
+    if (c->swa) rc = check_window(c, seqs, n_seqs, msg, cap);
 done:
     free(refs);
     free(seen);

@@ -58,7 +58,54 @@ struct kv_cache {
     int32_t *swap_tokens;     /* (n_swap_blocks, block_size) token ids of swapped registered blocks */
 
     uint64_t lookups, hit_blocks, hit_tokens, evictions, cow_copies, swapped_out, swapped_in;
+
+    /* sliding-window release (kv_cache_window.c); swa 0: off, pages holds every layer */
+    int swa;
+    int n_global, n_local;    /* layers in pages / in lpages */
+    uint8_t *is_local;        /* (n_layers) */
+    int16_t *lidx;            /* (n_layers) a layer's index in its pages */
+    kv_pages lpages;          /* (n_local layers, n_local_blocks parts) */
+    int32_t *lpart;           /* (n_blocks) local part of each block, -1 none */
+    int32_t *lneed;           /* (n_blocks) references at or past their sequence's lfloor */
+    int32_t *lfree;           /* (n_local_blocks) free local parts */
+    int n_lfree;
+    int n_cached_l;           /* CACHED blocks holding a local part */
+    uint64_t local_released, local_reclaimed;
 };
+
+/* ---- sliding-window release (kv_cache_window.c) ---- */
+
+/* kv_cache_new's steps: the layer split (before the block pages are
+ * sized) and the local pool (after). 0, or an error in err. */
+int kv_window_setup(kv_cache *c, kv_err *err);
+int kv_window_alloc(kv_cache *c, kv_err *err);
+/* First block a sequence with n committed tokens still needs on local layers. */
+int kvw_floor(const kv_cache *c, int n_tokens);
+/* Gives block b a local part (the free pool, else one taken from the least
+ * recently used cached block). Callers checked kvw_available. */
+void kvw_attach_part(kv_cache *c, int b);
+/* One more / one fewer reference that needs b's local part (unneed after
+ * the reference's unref, so a last reference leaves the part cached); a
+ * referenced block nobody needs any more loses its part. */
+void kvw_need(kv_cache *c, int b);
+void kvw_unneed(kv_cache *c, int b);
+/* After b's state changed (ref / unref / alloc): keeps the count of
+ * cached blocks holding a part and frees the part of a block that became
+ * FREE. was_cached: b was CACHED before the change. */
+void kvw_settle(kv_cache *c, int b, int was_cached);
+/* Releases the part of a referenced block that no reference needs. */
+void kvw_trim(kv_cache *c, int b);
+/* Local parts available (free + held by cached blocks). */
+int kvw_available(const kv_cache *c);
+/* Moves s's floor to kvw_floor(n_tokens), releasing what it passes. */
+void kvw_advance(kv_cache *c, kv_seq *s);
+/* Tokens of a prefix match of k full blocks that attach may reuse when
+ * every block the new sequence's window covers must have its local part. */
+int kvw_match_tokens(const kv_cache *c, const int32_t *blocks, int k, int n);
+/* Copies block src's local part into dst's (copy-on-write). */
+void kvw_copy(kv_cache *c, int dst, int src);
+/* Layers: 1 when layer l is local, and its index in its pages. */
+static inline int kvw_local(const kv_cache *c, int l) { return c->swa && c->is_local[l]; }
 
 /* Chain hash of one block of n tokens t under the parent chain hash. */
 uint64_t kvc_chain_hash(const kv_cache *c, uint64_t parent, const int32_t *t, int n);

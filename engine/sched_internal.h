@@ -56,6 +56,8 @@ typedef struct wait_tail {
 struct kv_sched {
     kv_sched_params p;
     kv_cache *c;
+    int32_t *ltab;          /* the local block tables of a step, back to back (window release) */
+    int ltab_cap;
     int block_size;
     int n_blocks;
 

@@ -167,6 +167,11 @@ kv_sched *kv_sched_new(const kv_sched_params *p, kv_cache *c, kv_err *err) {
     if (!s->out.tokens || !s->out.pos || !s->out.seq || !s->out.slot || !s->out.logit_rows || !s->out.reqs ||
         !s->out.tables || !s->sched)
         goto nomem;
+    if (kv_cache_local_pages(c)) {
+        s->out.lslot = malloc((size_t)T * sizeof(int32_t));
+        s->out.ltables = malloc((size_t)S * sizeof(int32_t *));
+        if (!s->out.lslot || !s->out.ltables) goto nomem;
+    }
     if (kv_grow((void **)&s->dec, &s->cap_dec, 64, sizeof *s->dec)) goto nomem;
     kv_wq_init(&s->waiting, s->p.max_wait_ms);
     if (kv_vq_reserve(&s->victims, S + 1)) goto nomem;
@@ -192,6 +197,9 @@ void kv_sched_free(kv_sched *s) {
     free(s->out.logit_rows);
     free(s->out.reqs);
     free(s->out.tables);
+    free(s->out.lslot);
+    free(s->out.ltables);
+    free(s->ltab);
     free(s->sched);
     free(s->order);
     free(s->dec);
@@ -404,9 +412,25 @@ static void schedule_running(kv_sched *s, kv_sreq *r) {
     sched_put_scheduled(s, r, n_new, n_draft);
 }
 
+/* Sliding-window release: the scheduled sequences' tables into the local
+ * layers' pages, back to back in one buffer. */
+static int build_local_tables(kv_sched *s) {
+    kv_sched_out *o = &s->out;
+    int total = 0;
+    for (int i = 0; i < s->n_sched; i++) total += s->sched[i]->seq.n_blocks;
+    if (kv_grow((void **)&s->ltab, &s->ltab_cap, total > 0 ? total : 1, sizeof *s->ltab)) return KV_ERR_NOMEM;
+    for (int i = 0, off = 0; i < s->n_sched; i++) {
+        kv_cache_local_table(s->c, &s->sched[i]->seq, s->ltab + off);
+        o->ltables[i] = s->ltab + off;
+        off += s->sched[i]->seq.n_blocks;
+    }
+    return 0;
+}
+
 /* Lays the scheduled requests out as batch rows. */
 static int build_batch(kv_sched *s) {
     kv_sched_out *o = &s->out;
+    if (o->ltables && build_local_tables(s)) return KV_ERR_NOMEM;
     o->n_reqs = 0;
     o->n_tokens = o->n_logits = 0;
     o->n_prefill_tokens = o->n_decode_tokens = o->n_spec_tokens = o->n_pad_tokens = 0;
@@ -428,6 +452,7 @@ static int build_batch(kv_sched *s) {
             o->seq[row] = si;
             o->slot[row] = kv_cache_slot(s->c, &r->seq, p);
             if (o->slot[row] < 0) return KV_ERR_RANGE;
+            if (o->lslot && (o->lslot[row] = kv_cache_local_slot(s->c, &r->seq, p)) < 0) return KV_ERR_RANGE;
         }
         if (r->n_computed + r->n_sched - r->n_sched_draft == r->n_tokens) {
             /* the step reaches the last known token: it samples, and each
@@ -465,6 +490,7 @@ static int build_batch(kv_sched *s) {
             o->pos[row] = o->pos[pad_src];
             o->seq[row] = o->seq[pad_src];
             o->slot[row] = o->slot[pad_src];
+            if (o->lslot) o->lslot[row] = o->lslot[pad_src];
             o->n_pad_tokens++;
         }
     }

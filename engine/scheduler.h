@@ -160,6 +160,11 @@ typedef struct kv_sched_out {
     int32_t *logit_rows;    /* (n_logits) batch rows whose logits are needed */
     int n_prefill_tokens, n_decode_tokens, n_spec_tokens;
     int n_pad_tokens;       /* static policy: rows computed for finished batch members */
+    /* sliding-window release (kv_cache_local_pages non-NULL): each row's
+     * slot in the local layers' pages and each sequence's table into them;
+     * NULL otherwise */
+    int32_t *lslot;          /* (n_tokens) */
+    const int32_t **ltables; /* (n_reqs) */
 } kv_sched_out;
 
 /* Decides the step: grows running requests (preempting when blocks run

@@ -172,6 +172,8 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
     s->blocks_used = cs.n_used;
     s->blocks_cached = cs.n_cached;
     s->blocks_shared = cs.n_shared;
+    s->blocks_windowed = cs.n_windowed;
+    s->local_released = cs.local_released;
 
     kv_sreq *const *run, *const *wait, *const *sw;
     int nrun = kv_sched_running(e->sched, &run);
@@ -183,9 +185,18 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
     kv_mem_breakdown *m = &s->mem;
     memset(m, 0, sizeof *m);
     m->weights = e->model->weight_bytes + kv_spec_weight_bytes(e->spec);
-    m->kv_used = (uint64_t)cs.n_used * e->block_bytes;
-    m->kv_cached = (uint64_t)cs.n_cached * e->block_bytes;
-    m->kv_free = (uint64_t)cs.n_free * e->block_bytes;
+    if (cs.n_local_blocks > 0) { /* sliding-window release: two pools */
+        const uint64_t G = kv_cache_global_part_bytes(&e->cache_params), L = kv_cache_local_part_bytes(&e->cache_params);
+        const int used_parts = cs.n_local_blocks - cs.n_local_free - cs.n_local_cached;
+        m->kv_used = (uint64_t)cs.n_used * G + (uint64_t)used_parts * L;
+        m->kv_cached = (uint64_t)cs.n_cached * G + (uint64_t)cs.n_local_cached * L;
+        m->kv_free = (uint64_t)cs.n_free * G + (uint64_t)cs.n_local_free * L;
+        m->kv_window_saved = (uint64_t)cs.n_windowed * L;
+    } else {
+        m->kv_used = (uint64_t)cs.n_used * e->block_bytes;
+        m->kv_cached = (uint64_t)cs.n_cached * e->block_bytes;
+        m->kv_free = (uint64_t)cs.n_free * e->block_bytes;
+    }
     m->kv_swap_used = (uint64_t)cs.n_swap_used * e->block_bytes;
     m->kv_swap_total = (uint64_t)cs.n_swap_blocks * e->block_bytes;
     m->activations = engine_activation_bytes(e);
@@ -237,6 +248,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
         const kv_block_info *bi = &e->bmap[b];
         kv_snap_block *o = &s->blocks[b];
         o->state = bi->state;
+        o->windowed = bi->windowed;
         o->shared = bi->refcount >= 2;
         o->refcount = bi->refcount;
         o->fill = bi->fill;
@@ -377,7 +389,7 @@ static int check_prefix(kv_cache *c, const kv_sreq *r, char *msg, size_t cap) {
     int bs = kv_cache_params_of(c)->block_size;
     int want = r->seq.n_hashed * bs;
     if (want == 0) return 0;
-    int got = kv_cache_match_prefix(c, r->tokens, KV_MIN(r->n_tokens, want + 1));
+    int got = kv_cache_match_registered(c, r->tokens, KV_MIN(r->n_tokens, want + 1));
     if (got < want) {
         snprintf(msg, cap, "#%lld: %d registered tokens, only %d found by its tokens", (long long)r->id, want, got);
         return KV_ERR_INVAL;

@@ -41,6 +41,7 @@ static const field cache_fields[] = {
     FU(kv_snapshot, prefix_lookups), FU(kv_snapshot, prefix_hit_blocks), FU(kv_snapshot, prefix_hit_tokens),
     FU(kv_snapshot, evictions),      FU(kv_snapshot, cow_copies),        FI(kv_snapshot, blocks_free),
     FI(kv_snapshot, blocks_used),    FI(kv_snapshot, blocks_cached),     FI(kv_snapshot, blocks_shared),
+    FI(kv_snapshot, blocks_windowed), FU(kv_snapshot, local_released),
 };
 static const field metrics_fields[] = {
     FD(kv_metrics_summary, elapsed_s),
@@ -79,6 +80,7 @@ static const field mem_fields[] = {
     FU(kv_mem_breakdown, weights),      FU(kv_mem_breakdown, kv_used),       FU(kv_mem_breakdown, kv_cached),
     FU(kv_mem_breakdown, kv_free),      FU(kv_mem_breakdown, kv_swap_used),  FU(kv_mem_breakdown, kv_swap_total),
     FU(kv_mem_breakdown, activations),  FU(kv_mem_breakdown, other),         FU(kv_mem_breakdown, budget),
+    FU(kv_mem_breakdown, kv_window_saved),
 };
 static const field request_fields[] = {
     FL(kv_snap_request, id),          FI(kv_snap_request, session),     FI(kv_snap_request, priority),
@@ -304,6 +306,11 @@ static int read_blocks(const kv_json *b, kv_snapshot *s, kv_err *err) {
         else if (len != n)
             return kv_err_set(err, KV_ERR_FORMAT, "blocks.%s: %zu entries, blocks.state has %zu", cols[c], len, n);
     }
+    /* optional (sliding-window release; older writers lack it) */
+    const kv_json *win = NULL;
+    size_t wlen = 0;
+    if (get_array(b, "windowed", KV_SNAPSHOT_PARSE_MAX_BLOCKS, &win, &wlen, err)) return err->code;
+    if (win && wlen != n) return kv_err_set(err, KV_ERR_FORMAT, "blocks.windowed: %zu entries, blocks.state has %zu", wlen, n);
     if (kv_grow((void **)&s->blocks, &s->cap_blocks, (int)n, sizeof *s->blocks))
         return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
     s->n_blocks = (int)n;
@@ -325,6 +332,9 @@ static int read_blocks(const kv_json *b, kv_snapshot *s, kv_err *err) {
         o->fill = (uint16_t)fill;
         o->owner = (int32_t)owner;
         o->session = (int32_t)session;
+        if (win && kv_json_type_of(kv_json_at(win, i)) != KV_JSON_BOOL)
+            return kv_err_set(err, KV_ERR_FORMAT, "blocks.windowed[%zu]: expected true or false", i);
+        o->windowed = win ? (uint8_t)kv_json_bool(kv_json_at(win, i)) : 0;
     }
     return 0;
 }

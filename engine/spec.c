@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/vec.h"
 #include "forward.h"
 
 enum {
@@ -46,6 +47,12 @@ struct kv_spec {
     int32_t *rows;           /* (max_seqs) logit rows */
     int *item;               /* (max_seqs) item index of each batch sequence */
     int *kk;                 /* (max_seqs) drafts of each batch sequence this step */
+    /* self drafts under sliding-window release: the local layers' slots and tables */
+    kv_pages *lpages;        /* NULL: none (the target cache keeps every layer together) */
+    int32_t *lslot;          /* (max_tokens) */
+    const int32_t **ltables; /* (max_seqs) */
+    int32_t *ltab;           /* the tables, back to back */
+    int ltab_cap;
 };
 
 /* ---- building blocks ---- */
@@ -176,6 +183,9 @@ void kv_spec_free(kv_spec *sp) {
     free(sp->seq);
     free(sp->slot);
     free(sp->tables);
+    free(sp->lslot);
+    free(sp->ltables);
+    free(sp->ltab);
     free(sp->rows);
     free(sp->item);
     free(sp->kk);
@@ -256,8 +266,10 @@ kv_spec *kv_spec_new(const kv_config *cfg, const kv_model *target, kv_backend *b
     sp->rows = malloc(S * sizeof(int32_t));
     sp->item = malloc(S * sizeof(int));
     sp->kk = malloc(S * sizeof(int));
+    sp->lslot = malloc(T * sizeof(int32_t));
+    sp->ltables = malloc(S * sizeof(int32_t *));
     if (!sp->logits || !sp->tok || !sp->pos || !sp->seq || !sp->slot || !sp->tables || !sp->rows || !sp->item ||
-        !sp->kk)
+        !sp->kk || !sp->lslot || !sp->ltables)
         goto nomem;
     return sp;
 nomem:
@@ -402,11 +414,14 @@ static int kept_drafts(const kv_spec_item *it) {
 
 /* One draft pass of n_rows rows, one per drafting sequence, each giving
  * logits (rows[i] = i). */
-static int run_pass(kv_spec *sp, kv_pages *pages, int n_rows, int n_seqs, int n_layers, kv_err *err) {
+static int run_pass(kv_spec *sp, kv_pages *pages, kv_pages *lpages, int n_rows, int n_seqs, int n_layers,
+                    kv_err *err) {
     kv_batch b = {.n_tokens = n_rows, .tokens = sp->tok,
                   .ab = {.n_tokens = n_rows, .pos = sp->pos, .seq = sp->seq, .slot = sp->slot, .n_seqs = n_seqs,
                          .tables = sp->tables},
-                  .n_logits = n_rows, .logit_rows = sp->rows, .n_layers = n_layers};
+                  .n_logits = n_rows, .logit_rows = sp->rows, .n_layers = n_layers, .kv_local = lpages,
+                  .ab_local = {.n_tokens = n_rows, .pos = sp->pos, .seq = sp->seq, .slot = sp->lslot,
+                               .n_seqs = n_seqs, .tables = sp->ltables}};
     return kv_forward_run(sp->fwd, pages, &b, sp->logits, err);
 }
 
@@ -424,7 +439,19 @@ static int draft_self(kv_spec *sp, kv_sched *s, kv_spec_item *items, int n, kv_s
         kmax = KV_MAX(kmax, k);
         ns++;
     }
-    kv_pages *pages = kv_cache_pages(sp->tcache);
+    kv_pages *pages = kv_cache_pages(sp->tcache), *lpages = kv_cache_local_pages(sp->tcache);
+    if (lpages) { /* sliding-window release: tables into the local layers' pages */
+        int total = 1;
+        for (int b = 0; b < ns; b++) total += items[sp->item[b]].r->seq.n_blocks;
+        if (kv_grow((void **)&sp->ltab, &sp->ltab_cap, total, sizeof *sp->ltab))
+            return kv_err_set(err, KV_ERR_NOMEM, "spec: out of memory");
+        for (int b = 0, off = 0; b < ns; b++) {
+            const kv_seq *q = &items[sp->item[b]].r->seq;
+            kv_cache_local_table(sp->tcache, q, sp->ltab + off);
+            sp->ltables[b] = sp->ltab + off;
+            off += q->n_blocks;
+        }
+    }
     for (int j = 0; j < kmax; j++) {
         int nb = 0;
         for (int b = 0; b < ns; b++) {
@@ -435,12 +462,13 @@ static int draft_self(kv_spec *sp, kv_sched *s, kv_spec_item *items, int n, kv_s
             sp->pos[nb] = p;
             sp->seq[nb] = b;
             sp->slot[nb] = kv_cache_slot(sp->tcache, &r->seq, p);
+            if (lpages) sp->lslot[nb] = kv_cache_local_slot(sp->tcache, &r->seq, p);
             sp->rows[nb] = nb;
             nb++;
         }
         /* sequences that stopped drafting keep their table slot: seq ids
          * index tables[], rows index the batch */
-        int rc = run_pass(sp, pages, nb, ns, sp->draft_layers, err);
+        int rc = run_pass(sp, pages, lpages, nb, ns, sp->draft_layers, err);
         if (rc) return rc;
         int row = 0;
         for (int b = 0; b < ns; b++) {
@@ -525,7 +553,7 @@ static int draft_model(kv_spec *sp, kv_sched *s, kv_spec_item *items, int n, kv_
             sp->rows[nb] = nb;
             nb++;
         }
-        int rc = run_pass(sp, pages, nb, ns, 0, err);
+        int rc = run_pass(sp, pages, NULL, nb, ns, 0, err);
         if (rc) return rc;
         row = 0;
         for (int b = 0; b < ns; b++) {

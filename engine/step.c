@@ -516,7 +516,10 @@ static int step_locked(kv_engine *e) {
         kv_batch b = {.n_tokens = o->n_tokens, .tokens = o->tokens,
                       .ab = {.n_tokens = o->n_tokens, .pos = o->pos, .seq = o->seq, .slot = o->slot,
                              .n_seqs = o->n_reqs, .tables = o->tables},
-                      .n_logits = o->n_logits, .logit_rows = o->logit_rows, .n_layers = 0};
+                      .n_logits = o->n_logits, .logit_rows = o->logit_rows, .n_layers = 0,
+                      .kv_local = kv_cache_local_pages(e->cache),
+                      .ab_local = {.n_tokens = o->n_tokens, .pos = o->pos, .seq = o->seq, .slot = o->lslot,
+                                   .n_seqs = o->n_reqs, .tables = o->ltables}};
         kv_err ferr;
         kv_err_clear(&ferr);
         int frc = e->synth ? synth_forward(e, &b, f0, &ferr)

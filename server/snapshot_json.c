@@ -72,7 +72,7 @@ static void write_request(kv_json_writer *w, const kv_snapshot *s, const kv_snap
 
 /* The block map, one array per field (one entry per physical block). */
 static void write_blocks(kv_json_writer *w, const kv_snapshot *s) {
-    static const char *const cols[] = {"state", "shared", "refcount", "fill", "owner", "session"};
+    static const char *const cols[] = {"state", "shared", "refcount", "fill", "owner", "session", "windowed"};
     kv_json_write_key(w, "blocks");
     kv_json_write_begin_object(w);
     for (size_t c = 0; c < KV_ARRAY_LEN(cols); c++) {
@@ -86,7 +86,8 @@ static void write_blocks(kv_json_writer *w, const kv_snapshot *s) {
             case 2: kv_json_write_int(w, b->refcount); break;
             case 3: kv_json_write_int(w, b->fill); break;
             case 4: kv_json_write_int(w, b->owner); break;
-            default: kv_json_write_int(w, b->session); break;
+            case 5: kv_json_write_int(w, b->session); break;
+            default: kv_json_write_bool(w, b->windowed); break;
             }
         }
         kv_json_write_end_array(w);

@@ -16,7 +16,7 @@ char kv_blockmap_glyph(int tag, int shared) {
 }
 
 const char *kv_blockmap_legend(void) {
-    return "a-v x-z 0-9 tab  A-Z shared(ul)  w load  : cached  . free  rev: next token  N@s: slot";
+    return "a-v x-z 0-9 tab  A-Z shared(ul)  w load  dim: window-released  : cached  . free  rev: next token  N@s: slot";
 }
 
 int kv_blockmap_pick_tag(int from, const int *live, int n_live) {
@@ -101,6 +101,7 @@ int kv_blockmap_render(const kv_snap_block *blocks, int n_blocks, const kv_block
             g->color = (int16_t)kv_blockmap_color(b->session);
             g->session = b->session;
             g->selected = v->selected_session >= 0 && b->session == v->selected_session;
+            g->windowed = b->windowed;
         } else if (b->state == 2) {
             g->kind = KV_BM_CACHED;
             g->ch = ':';

@@ -39,6 +39,7 @@ typedef struct kv_bm_cell {
     uint8_t kind;     /* kv_bm_kind */
     uint8_t selected; /* bool: a block of the selected session */
     uint8_t next;     /* bool: the selected session's next token lands here */
+    uint8_t windowed; /* bool: a used block whose local-layer part sliding-window release took */
     int16_t color;    /* color slot: 0 none, 1..6 session palette, 7 background load */
     int32_t session;  /* owner session tag (cached: the last owner), -1 */
 } kv_bm_cell;

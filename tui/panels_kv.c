@@ -87,6 +87,7 @@ void kv_panel_blocks(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
                 a = kv_panel_session_attr(v, g->session);
                 if (g->selected) a |= A_BOLD;
                 if (g->kind == KV_BM_SHARED) a |= A_UNDERLINE;
+                if (g->windowed) a |= A_DIM; /* sliding-window release: only its global layers are held */
             } else if (g->kind == KV_BM_CACHED) {
                 a = (g->session >= 0 ? kv_panel_session_attr(v, g->session) : panel_pair(v, KV_PAIR_CACHED, 0)) | A_DIM;
             } else {
@@ -148,9 +149,15 @@ void kv_panel_prefix(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
     if (ih >= 2)
         panel_textf(w, 2, 1, iw, A_NORMAL, "prefill saved %s tok  lookups %llu", saved,
                     (unsigned long long)s->prefix_lookups);
-    if (ih >= 3)
+    if (ih >= 3 && s->mem.kv_window_saved > 0) { /* sliding-window release at work */
+        char sv[16];
+        kv_format_bytes(sv, sizeof sv, s->mem.kv_window_saved);
+        panel_textf(w, 3, 1, iw, A_NORMAL, "evictions %llu  cow %llu  window-released %d blk (%s)",
+                    (unsigned long long)s->evictions, (unsigned long long)s->cow_copies, s->blocks_windowed, sv);
+    } else if (ih >= 3) {
         panel_textf(w, 3, 1, iw, A_NORMAL, "evictions %llu  cow copies %llu  cached %d",
                     (unsigned long long)s->evictions, (unsigned long long)s->cow_copies, s->blocks_cached);
+    }
     if (ih >= 4 && v->prefix_tokens) {
         double vals[256];
         int n = kv_series_last(v->prefix_tokens, vals, iw - 10 > 0 ? (iw - 10 < 256 ? iw - 10 : 256) : 1);

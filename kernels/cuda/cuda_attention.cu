@@ -115,9 +115,10 @@ __global__ void k_kv_store(kv_pages kv, int layer, const int32_t *meta, int n, c
 template <int EPL>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attention(kv_pages kv, int layer, const int32_t *meta, int n, const float *q, float *out, int n_heads,
-                float scale) {
+                float scale, int window) {
     extern __shared__ float sacc[]; /* (ATT_WARPS, head_dim) partial outputs */
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ int sbad;
     const int i = blockIdx.x, h = blockIdx.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
     const int hd = kv.head_dim, bs = kv.block_size, dt = kv.dtype;
@@ -139,8 +140,18 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         acc[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int t = warp; t <= pos; t += ATT_WARPS) {
-        const int64_t slot = (int64_t)table[t / bs] * bs + t % bs;
+    if (threadIdx.x == 0) sbad = 0;
+    __syncthreads();
+    /* a sliding window starts at pos + 1 - window: blocks wholly before it
+     * may be released (-1 in the table) and are never read */
+    const int lo = window > 0 && pos + 1 - window > 0 ? pos + 1 - window : 0;
+    for (int t = lo + warp; t <= pos; t += ATT_WARPS) {
+        const int32_t blk = table[t / bs];
+        if (blk < 0) { /* released inside the window: an engine bug, made loud */
+            sbad = 1;
+            continue;
+        }
+        const int64_t slot = (int64_t)blk * bs + t % bs;
         const size_t off = kvc_row_offset(kv, layer, slot, g);
         const uint8_t *kr = kv.k + off, *vr = kv.v + off;
         const float ks = quant ? kvc_ldf_a1(kr + hd) : 0.0f, kmn = asym ? kvc_ldf_a1(kr + hd + 4) : 0.0f;
@@ -184,7 +195,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         f[w] = sm[w] == -INFINITY ? 0.0f : expf(sm[w] - M); /* a warp that saw no position adds nothing */
         L += sl[w] * f[w];
     }
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    const float inv = sbad ? __int_as_float(0x7fc00000) : L > 0.0f ? 1.0f / L : 0.0f;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float v = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) v += sacc[w * hd + d] * f[w];
@@ -203,22 +214,22 @@ cudaError_t kvc_launch_kv_store(cudaStream_t s, kv_pages kv, int layer, const in
 }
 
 cudaError_t kvc_launch_attention(cudaStream_t s, kv_pages kv, int layer, const int32_t *meta, int n, const float *q,
-                                 float *out, int n_heads, float scale) {
+                                 float *out, int n_heads, float scale, int window) {
     if (n <= 0 || n_heads <= 0) return cudaSuccess;
     const int hd = kv.head_dim;
     const dim3 grid((unsigned)n, (unsigned)n_heads);
     const size_t smem = (size_t)ATT_WARPS * hd * sizeof(float);
     const int threads = ATT_WARPS * 32;
     if (hd <= 32)
-        k_attention<1><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale);
+        k_attention<1><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale, window);
     else if (hd <= 64)
-        k_attention<2><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale);
+        k_attention<2><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale, window);
     else if (hd <= 128)
-        k_attention<4><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale);
+        k_attention<4><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale, window);
     else if (hd <= 256)
-        k_attention<8><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale);
+        k_attention<8><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale, window);
     else if (hd <= KVC_MAX_HEAD_DIM)
-        k_attention<16><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale);
+        k_attention<16><<<grid, threads, smem, s>>>(kv, layer, meta, n, q, out, n_heads, scale, window);
     else
         return cudaErrorInvalidValue;
     return cudaGetLastError();

@@ -27,7 +27,6 @@ struct dev_buf {
     size_t cap; /* bytes */
 };
 
-enum { STAGE_IDS, STAGE_POS, STAGE_META, STAGE_COUNT };
 
 /* One rope frequency table on the device (a target and a draft model may
  * differ), made by reserve, or by the first rope op that needs it. */
@@ -66,13 +65,15 @@ struct cuda_ctx {
 };
 
 static cuda_ctx *ctx_of(const kv_backend *b) { return (cuda_ctx *)b->ctx; }
+static const rope_table *rope_table_for(cuda_ctx *c, int rot_dim, float base);
+cudaStream_t kvc_stream(cuda_ctx *c) { return c->stream; }
 
 /* ---- errors ---------------------------------------------------------------- */
 
 /* Records a failure of the running op; the first one since the last status
  * call is kept (later ones are usually its consequences). The forward pass
  * reads it through ops.status after each batch. */
-__attribute__((format(printf, 3, 4))) static void fail(cuda_ctx *c, int code, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) void kvc_fail(cuda_ctx *c, int code, const char *fmt, ...) {
     if (c->err_code) return;
     c->err_code = code;
     snprintf(c->err_op, sizeof c->err_op, "%s", c->cur_op ? c->cur_op : "cuda");
@@ -85,13 +86,13 @@ __attribute__((format(printf, 3, 4))) static void fail(cuda_ctx *c, int code, co
 /* 0 on success; else records what failed and returns -1. */
 static int ck(cuda_ctx *c, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 0;
-    fail(c, KV_ERR_BACKEND, "%s on %s: %s", what, c->name, cudaGetErrorString(e));
+    kvc_fail(c, KV_ERR_BACKEND, "%s on %s: %s", what, c->name, cudaGetErrorString(e));
     return -1;
 }
 
 /* After an op's launch: records a launch failure and, with sync_each, an
  * execution failure under the op's name. */
-static int done(cuda_ctx *c, cudaError_t e, const char *what) {
+int kvc_done(cuda_ctx *c, cudaError_t e, const char *what) {
     if (ck(c, e, what)) return -1;
     return c->sync_each ? ck(c, cudaStreamSynchronize(c->stream), what) : 0;
 }
@@ -99,14 +100,14 @@ static int done(cuda_ctx *c, cudaError_t e, const char *what) {
 /* Makes this backend's device current for the calling thread (the engine
  * may run ops on another thread than the one that created the backend) and
  * names the op that runs now for the failure record. */
-static cuda_ctx *enter(kv_backend *b, const char *op) {
+cuda_ctx *kvc_enter(kv_backend *b, const char *op) {
     cuda_ctx *c = ctx_of(b);
     c->cur_op = op;
     ck(c, cudaSetDevice(c->device), "cudaSetDevice");
     return c;
 }
 
-static void nan_out(cuda_ctx *c, float *p, int64_t count) {
+void kvc_nan_out(cuda_ctx *c, float *p, int64_t count) {
     if (p && count > 0) ck(c, kvc_launch_fill_nan(c->stream, p, count), "fill_nan");
 }
 
@@ -129,7 +130,7 @@ static void *grow(cuda_ctx *c, dev_buf *d, size_t bytes, const char *what) {
     void *p = NULL;
     if (cudaMalloc(&p, nc) != cudaSuccess) {
         cudaGetLastError();
-        fail(c, KV_ERR_NOMEM, "%s: cannot allocate %zu bytes on %s", what, nc, c->name);
+        kvc_fail(c, KV_ERR_NOMEM, "%s: cannot allocate %zu bytes on %s", what, nc, c->name);
         return NULL;
     }
     if (d->p) {
@@ -145,14 +146,14 @@ static void *grow(cuda_ctx *c, dev_buf *d, size_t bytes, const char *what) {
  * returns NULL (ops do not grow what reserve sized). */
 static void *reserved(cuda_ctx *c, dev_buf *d, size_t bytes, const char *what) {
     if (d->p && d->cap >= bytes) return d->p;
-    fail(c, KV_ERR_NOMEM, "%s: %zu bytes needed, %zu reserved (kv_backend_reserve)", what, bytes, d->cap);
+    kvc_fail(c, KV_ERR_NOMEM, "%s: %zu bytes needed, %zu reserved (kv_backend_reserve)", what, bytes, d->cap);
     return NULL;
 }
 
 /* Device view of n bytes at p: p itself when it is device memory, else a
  * copy in staging slot `slot`. Stream order keeps a slot's previous reader
  * ahead of the next copy into it. NULL on failure (recorded). */
-static const void *stage_in(cuda_ctx *c, int slot, const void *p, size_t bytes) {
+const void *kvc_stage_in(cuda_ctx *c, int slot, const void *p, size_t bytes) {
     if (is_dev_ptr(p)) return p;
     void *d = grow(c, &c->stage[slot], bytes, "staging");
     if (!d) return NULL;
@@ -216,7 +217,7 @@ __attribute__((format(printf, 4, 5))) static void report(cuda_ctx *c, kv_err *er
     if (err)
         kv_err_set(err, code, "cuda backend: %s", msg);
     else
-        fail(c, code, "%s", msg);
+        kvc_fail(c, code, "%s", msg);
 }
 
 /* The device copy of `bytes` host bytes at host: the cached one unless it
@@ -256,7 +257,7 @@ static const void *host_copy_get(cuda_ctx *c, const void *host, size_t bytes, in
 }
 
 static void *cu_alloc(kv_backend *b, size_t bytes) {
-    enter(b, "alloc");
+    kvc_enter(b, "alloc");
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         cudaGetLastError(); /* out of memory is reported by the NULL; the context stays usable */
@@ -267,19 +268,19 @@ static void *cu_alloc(kv_backend *b, size_t bytes) {
 
 static void cu_free(kv_backend *b, void *p) {
     if (!p) return;
-    cuda_ctx *c = enter(b, "free");
+    cuda_ctx *c = kvc_enter(b, "free");
     ck(c, cudaFree(p), "cudaFree");
 }
 
 static void cu_upload(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src || !dst || !src) return;
-    cuda_ctx *c = enter(b, "upload");
+    cuda_ctx *c = kvc_enter(b, "upload");
     ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "upload");
 }
 
 static void cu_download(kv_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src || !dst || !src) return;
-    cuda_ctx *c = enter(b, "download");
+    cuda_ctx *c = kvc_enter(b, "download");
     if (ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream), "download")) return;
     ck(c, cudaStreamSynchronize(c->stream), "download (sync)"); /* the host reads dst next */
 }
@@ -287,7 +288,7 @@ static void cu_download(kv_backend *b, void *dst, const void *src, size_t bytes)
 static void cu_mem_info(kv_backend *b, kv_backend_mem *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
-    cuda_ctx *c = enter(b, "mem_info");
+    cuda_ctx *c = kvc_enter(b, "mem_info");
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
         cudaGetLastError();
@@ -349,7 +350,7 @@ static const uint8_t *weight_ptr(cuda_ctx *c, const kv_tensor *w) {
 static int cu_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
     int rc = check_weight(w, err);
     if (rc) return rc;
-    cuda_ctx *c = enter(b, "upload_weight");
+    cuda_ctx *c = kvc_enter(b, "upload_weight");
     if (!w->data) return KV_OK; /* already a device view */
     if (is_dev_ptr(w->data)) {
         w->dev = (void *)w->data;
@@ -368,17 +369,17 @@ static int cu_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
 
 static void cu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
     if (!w || !x || !y || n <= 0) return;
-    cuda_ctx *c = enter(b, "matmul");
+    cuda_ctx *c = kvc_enter(b, "matmul");
     kv_err e = {0, ""};
     if (check_weight(w, &e)) {
-        fail(c, e.code, "matmul: %s", e.msg);
-        if (w->ne1 > 0) nan_out(c, y, (int64_t)n * w->ne1);
+        kvc_fail(c, e.code, "matmul: %s", e.msg);
+        if (w->ne1 > 0) kvc_nan_out(c, y, (int64_t)n * w->ne1);
         return;
     }
     const int64_t K = w->ne0, M = w->ne1;
     const uint8_t *wd = weight_ptr(c, w);
     if (!wd) {
-        nan_out(c, y, (int64_t)n * M);
+        kvc_nan_out(c, y, (int64_t)n * M);
         return;
     }
     if (is_q(w->type)) {
@@ -387,59 +388,63 @@ static void cu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *
         float *xd = (float *)reserved(c, &c->xd, nblk * sizeof(float), "matmul activations");
         float *xs = (float *)reserved(c, &c->xs, nblk * sizeof(float), "matmul activations");
         if (!xq || !xd || !xs) {
-            nan_out(c, y, (int64_t)n * M);
+            kvc_nan_out(c, y, (int64_t)n * M);
             return;
         }
-        if (done(c, kvc_launch_quantize_q8a(c->stream, x, n, K, xq, xd, xs), "quantize_q8a")) return;
-        done(c, kvc_launch_matmul_q(c->stream, w->type, wd, w->nb1, M, K, xq, xd, xs, y, n), "matmul");
+        if (kvc_done(c, kvc_launch_quantize_q8a(c->stream, x, n, K, xq, xd, xs), "quantize_q8a")) return;
+        kvc_done(c, kvc_launch_matmul_q(c->stream, w->type, wd, w->nb1, M, K, xq, xd, xs, y, n), "matmul");
     } else {
-        done(c, kvc_launch_matmul_f(c->stream, w->type, wd, w->nb1, M, K, x, y, n), "matmul");
+        kvc_done(c, kvc_launch_matmul_f(c->stream, w->type, wd, w->nb1, M, K, x, y, n), "matmul");
     }
 }
 
 static void cu_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
     if (!w || !ids || !out || n <= 0) return;
-    cuda_ctx *c = enter(b, "get_rows");
+    cuda_ctx *c = kvc_enter(b, "get_rows");
     kv_err e = {0, ""};
     if (check_weight(w, &e)) {
-        fail(c, e.code, "get_rows: %s", e.msg);
-        if (w->ne0 > 0) nan_out(c, out, (int64_t)n * w->ne0);
+        kvc_fail(c, e.code, "get_rows: %s", e.msg);
+        if (w->ne0 > 0) kvc_nan_out(c, out, (int64_t)n * w->ne0);
         return;
     }
     const uint8_t *wd = weight_ptr(c, w);
-    const int32_t *dids = (const int32_t *)stage_in(c, STAGE_IDS, ids, (size_t)n * sizeof(int32_t));
+    const int32_t *dids = (const int32_t *)kvc_stage_in(c, STAGE_IDS, ids, (size_t)n * sizeof(int32_t));
     if (!wd || !dids) {
-        nan_out(c, out, (int64_t)n * w->ne0);
+        kvc_nan_out(c, out, (int64_t)n * w->ne0);
         return;
     }
-    done(c, kvc_launch_get_rows(c->stream, w->type, wd, w->nb1, w->ne0, w->ne1, dids, out, n), "get_rows");
+    kvc_done(c, kvc_launch_get_rows(c->stream, w->type, wd, w->nb1, w->ne0, w->ne1, dids, out, n), "get_rows");
+}
+
+const float *kvc_host_vec(cuda_ctx *c, const float *p, size_t bytes) {
+    const host_copy *e = copy_find(c, p);
+    if (e && e->dev && e->bytes >= bytes) return (const float *)e->dev;
+    if (is_dev_ptr(p)) return p;
+    return (const float *)host_copy_get(c, p, bytes, 0, NULL);
 }
 
 static void cu_rmsnorm(kv_backend *b, const float *x, const float *weight, float *out, int n, int dim, float eps) {
     if (!x || !weight || !out || n <= 0 || dim <= 0) return;
-    cuda_ctx *c = enter(b, "rmsnorm");
+    cuda_ctx *c = kvc_enter(b, "rmsnorm");
     /* NOTE: the forward pass passes RMSNorm weights as host pointers into
      * the model; they are copied once and cached by address (see
      * kv_cuda_forget_host_copies). Device pointers are used as they are. */
-    const size_t bytes = (size_t)dim * sizeof(float);
-    const host_copy *e = copy_find(c, weight);
-    const float *wd;
-    if (e && e->dev && e->bytes >= bytes)
-        wd = (const float *)e->dev;
-    else if (is_dev_ptr(weight))
-        wd = weight;
-    else
-        wd = (const float *)host_copy_get(c, weight, bytes, 0, NULL);
+    const float *wd = kvc_host_vec(c, weight, (size_t)dim * sizeof(float));
     if (!wd) {
-        nan_out(c, out, (int64_t)n * dim);
+        kvc_nan_out(c, out, (int64_t)n * dim);
         return;
     }
-    done(c, kvc_launch_rmsnorm(c->stream, x, wd, out, n, dim, eps), "rmsnorm");
+    kvc_done(c, kvc_launch_rmsnorm(c->stream, x, wd, out, n, dim, eps), "rmsnorm");
 }
 
 /* The table for (rot_dim, base): a reserved or earlier one, else a new
  * one in a free slot (the last slot is reused when all are taken). NULL on
  * failure (recorded). */
+const float *kvc_rope_freqs(cuda_ctx *c, int rot_dim, float base) {
+    const rope_table *t = rope_table_for(c, rot_dim, base);
+    return t ? (const float *)t->d.p : NULL;
+}
+
 static const rope_table *rope_table_for(cuda_ctx *c, int rot_dim, float base) {
     int slot = ROPE_TABLES - 1;
     for (int i = 0; i < ROPE_TABLES; i++) {
@@ -455,7 +460,7 @@ static const rope_table *rope_table_for(cuda_ctx *c, int rot_dim, float base) {
     const int half = rot_dim / 2;
     float *h = (float *)malloc((size_t)half * sizeof(float));
     float *d = h ? (float *)grow(c, &t->d, (size_t)half * sizeof(float), "rope table") : NULL;
-    if (!h) fail(c, KV_ERR_NOMEM, "rope: out of memory");
+    if (!h) kvc_fail(c, KV_ERR_NOMEM, "rope: out of memory");
     if (!d) {
         free(h);
         return NULL;
@@ -479,43 +484,46 @@ static void cu_rope(kv_backend *b, float *x, const int32_t *pos, int n, int n_he
     if (!x || !pos || n <= 0 || n_heads <= 0 || head_dim <= 0 || rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 ||
         !(base > 0.0f))
         return;
-    cuda_ctx *c = enter(b, "rope");
+    cuda_ctx *c = kvc_enter(b, "rope");
     const rope_table *t = rope_table_for(c, rot_dim, base);
     if (!t) return;
-    const int32_t *dpos = (const int32_t *)stage_in(c, STAGE_POS, pos, (size_t)n * sizeof(int32_t));
+    const int32_t *dpos = (const int32_t *)kvc_stage_in(c, STAGE_POS, pos, (size_t)n * sizeof(int32_t));
     if (!dpos) return;
-    done(c, kvc_launch_rope(c->stream, x, dpos, (const float *)t->d.p, n, n_heads, head_dim, rot_dim, neox != 0),
+    kvc_done(c, kvc_launch_rope(c->stream, x, dpos, (const float *)t->d.p, n, n_heads, head_dim, rot_dim, neox != 0),
        "rope");
 }
 
 static void cu_silu_mul(kv_backend *b, float *gate, const float *up, int64_t count) {
     if (!gate || !up || count <= 0) return;
-    cuda_ctx *c = enter(b, "silu_mul");
-    done(c, kvc_launch_silu_mul(c->stream, gate, up, count), "silu_mul");
+    cuda_ctx *c = kvc_enter(b, "silu_mul");
+    kvc_done(c, kvc_launch_silu_mul(c->stream, gate, up, count), "silu_mul");
 }
 
 static void cu_add(kv_backend *b, float *x, const float *y, int64_t count) {
     if (!x || !y || count <= 0) return;
-    cuda_ctx *c = enter(b, "add");
-    done(c, kvc_launch_add(c->stream, x, y, count), "add");
+    cuda_ctx *c = kvc_enter(b, "add");
+    kvc_done(c, kvc_launch_add(c->stream, x, y, count), "add");
 }
 
 /* The batch as the kernels read it (cuda_internal.cuh's KVC_META layout),
  * on the device. Slots outside the pool become -1 (not stored, as on the
  * CPU); with tables set, every table entry a token reaches is checked
  * against the pool, and a token whose table is bad gets offset -1 (its
- * output is NaN) with the failure recorded. NULL on failure. */
-static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_batch *ab, int tables) {
+ * output is NaN) with the failure recorded; tables == 2 (a sliding window)
+ * lets entries be negative (blocks released below the window: the kernel
+ * never reads them, and one it would read makes its output NaN). NULL on
+ * failure. */
+const int32_t *kvc_batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_batch *ab, int tables) {
     const int n = ab->n_tokens, bs = kv->block_size;
     const int64_t n_slots = (int64_t)kv->n_blocks * bs;
     size_t total = 3 * (size_t)n;
     if (c->meta_entries && (size_t)n > c->res_rows) {
-        fail(c, KV_ERR_NOMEM, "batch meta: %d tokens, %zu reserved (kv_backend_reserve)", n, c->res_rows);
+        kvc_fail(c, KV_ERR_NOMEM, "batch meta: %d tokens, %zu reserved (kv_backend_reserve)", n, c->res_rows);
         return NULL;
     }
     if (tables) {
         if (c->meta_entries && ab->n_seqs > c->res_seqs) {
-            fail(c, KV_ERR_NOMEM, "batch meta: %d sequences, %d reserved (kv_backend_reserve)", ab->n_seqs,
+            kvc_fail(c, KV_ERR_NOMEM, "batch meta: %d sequences, %d reserved (kv_backend_reserve)", ab->n_seqs,
                  c->res_seqs);
             return NULL;
         }
@@ -525,7 +533,7 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
             int32_t *o = l ? (int32_t *)realloc(c->seq_off, (size_t)ab->n_seqs * sizeof(int32_t)) : NULL;
             if (o) c->seq_off = o;
             if (!l || !o) {
-                fail(c, KV_ERR_NOMEM, "attention: out of memory");
+                kvc_fail(c, KV_ERR_NOMEM, "attention: out of memory");
                 return NULL;
             }
             c->seq_cap = ab->n_seqs;
@@ -548,14 +556,14 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
         }
     }
     if (c->meta_entries && total > c->meta_entries) {
-        fail(c, KV_ERR_NOMEM, "batch meta: %zu entries (block tables longer than %d blocks), %zu reserved "
+        kvc_fail(c, KV_ERR_NOMEM, "batch meta: %zu entries (block tables longer than %d blocks), %zu reserved "
              "(kv_backend_reserve)", total, c->res_blocks, c->meta_entries);
         return NULL;
     }
     if (total > c->hmeta_cap) {
         int32_t *h = (int32_t *)realloc(c->hmeta, total * sizeof(int32_t));
         if (!h) {
-            fail(c, KV_ERR_NOMEM, "attention: out of memory");
+            kvc_fail(c, KV_ERR_NOMEM, "attention: out of memory");
             return NULL;
         }
         c->hmeta = h;
@@ -572,7 +580,7 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
         for (int i = 0; i < n; i++) {
             const int s = ab->seq[i], p = ab->pos[i];
             if (s < 0 || s >= ab->n_seqs || p < 0 || !ab->tables || !ab->tables[s]) {
-                fail(c, KV_ERR_RANGE, "attention: token %d has sequence %d of %d, position %d", i, s, ab->n_seqs, p);
+                kvc_fail(c, KV_ERR_RANGE, "attention: token %d has sequence %d of %d, position %d", i, s, ab->n_seqs, p);
                 continue;
             }
             if (c->seq_len[s] < 0) { /* first token of s: copy and check its table */
@@ -580,11 +588,11 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
                 const int32_t *t = ab->tables[s];
                 int ok = 1;
                 for (int k = 0; k < len; k++) {
-                    if (t[k] < 0 || t[k] >= kv->n_blocks) ok = 0;
-                    tab[c->seq_off[s] + k] = t[k];
+                    if ((t[k] < 0 && tables != 2) || t[k] >= kv->n_blocks) ok = 0;
+                    tab[c->seq_off[s] + k] = t[k] < 0 ? -1 : t[k];
                 }
                 if (!ok) {
-                    fail(c, KV_ERR_RANGE, "attention: sequence %d's block table points outside the pool of %d", s,
+                    kvc_fail(c, KV_ERR_RANGE, "attention: sequence %d's block table points outside the pool of %d", s,
                          kv->n_blocks);
                     c->seq_off[s] = -1;
                 }
@@ -593,43 +601,27 @@ static const int32_t *batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_
             m[KVC_META_TAB(n) + i] = c->seq_off[s];
         }
     }
-    return (const int32_t *)stage_in(c, STAGE_META, m, total * sizeof(int32_t));
+    return (const int32_t *)kvc_stage_in(c, STAGE_META, m, total * sizeof(int32_t));
 }
 
 static void cu_kv_store(kv_backend *b, kv_pages *kv, int layer, const kv_attn_batch *ab, const float *k,
                         const float *v) {
     if (!kv || !ab || ab->n_tokens <= 0 || !ab->slot || !k || !v || layer < 0 || layer >= kv->n_layers)
         return;
-    cuda_ctx *c = enter(b, "kv_store");
-    const int32_t *meta = batch_meta(c, kv, ab, 0);
+    cuda_ctx *c = kvc_enter(b, "kv_store");
+    const int32_t *meta = kvc_batch_meta(c, kv, ab, 0);
     if (!meta) return;
-    done(c, kvc_launch_kv_store(c->stream, *kv, layer, meta, ab->n_tokens, k, v), "kv_store");
+    kvc_done(c, kvc_launch_kv_store(c->stream, *kv, layer, meta, ab->n_tokens, k, v), "kv_store");
 }
 
 static void cu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
                          float *out, int n_heads, float scale) {
-    if (!kv || !ab || ab->n_tokens <= 0 || !ab->pos || !ab->seq || !ab->slot || !q || !out || n_heads <= 0 ||
-        kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads || kv->head_dim <= 0 || layer < 0 || layer >= kv->n_layers)
-        return;
-    cuda_ctx *c = enter(b, "attention");
-    const int64_t count = (int64_t)ab->n_tokens * n_heads * kv->head_dim;
-    if (kv->head_dim > KVC_MAX_HEAD_DIM) {
-        fail(c, KV_ERR_UNSUPPORTED, "attention: head_dim %d is above the %d the kernel takes", kv->head_dim,
-             KVC_MAX_HEAD_DIM);
-        nan_out(c, out, count);
-        return;
-    }
-    const int32_t *meta = batch_meta(c, kv, ab, 1);
-    if (!meta) {
-        nan_out(c, out, count);
-        return;
-    }
-    done(c, kvc_launch_attention(c->stream, *kv, layer, meta, ab->n_tokens, q, out, n_heads, scale), "attention");
+    kvc_attention_window(b, kv, layer, ab, q, out, n_heads, scale, 0);
 }
 
 static void cu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src) {
     if (!kv || dst == src || dst < 0 || src < 0 || dst >= kv->n_blocks || src >= kv->n_blocks) return;
-    cuda_ctx *c = enter(b, "copy_block");
+    cuda_ctx *c = kvc_enter(b, "copy_block");
     /* A block is one contiguous run of block_size slots in each layer. */
     const size_t bb = (size_t)kv->block_size * kv->slot_bytes;
     for (int l = 0; l < kv->n_layers; l++) {
@@ -664,7 +656,7 @@ static int take_failure(cuda_ctx *c, kv_err *err, int with_op) {
 }
 
 static int cu_status(kv_backend *b, kv_err *err) {
-    return take_failure(enter(b, "status"), err, 1) ? KV_ERR_BACKEND : 0;
+    return take_failure(kvc_enter(b, "status"), err, 1) ? KV_ERR_BACKEND : 0;
 }
 
 /* The batch meta's host and device buffers and the per-sequence scratch
@@ -672,7 +664,7 @@ static int cu_status(kv_backend *b, kv_err *err) {
 static int reserve_meta(cuda_ctx *c, size_t n, int s) {
     if (n > c->hmeta_cap) {
         int32_t *h = (int32_t *)realloc(c->hmeta, n * sizeof(int32_t));
-        if (!h) return fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
+        if (!h) return kvc_fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
         c->hmeta = h;
         c->hmeta_cap = n;
     }
@@ -681,7 +673,7 @@ static int reserve_meta(cuda_ctx *c, size_t n, int s) {
         if (l) c->seq_len = l;
         int32_t *o = l ? (int32_t *)realloc(c->seq_off, (size_t)s * sizeof(int32_t)) : NULL;
         if (o) c->seq_off = o;
-        if (!l || !o) return fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
+        if (!l || !o) return kvc_fail(c, KV_ERR_NOMEM, "batch meta: out of memory"), -1;
         c->seq_cap = s;
     }
     return grow(c, &c->stage[STAGE_META], n * sizeof(int32_t), "reserve") ? 0 : -1;
@@ -695,7 +687,7 @@ static int reserve_meta(cuda_ctx *c, size_t n, int s) {
  * they allow; and the rope table for (rope_dim, rope_base). Reservations
  * only grow: each bound is the largest of all calls. */
 static int cu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) {
-    cuda_ctx *c = enter(b, "reserve");
+    cuda_ctx *c = kvc_enter(b, "reserve");
     const size_t rows = (size_t)lim->max_rows, K = (size_t)(lim->max_k + KVC_QK - 1) / KVC_QK * KVC_QK;
     const size_t nblk = rows * (K / KVC_QK);
     size_t res_rows = KV_MAX(c->res_rows, rows);
@@ -762,10 +754,10 @@ static const kv_backend_ops cuda_ops = {
     cu_kv_store,      cu_attention, cu_copy_block, cu_mem_info, cu_destroy,
     cu_status,        cu_reserve,  NULL, /* clock: host time */
     NULL,             /* charge: no modelled clock */
-    /* gelu_mul, scale, add_rows, rope_ext, attention_window, moe_route,
-     * scatter_add: not on CUDA yet; kv_forward_new refuses a model that
-     * needs one, naming the op */
-    NULL,             NULL,        NULL,       NULL,          NULL,
+    /* the ops of the architectures past llama (cuda_ext.cu) */
+    kvc_gelu_mul,     kvc_scale,   kvc_add_rows, kvc_rope_ext, kvc_attention_window,
+    /* moe_route, scatter_add: not on CUDA yet; kv_forward_new refuses a
+     * model that needs one, naming the op */
     NULL,             NULL,
 };
 
@@ -842,12 +834,12 @@ extern "C" kv_backend *kv_cuda_backend_create(int n_threads, kv_err *err) {
 
 extern "C" int kv_cuda_last_error(kv_backend *b, kv_err *err) {
     if (!b || b->ops != &cuda_ops) return 0;
-    return take_failure(enter(b, "last_error"), err, 0);
+    return take_failure(kvc_enter(b, "last_error"), err, 0);
 }
 
 extern "C" void kv_cuda_forget_host_copies(kv_backend *b) {
     if (!b || b->ops != &cuda_ops) return;
-    cuda_ctx *c = enter(b, "forget_host_copies");
+    cuda_ctx *c = kvc_enter(b, "forget_host_copies");
     ck(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
     drop_copies(c);
 }

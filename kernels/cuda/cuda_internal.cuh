@@ -63,6 +63,12 @@ __device__ __forceinline__ float kvc_warp_min(float v) {
     return v;
 }
 
+/* Grid size for a grid-stride loop over count elements. */
+static inline unsigned kvc_grid_for(int64_t count, int threads) {
+    int64_t g = (count + threads - 1) / threads;
+    return (unsigned)(g > 65535 ? 65535 : g < 1 ? 1 : g);
+}
+
 /* Byte offset of the row of kv head g at physical slot `slot` in `layer`:
  * backend.h's kv_pages_row_offset(), whose layout inside a block is
  * (n_kv_heads, block_size, row_bytes), made callable on the device. The
@@ -101,6 +107,11 @@ cudaError_t kvc_launch_rope(cudaStream_t s, float *x, const int32_t *pos, const 
                             int head_dim, int rot_dim, int neox);
 cudaError_t kvc_launch_silu_mul(cudaStream_t s, float *gate, const float *up, int64_t count);
 cudaError_t kvc_launch_add(cudaStream_t s, float *x, const float *y, int64_t count);
+/* gate = gelu_tanh(gate) * up (kv_gelu_mul_ref's expression); x *= sc;
+ * x(n, dim) += bias(dim) on every row. */
+cudaError_t kvc_launch_gelu_mul(cudaStream_t s, float *gate, const float *up, int64_t count);
+cudaError_t kvc_launch_scale(cudaStream_t s, float *x, float sc, int64_t count);
+cudaError_t kvc_launch_add_rows(cudaStream_t s, float *x, const float *bias, int n, int dim);
 
 /* ---- launchers (cuda_attention.cu) ------------------------------------------ */
 
@@ -120,9 +131,48 @@ cudaError_t kvc_launch_add(cudaStream_t s, float *x, const float *y, int64_t cou
 
 cudaError_t kvc_launch_kv_store(cudaStream_t s, kv_pages kv, int layer, const int32_t *meta, int n, const float *k,
                                 const float *v);
+/* window > 0: a token at position p reads positions > p - window only
+ * (its table's entries below may be -1; an entry it reads that is negative
+ * makes its output NaN). */
 cudaError_t kvc_launch_attention(cudaStream_t s, kv_pages kv, int layer, const int32_t *meta, int n, const float *q,
-                                 float *out, int n_heads, float scale);
+                                 float *out, int n_heads, float scale, int window);
 /* Fills count floats at p with NaN (the output of an op that failed). */
 cudaError_t kvc_launch_fill_nan(cudaStream_t s, float *p, int64_t count);
+
+/* ---- the backend's host side, for its files past cuda_backend.cu ------------ */
+
+struct cuda_ctx;
+/* Host inputs staged to the device, one buffer per use. */
+enum { STAGE_IDS, STAGE_POS, STAGE_META, STAGE_FREQ, STAGE_COUNT };
+
+/* Makes the backend's device current and names the running op. */
+cuda_ctx *kvc_enter(kv_backend *b, const char *op);
+/* Records a failure of the running op (the first since the last status). */
+__attribute__((format(printf, 3, 4))) void kvc_fail(cuda_ctx *c, int code, const char *fmt, ...);
+/* After a launch: records a failure under `what`; 0 or -1. */
+int kvc_done(cuda_ctx *c, cudaError_t e, const char *what);
+/* Fills count floats with NaN (the output of an op that failed). */
+void kvc_nan_out(cuda_ctx *c, float *p, int64_t count);
+/* bytes host bytes at p on the device (p itself when it is a device
+ * pointer); NULL on failure (recorded). */
+const void *kvc_stage_in(cuda_ctx *c, int slot, const void *p, size_t bytes);
+/* A model vector (a norm weight, a bias) on the device: cached by host
+ * address, or p when it is a device pointer. NULL on failure (recorded). */
+const float *kvc_host_vec(cuda_ctx *c, const float *p, size_t bytes);
+/* inv_freq(rot_dim / 2) = base^(-2i / rot_dim) on the device, cached. */
+const float *kvc_rope_freqs(cuda_ctx *c, int rot_dim, float base);
+/* The attention batch meta (KVC_META layout) on the device; tables: 0 slots
+ * only, 1 checked block tables, 2 tables that may hold -1 below a window. */
+const int32_t *kvc_batch_meta(cuda_ctx *c, const kv_pages *kv, const kv_attn_batch *ab, int tables);
+cudaStream_t kvc_stream(cuda_ctx *c);
+
+/* The ops of cuda_ext.cu (backend.h's entries). */
+void kvc_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t count);
+void kvc_scale(kv_backend *b, float *x, float s, int64_t count);
+void kvc_add_rows(kv_backend *b, float *x, const float *bias, int n, int dim);
+void kvc_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_heads, int head_dim, int rot_dim,
+                  float base, int neox, float freq_scale, const float *freq_factors);
+void kvc_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
+                          float *out, int n_heads, float scale, int window);
 
 #endif

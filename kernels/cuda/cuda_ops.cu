@@ -5,11 +5,6 @@
  * differ only where a math function (cosf, expf) rounds differently. */
 #include "cuda_internal.cuh"
 
-/* Grid size for a grid-stride loop over count elements. */
-static unsigned grid_for(int64_t count, int threads) {
-    int64_t g = (count + threads - 1) / threads;
-    return (unsigned)(g > 65535 ? 65535 : g < 1 ? 1 : g);
-}
 
 /* ---- rmsnorm: one block per row ---------------------------------------------- */
 
@@ -66,7 +61,7 @@ cudaError_t kvc_launch_rope(cudaStream_t s, float *x, const int32_t *pos, const 
     const int half = rot_dim / 2;
     const int64_t total = (int64_t)n * n_heads * half;
     if (total <= 0) return cudaSuccess;
-    k_rope<<<grid_for(total, 256), 256, 0, s>>>(x, pos, inv_freq, n, n_heads, head_dim, half, neox);
+    k_rope<<<kvc_grid_for(total, 256), 256, 0, s>>>(x, pos, inv_freq, n, n_heads, head_dim, half, neox);
     return cudaGetLastError();
 }
 
@@ -89,18 +84,18 @@ __global__ void k_fill_nan(float *p, int64_t count) {
 
 cudaError_t kvc_launch_silu_mul(cudaStream_t s, float *gate, const float *up, int64_t count) {
     if (count <= 0) return cudaSuccess;
-    k_silu_mul<<<grid_for(count, 256), 256, 0, s>>>(gate, up, count);
+    k_silu_mul<<<kvc_grid_for(count, 256), 256, 0, s>>>(gate, up, count);
     return cudaGetLastError();
 }
 
 cudaError_t kvc_launch_add(cudaStream_t s, float *x, const float *y, int64_t count) {
     if (count <= 0) return cudaSuccess;
-    k_add<<<grid_for(count, 256), 256, 0, s>>>(x, y, count);
+    k_add<<<kvc_grid_for(count, 256), 256, 0, s>>>(x, y, count);
     return cudaGetLastError();
 }
 
 cudaError_t kvc_launch_fill_nan(cudaStream_t s, float *p, int64_t count) {
     if (!p || count <= 0) return cudaSuccess;
-    k_fill_nan<<<grid_for(count, 256), 256, 0, s>>>(p, count);
+    k_fill_nan<<<kvc_grid_for(count, 256), 256, 0, s>>>(p, count);
     return cudaGetLastError();
 }

@@ -36,8 +36,9 @@ done
 
 echo "== build ($B, $ARCH, -j$JOBS)"
 t0=$(date +%s)
-if make -j"$JOBS" CUDA=1 BUILD="$B" NVCC_ARCH="$ARCH" "$B/tests/gpu/test_backend_ops" >"$LOG/build-test.log" 2>&1; then
-  ok "build test_backend_ops ($(( $(date +%s) - t0 )) s)"
+if make -j"$JOBS" CUDA=1 BUILD="$B" NVCC_ARCH="$ARCH" "$B/tests/gpu/test_backend_ops" "$B/tests/gpu/test_backend_ext" \
+    >"$LOG/build-test.log" 2>&1; then
+  ok "build test_backend_ops, test_backend_ext ($(( $(date +%s) - t0 )) s)"
 else
   bad "build test_backend_ops" "$(grep -E 'error|Error' "$LOG/build-test.log" | head -n 5)"
   tail -n 30 "$LOG/build-test.log"
@@ -65,6 +66,20 @@ if [[ -x $B/tests/gpu/test_backend_ops ]]; then
   else
     bad "test_backend_ops (exit $rc): $line"
   fi
+fi
+
+# the ops of the architectures past llama (gelu_mul, scale, add_rows,
+# rope_ext, attention_window) and gemma3 / qwen2 / Llama 3 forwards
+if [[ -x $B/tests/gpu/test_backend_ext ]]; then
+  echo "== test_backend_ext"
+  KVTOP_CUDA_SYNC=1 timeout 240 "$B/tests/gpu/test_backend_ext" >"$LOG/test_backend_ext.log" 2>&1
+  rc=$?
+  cat "$LOG/test_backend_ext.log"
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOG/test_backend_ext.log" | tail -n 1)
+  if grep -q "backend 'cuda' skipped" "$LOG/test_backend_ext.log"; then
+    bad "test_backend_ext: the cuda backend could not be created" "$(grep "backend 'cuda'" "$LOG/test_backend_ext.log")"
+  elif [[ $rc == 0 ]]; then ok "test_backend_ext: $line"
+  else bad "test_backend_ext (exit $rc): $line"; fi
 fi
 
 # Out-of-bounds reads/writes and races in the kernels (works on Firecracker

@@ -1,0 +1,368 @@
+/* test_backend_ext.c - the ops of the architectures past llama (gelu_mul,
+ * scale, add_rows, rope_ext, attention_window) on every compiled-in backend
+ * against the CPU backend's scalar expressions, by normalised error on
+ * fresh random data, then whole forward passes of random gemma3 (sliding
+ * window), qwen2 (biases) and Llama 3 rope-scaled files. The sim backend
+ * computes with the CPU kernels, so it must match exactly; cuda within the
+ * tolerances below. A backend that cannot be created here (no GPU) is
+ * skipped with a note. Built and run by `make test-gpu`. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../engine/mkmodel.h"
+#include "../../engine/model.h"
+#include "../../engine/runner.h"
+#include "../../kernels/backend.h"
+#include "../../kernels/cpu.h"
+#include "../../kernels/kv_dtype.h"
+#ifdef KV_HAVE_CUDA
+#include "../../kernels/cuda/cuda_backend.h"
+#endif
+#include "../backend_helpers.h"
+#include "../engine_helpers.h"
+#include "../harness.h"
+
+enum { OP_GELU, OP_SCALE, OP_ADD_ROWS, OP_ROPE_EXT, OP_ATTN_WIN, OP_FORWARD, OP_N };
+static const char *const op_names[OP_N] = {"gelu_mul", "scale", "add_rows", "rope_ext", "attention_window",
+                                           "forward"};
+/* scale and add_rows are one rounding each: exact. gelu_mul and rope_ext
+ * differ where expf / cosf round differently; attention by summation order;
+ * a whole forward as in test_backend_ops. */
+static const double op_tol[OP_N] = {1e-5, 0.0, 0.0, 1e-5, 1e-4, 1e-2};
+
+typedef struct target {
+    const char *name;
+    kv_backend *b;
+    int exact;
+    double worst[OP_N];
+    int cases[OP_N];
+} target;
+
+static kv_backend *cpu;
+static target targets[8];
+static int n_targets, inited;
+
+static const kv_backend_limits op_limits = {.max_rows = 128, .max_k = 2048, .weight_types = 0};
+
+static void init_targets(void) {
+    if (inited) return;
+    inited = 1;
+    kv_err err = {0};
+    cpu = test_reserve(kv_backend_create("cpu", 2, &err), &op_limits, &err);
+    if (!cpu) {
+        fprintf(stderr, "  cpu backend: %s\n", err.msg);
+        return;
+    }
+    for (const char *const *n = kv_backend_names(); *n && n_targets < 8; n++) {
+        if (!strcmp(*n, "cpu")) continue;
+        kv_err e = {0};
+        kv_backend *b = test_reserve(kv_backend_create(*n, 2, &e), &op_limits, &e);
+        if (!b) {
+            printf("  note: backend '%s' skipped: %s\n", *n, e.msg);
+            continue;
+        }
+        targets[n_targets] = (target){.name = *n, .b = b, .exact = !strcmp(*n, "sim")};
+        n_targets++;
+    }
+}
+
+static void judge(target *t, int op, double e, const char *what) {
+    if (e > t->worst[op] || e != e) t->worst[op] = e;
+    t->cases[op]++;
+    if (t->exact)
+        CHECKF(e == 0.0, "%s %s %s: differs from cpu (normalised error %.3g)", t->name, op_names[op], what, e);
+    else
+        CHECKF(e <= op_tol[op], "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, op_tol[op]);
+}
+
+static void report(int op) {
+    for (int i = 0; i < n_targets; i++)
+        if (targets[i].cases[op])
+            printf("  %-5s %-16s %4d cases, worst normalised error %.3g\n", targets[i].name, op_names[op],
+                   targets[i].cases[op], targets[i].worst[op]);
+}
+
+static void check_status(target *t, const char *what) {
+    kv_err err = {0};
+    CHECKF(kv_backend_status(t->b, &err) == 0, "%s after %s: %s", t->name, what, err.msg);
+    CHECKF(kv_backend_status(cpu, &err) == 0, "cpu after %s: %s", what, err.msg);
+}
+
+static void forget_host(target *t) {
+#ifdef KV_HAVE_CUDA
+    if (!strcmp(t->name, "cuda")) kv_cuda_forget_host_copies(t->b);
+#else
+    (void)t;
+#endif
+}
+
+static void get(kv_backend *b, void *dst, const void *src, size_t bytes) { b->ops->download(b, dst, src, bytes); }
+
+/* ---- element-wise ops ------------------------------------------------------------ */
+
+static void test_gelu_scale_add_rows(void) {
+    init_targets();
+    REQUIRE(cpu);
+    const int n = 37, dim = 1152; /* Gemma 3 270M's ffn is 2048, its width 640 */
+    const int64_t count = (int64_t)n * dim;
+    const size_t bytes = (size_t)count * sizeof(float);
+    for (int ti = 0; ti < n_targets; ti++) {
+        target *t = &targets[ti];
+        kv_backend *b = t->b;
+        float *g = malloc(bytes), *u = malloc(bytes), *ref = malloc(bytes), *got = malloc(bytes);
+        float *bias = malloc((size_t)dim * sizeof(float));
+        REQUIRE(g && u && ref && got && bias);
+        harness_fill_rand(g, (size_t)count, 6.0f);
+        harness_fill_rand(u, (size_t)count, 2.0f);
+        harness_fill_rand(bias, (size_t)dim, 1.0f);
+        float *dg = test_put(b, g, bytes), *du = test_put(b, u, bytes);
+        REQUIRE(dg && du);
+        /* gelu_mul against the scalar reference itself */
+        memcpy(ref, g, bytes);
+        kv_gelu_mul_ref(ref, u, count);
+        b->ops->gelu_mul(b, dg, du, count);
+        get(b, got, dg, bytes);
+        judge(t, OP_GELU, harness_nerr(got, ref, (size_t)count), "");
+        /* scale, then add_rows with a host bias (as the model passes it) */
+        b->ops->upload(b, dg, g, bytes);
+        memcpy(ref, g, bytes);
+        cpu->ops->scale(cpu, ref, 0.0625f * 3.0f, count);
+        b->ops->scale(b, dg, 0.0625f * 3.0f, count);
+        get(b, got, dg, bytes);
+        judge(t, OP_SCALE, harness_nerr(got, ref, (size_t)count), "");
+        cpu->ops->add_rows(cpu, ref, bias, n, dim);
+        b->ops->add_rows(b, dg, bias, n, dim);
+        get(b, got, dg, bytes);
+        judge(t, OP_ADD_ROWS, harness_nerr(got, ref, (size_t)count), "");
+        check_status(t, "gelu_mul/scale/add_rows");
+        forget_host(t);
+        TEST_DEV_FREE(b, dg, du);
+        FREE_ALL(g, u, ref, got, bias);
+    }
+    report(OP_GELU);
+    report(OP_SCALE);
+    report(OP_ADD_ROWS);
+}
+
+static void test_rope_ext(void) {
+    init_targets();
+    REQUIRE(cpu);
+    const int n = 9, H = 4, hd = 64;
+    const size_t N = (size_t)n * H * hd, bytes = N * sizeof(float);
+    int32_t pos[9];
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % 9000);
+    pos[0] = 0;
+    float factors[32];
+    for (int i = 0; i < 32; i++) factors[i] = 1.0f + (float)(harness_rand64() % 800) / 100.0f;
+    for (int ti = 0; ti < n_targets; ti++) {
+        target *t = &targets[ti];
+        kv_backend *b = t->b;
+        float *x = malloc(bytes), *xc = malloc(bytes), *xt = malloc(bytes);
+        REQUIRE(x && xc && xt);
+        for (int neox = 0; neox < 2; neox++)
+            for (int rot = 32; rot <= 64; rot += 32)
+                for (int v = 0; v < 3; v++) {
+                    const float fs = v == 1 ? 0.25f : 1.0f; /* 0: factors, 1: linear scaling, 2: plain */
+                    const float *ff = v == 0 ? factors : NULL;
+                    harness_fill_rand(x, N, 2.0f);
+                    memcpy(xc, x, bytes);
+                    float *dx = test_put(b, x, bytes);
+                    REQUIRE(dx);
+                    cpu->ops->rope_ext(cpu, xc, pos, n, H, hd, rot, 500000.0f, neox, fs, ff);
+                    b->ops->rope_ext(b, dx, pos, n, H, hd, rot, 500000.0f, neox, fs, ff);
+                    get(b, xt, dx, bytes);
+                    char what[64];
+                    snprintf(what, sizeof what, "neox=%d rot=%d variant %d", neox, rot, v);
+                    judge(t, OP_ROPE_EXT, harness_nerr(xt, xc, N), what);
+                    b->ops->free(b, dx);
+                }
+        check_status(t, "rope_ext");
+        FREE_ALL(x, xc, xt);
+    }
+    report(OP_ROPE_EXT);
+}
+
+/* ---- attention_window -------------------------------------------------------------- */
+
+/* Two sequences over a shuffled pool, K/V stored by the CPU and copied to
+ * the target; each table's blocks wholly below its first token's window
+ * are -1 (released), as the paged cache leaves them. */
+static void one_window(target *t, kv_cache_dtype dt, int bs, int window) {
+    kv_backend *b = t->b;
+    enum { NB = 24, PER = 12, NH = 8, NKV = 2, HD = 64, MAXT = 48 };
+    kv_pages pc = {.dtype = dt, .n_layers = 1, .n_kv_heads = NKV, .head_dim = HD, .block_size = bs, .n_blocks = NB};
+    kv_pages_set_sizes(&pc);
+    const size_t total = pc.layer_bytes;
+    kv_pages pt = pc;
+    pc.k = calloc(1, total);
+    pc.v = calloc(1, total);
+    int32_t perm[NB];
+    for (int i = 0; i < NB; i++) perm[i] = i;
+    for (int i = NB - 1; i > 0; i--) {
+        int j = (int)(harness_rand64() % (uint64_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    int32_t tab[2][PER];
+    memcpy(tab[0], perm, sizeof tab[0]);
+    memcpy(tab[1], perm + PER, sizeof tab[1]);
+    const int len[2] = {PER * bs - 5, PER * bs / 2 + 3}; /* context of each sequence after the batch */
+    const int ntok[2] = {3, 17};                         /* tokens of each in the batch (decode-ish, a chunk) */
+    int32_t pos[MAXT], seq[MAXT], slot[MAXT];
+    float *kv = malloc((size_t)PER * bs * NKV * HD * sizeof(float) * 2);
+    float *q = malloc((size_t)MAXT * NH * HD * sizeof(float));
+    float *oc = malloc((size_t)MAXT * NH * HD * sizeof(float)), *ot = malloc((size_t)MAXT * NH * HD * sizeof(float));
+    REQUIRE(pc.k && pc.v && kv && q && oc && ot);
+    /* every position of both sequences stored, through the CPU */
+    for (int s = 0; s < 2; s++) {
+        const int np = len[s];
+        for (int p0 = 0; p0 < np; p0 += MAXT) {
+            const int m = KV_MIN(MAXT, np - p0);
+            for (int i = 0; i < m; i++) {
+                pos[i] = p0 + i;
+                seq[i] = 0;
+                slot[i] = tab[s][pos[i] / bs] * bs + pos[i] % bs;
+            }
+            const int32_t *tp[1] = {tab[s]};
+            kv_attn_batch ab = {.n_tokens = m, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 1, .tables = tp};
+            harness_fill_rand(kv, (size_t)m * NKV * HD * 2, 2.0f);
+            cpu->ops->kv_store(cpu, &pc, 0, &ab, kv, kv + (size_t)m * NKV * HD);
+        }
+    }
+    pt.k = test_put(b, pc.k, total);
+    pt.v = test_put(b, pc.v, total);
+    REQUIRE(pt.k && pt.v);
+    /* the batch: the last ntok[s] positions of each sequence */
+    int n = 0;
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < ntok[s]; j++, n++) {
+            pos[n] = len[s] - ntok[s] + j;
+            seq[n] = s;
+            slot[n] = tab[s][pos[n] / bs] * bs + pos[n] % bs;
+        }
+    for (int s = 0; s < 2; s++) { /* release what the first token's window leaves behind */
+        const int lo = KV_MAX(0, len[s] - ntok[s] + 1 - window);
+        for (int k = 0; k < lo / bs; k++) tab[s][k] = -1;
+    }
+    const int32_t *tp[2] = {tab[0], tab[1]};
+    kv_attn_batch ab = {.n_tokens = n, .pos = pos, .seq = seq, .slot = slot, .n_seqs = 2, .tables = tp};
+    const size_t qb = (size_t)n * NH * HD * sizeof(float);
+    harness_fill_rand(q, (size_t)n * NH * HD, 2.0f);
+    float *dq = test_put(b, q, qb), *dout = test_put(b, NULL, qb);
+    REQUIRE(dq && dout);
+    const float scale = 1.0f / sqrtf((float)HD);
+    cpu->ops->attention_window(cpu, &pc, 0, &ab, q, oc, NH, scale, window);
+    b->ops->attention_window(b, &pt, 0, &ab, dq, dout, NH, scale, window);
+    get(b, ot, dout, qb);
+    char what[96];
+    snprintf(what, sizeof what, "%s bs=%d window=%d", kv_cache_dtype_name(dt), bs, window);
+    judge(t, OP_ATTN_WIN, harness_nerr(ot, oc, (size_t)n * NH * HD), what);
+    check_status(t, what);
+    TEST_DEV_FREE(b, pt.k, pt.v, dq, dout);
+    FREE_ALL(pc.k, pc.v, kv, q, oc, ot);
+}
+
+static void test_attention_window(void) {
+    init_targets();
+    REQUIRE(cpu);
+    static const int windows[] = {1, 5, 16, 37, 100000};
+    static const kv_cache_dtype dts[] = {KV_CACHE_F32, KV_CACHE_F16, KV_CACHE_INT8};
+    for (int ti = 0; ti < n_targets; ti++)
+        for (size_t d = 0; d < KV_ARRAY_LEN(dts); d++)
+            for (int bs = 4; bs <= 16; bs *= 4)
+                for (size_t w = 0; w < KV_ARRAY_LEN(windows); w++) one_window(&targets[ti], dts[d], bs, windows[w]);
+    report(OP_ATTN_WIN);
+}
+
+/* ---- whole forward passes of the new architectures --------------------------------- */
+
+/* Prompt then `steps` tokens (the CPU's greedy picks fed to both), every
+ * step's logits into out (steps + 1 rows). */
+static int run_model(const kv_model *m, kv_backend *b, const int32_t *prompt, int n_prompt, int steps,
+                     int32_t *follow, int pick, float *out) {
+    kv_err err = {0};
+    kv_runner *r = kv_runner_new(m, b, 256, 16, KV_CACHE_F16, &err);
+    if (!r) {
+        fprintf(stderr, "  runner on %s: %s\n", b->ops->name, err.msg);
+        return -1;
+    }
+    const int nv = m->hp.n_vocab;
+    int rc = kv_runner_eval(r, prompt, n_prompt, out, NULL, &err);
+    for (int s = 0; rc == 0 && s < steps; s++) {
+        const float *lg = out + (size_t)s * nv;
+        if (pick) {
+            int32_t best = 0;
+            for (int i = 1; i < nv; i++)
+                if (lg[i] > lg[best]) best = i;
+            follow[s] = best;
+        }
+        rc = kv_runner_eval(r, &follow[s], 1, out + (size_t)(s + 1) * nv, NULL, &err);
+    }
+    if (rc) fprintf(stderr, "  eval on %s: %s\n", b->ops->name, err.msg);
+    kv_runner_free(r);
+    return rc;
+}
+
+static void test_forward_archs(void) {
+    init_targets();
+    REQUIRE(cpu);
+    char dir[] = "/tmp/kvtop-backend-ext-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    static const char *const archs[] = {"gemma3", "qwen2", "llama"};
+    for (size_t a = 0; a < KV_ARRAY_LEN(archs); a++) {
+        kv_mkmodel_params p = test_tiny_model(256, 512);
+        p.arch = archs[a];
+        p.n_layers = 6; /* gemma3: five local layers of window 16, one global */
+        p.n_vocab = 600;
+        p.ctx_len = 512;
+        p.type = KV_TYPE_Q8_0;
+        p.seed = 11 + (uint64_t)a;
+        p.n_swa = !strcmp(archs[a], "gemma3") ? 16 : 0;
+        p.rope_freqs = !strcmp(archs[a], "llama");
+        char path[256];
+        snprintf(path, sizeof path, "%s/m-%s.gguf", dir, archs[a]);
+        kv_err err = {0};
+        CHECKF(kv_mkmodel_write(&p, path, &err) == 0, "mkmodel %s: %s", archs[a], err.msg);
+        kv_model *m = kv_model_load(path, NULL, &err);
+        CHECKF(m != NULL, "load %s: %s", path, err.msg);
+        if (!m) {
+            unlink(path);
+            continue;
+        }
+        enum { NP = 45, STEPS = 4 }; /* a prompt past the window */
+        const int nv = m->hp.n_vocab;
+        int32_t prompt[NP], follow[STEPS];
+        for (int i = 0; i < NP; i++) prompt[i] = 3 + (int32_t)(harness_rand64() % (uint64_t)(nv - 3));
+        float *lc = malloc((size_t)(STEPS + 1) * nv * sizeof(float)), *lt = malloc((size_t)(STEPS + 1) * nv * sizeof(float));
+        REQUIRE(lc && lt);
+        CHECK(run_model(m, cpu, prompt, NP, STEPS, follow, 1, lc) == 0);
+        for (int ti = 0; ti < n_targets; ti++) {
+            target *t = &targets[ti];
+            int rc = run_model(m, t->b, prompt, NP, STEPS, follow, 0, lt);
+            CHECKF(rc == 0, "%s forward %s", t->name, archs[a]);
+            if (rc == 0) judge(t, OP_FORWARD, harness_nerr(lt, lc, (size_t)(STEPS + 1) * nv), archs[a]);
+            check_status(t, archs[a]);
+            forget_host(t);
+        }
+        FREE_ALL(lc, lt);
+        kv_model_free(m);
+        unlink(path);
+    }
+    rmdir(dir);
+    report(OP_FORWARD);
+}
+
+static void test_zz_release(void) {
+    for (int i = 0; i < n_targets; i++) kv_backend_free(targets[i].b);
+    n_targets = 0;
+    kv_backend_free(cpu);
+    cpu = NULL;
+    inited = 0;
+}
+
+TEST_MAIN(T(test_gelu_scale_add_rows), T(test_rope_ext), T(test_attention_window), T(test_forward_archs),
+          T(test_zz_release))
