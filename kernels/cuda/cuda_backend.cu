@@ -754,6 +754,7 @@ static const kv_backend_ops cuda_ops = {
     cu_kv_store,      cu_attention, cu_copy_block, cu_mem_info, cu_destroy,
     cu_status,        cu_reserve,  NULL, /* clock: host time */
     NULL,             /* charge: no modelled clock */
+    NULL,             /* set_kv_share: no modelled clock */
     /* the ops of the architectures past llama (cuda_ext.cu) */
     kvc_gelu_mul,     kvc_scale,   kvc_add_rows, kvc_rope_ext, kvc_attention_window,
     /* moe_route, scatter_add: not on CUDA yet; kv_forward_new refuses a
