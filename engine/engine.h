@@ -229,6 +229,8 @@ typedef struct kv_snap_block {
     uint16_t fill;         /* tokens in the block */
     uint8_t windowed;      /* sliding-window release: its local-layer part is released (below every
                               holder's window); in what was padding, so recorded traces keep their layout */
+    uint8_t zero;          /* always 0: the last padding byte made explicit, so snapshots written
+                              raw into traces and compared whole hold no stray bytes */
     int32_t owner;         /* request id of the latest owner, -1 */
     int32_t session;       /* its session tag, -1 */
 } kv_snap_block;

@@ -249,6 +249,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
         kv_snap_block *o = &s->blocks[b];
         o->state = bi->state;
         o->windowed = bi->windowed;
+        o->zero = 0;
         o->shared = bi->refcount >= 2;
         o->refcount = bi->refcount;
         o->fill = bi->fill;

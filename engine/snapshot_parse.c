@@ -335,6 +335,7 @@ static int read_blocks(const kv_json *b, kv_snapshot *s, kv_err *err) {
         if (win && kv_json_type_of(kv_json_at(win, i)) != KV_JSON_BOOL)
             return kv_err_set(err, KV_ERR_FORMAT, "blocks.windowed[%zu]: expected true or false", i);
         o->windowed = win ? (uint8_t)kv_json_bool(kv_json_at(win, i)) : 0;
+        o->zero = 0;
     }
     return 0;
 }
