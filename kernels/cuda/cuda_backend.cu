@@ -4,7 +4,7 @@
  * the caches that let the forward pass hand over host pointers where
  * backend.h allows them (weights from the model mapping, RMSNorm vectors,
  * positions and block tables). Kernels live in cuda_matmul.cu, cuda_ops.cu
- * and cuda_attention.cu. */
+ * and cuda_attention.cu; the host-copy table in cuda_copies.cu. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,13 +13,6 @@
 
 #include "cuda_backend.h"
 #include "cuda_internal.cuh"
-
-/* A device copy of host bytes, keyed by the host address. */
-struct host_copy {
-    const void *host; /* key; NULL: empty slot */
-    void *dev;
-    size_t bytes;     /* bytes copied (the allocation's size) */
-};
 
 /* A device buffer that only grows (scratch, staging). */
 struct dev_buf {
@@ -47,8 +40,7 @@ struct cuda_ctx {
     const char *cur_op;            /* the op running now (static string), for the record */
     int sync_each;                 /* KVTOP_CUDA_SYNC=1: wait after every op, so a
                                       failing kernel is named by its op */
-    host_copy *copies;             /* open addressing, power-of-two capacity, at most half full */
-    size_t ccap, ccount;
+    kvc_copies copies;             /* device copies of host bytes (cuda_copies.cu) */
     dev_buf stage[STAGE_COUNT];    /* host inputs copied in (ids, positions, batch meta) */
     dev_buf xq, xd, xs;            /* q8 activations of a quantized matmul, sized by reserve */
     int32_t *hmeta;                /* (hmeta_cap) host side of the batch meta */
@@ -164,48 +156,6 @@ const void *kvc_stage_in(cuda_ctx *c, int slot, const void *p, size_t bytes) {
     return d;
 }
 
-static size_t cslot(size_t cap, const void *key) {
-    uint64_t h = (uint64_t)(uintptr_t)key;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return (size_t)h & (cap - 1);
-}
-
-static host_copy *copy_find(cuda_ctx *c, const void *host) {
-    if (!c->ccap) return NULL;
-    for (size_t i = cslot(c->ccap, host); c->copies[i].host; i = (i + 1) & (c->ccap - 1))
-        if (c->copies[i].host == host) return &c->copies[i];
-    return NULL;
-}
-
-/* The entry for host, inserted empty when new; NULL when memory ran out. */
-static host_copy *copy_slot(cuda_ctx *c, const void *host) {
-    host_copy *e = copy_find(c, host);
-    if (e) return e;
-    if ((c->ccount + 1) * 2 > c->ccap) {
-        size_t ncap = c->ccap ? c->ccap * 2 : 256;
-        host_copy *nt = (host_copy *)calloc(ncap, sizeof *nt);
-        if (!nt) return NULL;
-        for (size_t i = 0; i < c->ccap; i++) {
-            if (!c->copies[i].host) continue;
-            size_t j = cslot(ncap, c->copies[i].host);
-            while (nt[j].host) j = (j + 1) & (ncap - 1);
-            nt[j] = c->copies[i];
-        }
-        free(c->copies);
-        c->copies = nt;
-        c->ccap = ncap;
-    }
-    size_t i = cslot(c->ccap, host);
-    while (c->copies[i].host) i = (i + 1) & (c->ccap - 1);
-    c->copies[i].host = host;
-    c->copies[i].dev = NULL;
-    c->copies[i].bytes = 0;
-    c->ccount++;
-    return &c->copies[i];
-}
-
 /* Reports a failure into err when the caller takes one (upload_weight),
  * else records it on the backend (ops). */
 __attribute__((format(printf, 4, 5))) static void report(cuda_ctx *c, kv_err *err, int code, const char *fmt, ...) {
@@ -223,9 +173,9 @@ __attribute__((format(printf, 4, 5))) static void report(cuda_ctx *c, kv_err *er
 /* The device copy of `bytes` host bytes at host: the cached one unless it
  * is missing, too short, or refresh is set. NULL on failure (reported). */
 static const void *host_copy_get(cuda_ctx *c, const void *host, size_t bytes, int refresh, kv_err *err) {
-    host_copy *e = copy_find(c, host);
+    kvc_copy *e = kvc_copy_find(&c->copies, host);
     if (e && e->dev && e->bytes >= bytes && !refresh) return e->dev;
-    e = copy_slot(c, host);
+    e = kvc_copy_slot(&c->copies, host);
     if (!e) {
         report(c, err, KV_ERR_NOMEM, "host copy cache: out of memory");
         return NULL;
@@ -339,7 +289,7 @@ static size_t tensor_bytes(const kv_tensor *w) {
  * mapping without calling upload_weight; the first use copies them. */
 static const uint8_t *weight_ptr(cuda_ctx *c, const kv_tensor *w) {
     if (w->data) {
-        const host_copy *e = copy_find(c, w->data);
+        const kvc_copy *e = kvc_copy_find(&c->copies, w->data);
         if (e && e->dev && e->bytes >= tensor_bytes(w)) return (const uint8_t *)e->dev;
     }
     if (w->dev) return (const uint8_t *)w->dev;
@@ -417,7 +367,7 @@ static void cu_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, f
 }
 
 const float *kvc_host_vec(cuda_ctx *c, const float *p, size_t bytes) {
-    const host_copy *e = copy_find(c, p);
+    const kvc_copy *e = kvc_copy_find(&c->copies, p);
     if (e && e->dev && e->bytes >= bytes) return (const float *)e->dev;
     if (is_dev_ptr(p)) return p;
     return (const float *)host_copy_get(c, p, bytes, 0, NULL);
@@ -717,21 +667,13 @@ static int cu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err) 
 
 /* ---- lifecycle ------------------------------------------------------------------ */
 
-static void drop_copies(cuda_ctx *c) {
-    for (size_t i = 0; i < c->ccap; i++)
-        if (c->copies[i].dev) cudaFree(c->copies[i].dev);
-    free(c->copies);
-    c->copies = NULL;
-    c->ccap = c->ccount = 0;
-}
-
 static void cu_destroy(kv_backend *b) {
     if (!b) return;
     cuda_ctx *c = ctx_of(b);
     if (c) {
         cudaSetDevice(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
-        drop_copies(c);
+        kvc_copies_drop(&c->copies);
         for (int i = 0; i < STAGE_COUNT; i++) cudaFree(c->stage[i].p);
         cudaFree(c->xq.p);
         cudaFree(c->xd.p);
@@ -842,5 +784,5 @@ extern "C" void kv_cuda_forget_host_copies(kv_backend *b) {
     if (!b || b->ops != &cuda_ops) return;
     cuda_ctx *c = kvc_enter(b, "forget_host_copies");
     ck(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
-    drop_copies(c);
+    kvc_copies_drop(&c->copies);
 }

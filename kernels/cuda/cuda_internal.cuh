@@ -17,6 +17,26 @@ extern "C" {
 
 #define KVC_QK 32 /* elements per block of q8_0 / q4_0 / q4_1 and of the q8 activations */
 
+/* ---- the host-copy table (cuda_copies.cu) ------------------------------------ */
+
+/* A device copy of host bytes, keyed by the host address. */
+typedef struct kvc_copy {
+    const void *host; /* key; NULL: empty slot */
+    void *dev;
+    size_t bytes;     /* bytes copied (the allocation's size) */
+} kvc_copy;
+/* Open addressing, power-of-two capacity, at most half full. */
+typedef struct kvc_copies {
+    kvc_copy *t;
+    size_t cap, count;
+} kvc_copies;
+/* The entry for host, NULL when there is none. */
+kvc_copy *kvc_copy_find(kvc_copies *c, const void *host);
+/* The entry for host, inserted empty when new; NULL when memory ran out. */
+kvc_copy *kvc_copy_slot(kvc_copies *c, const void *host);
+/* Frees every device copy and the table. */
+void kvc_copies_drop(kvc_copies *c);
+
 /* ---- device helpers -------------------------------------------------------- */
 
 /* GGUF blocks are packed (q8_0 is 34 bytes, q4_0 18), so their fields are
