@@ -33,9 +33,24 @@ def parse_kvtop_stats(path):
     return out
 
 
+def load_json(path):
+    """The file's JSON, or None for a run that was cut short (empty or partial file)."""
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return None
+
+
 def llama_bench_ts(path):
-    rows = json.load(open(path))
+    rows = load_json(path)
     return rows[0]['avg_ts'] if rows else None
+
+
+def kvtop_bench(path, key):
+    d = load_json(path)
+    if not d:
+        return None
+    return 1000.0 / d['tpot_ms']['p50'] if key == 'tpot' else d.get(key)
 
 
 def batched_s_tg(path):
@@ -120,8 +135,7 @@ def conc_table(runs):
         on = [batched_s_tg(p).get(n) for p in runs.get(('conc', 'llama', 'fa-on'), {}).values()]
         off = [batched_s_tg(p).get(n) for p in runs.get(('conc', 'llama', 'fa-off'), {}).values()]
         best = [max(a or 0, b or 0) or None for a, b in zip(on + [None] * len(off), off + [None] * len(on))]
-        kv = [json.load(open(p)).get('output_tokens_per_s')
-              for p in runs.get(('conc', 'kvtop', f'c{n}'), {}).values()]
+        kv = [kvtop_bench(p, 'output_tokens_per_s') for p in runs.get(('conc', 'kvtop', f'c{n}'), {}).values()]
         (ons, _), (offs, _), (bs, bmed), (ks, kmed) = fmt(on), fmt(off), fmt(best), fmt(kv)
         print(f'| {n} concurrent | {ons} | {offs} | {bs} | {ks} | {ratio(kmed, bmed)} |')
     print()
@@ -141,7 +155,7 @@ def long_table(runs):
             if prog == 'llama':
                 vals = [llama_bench_ts(p) for p in ps]
             else:
-                vals = [1000.0 / json.load(open(p))['tpot_ms']['p50'] for p in ps]
+                vals = [kvtop_bench(p, 'tpot') for p in ps]
             s, med[(prog, kt)] = fmt(vals, 1)
             cells.append(s)
         r1 = ratio(med[('kvtop', 'f16')], med[('llama', 'f16')])
