@@ -46,6 +46,9 @@ while (($#)); do
     *) echo "speed_table: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+for row in ${ROWS//,/ }; do
+  [[ $row =~ ^(decode|prefill|conc|long)$ ]] || { echo "speed_table: unknown row $row (decode, prefill, conc, long)" >&2; exit 2; }
+done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "speed_table: --repeats wants a positive integer" >&2; exit 2; }
 [[ -x $K ]] || { echo "speed_table: needs $K (make)" >&2; exit 1; }
 [[ -x $B/llama-bench && -x $B/llama-batched-bench ]] || { echo "speed_table: no llama.cpp build at $LL" >&2; exit 1; }
