@@ -139,7 +139,9 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     for (int t = 0; t < KV_TYPE_COUNT; t++) {
         if (!reserve_covers(lim, t)) continue;
         for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
-            size_t need = kv_mm_act_bytes((kv_type)t, lim->max_rows, K, (kv_cpu_isa)isa);
+            /* room for a matmul_multi of weights of different activation formats */
+            size_t need = ((kv_mm_act_bytes((kv_type)t, lim->max_rows, K, (kv_cpu_isa)isa) + 63) & ~(size_t)63) *
+                          KV_MATMUL_MULTI_MAX;
             if (need > act) act = need;
         }
     }
@@ -484,6 +486,20 @@ void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, 
     kv_cpu_matmul_isa(b, kv_cpu_get_isa(b), w, x, y, n);
 }
 
+void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                             float *const *y, int n) {
+    if (!b || !w || !x || !y || n <= 0) return;
+    cpu_ctx *c = ctx_of(b);
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap};
+    kv_err e;
+    if (kv_mm_run_multi(&env, isa, w, nw, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul_multi", "%s", e.msg);
+}
+
+static void cpu_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y,
+                             int n) {
+    kv_cpu_matmul_multi_isa(b, kv_cpu_get_isa(b), w, nw, x, y, n);
+}
+
 static void cpu_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                                  const float *q, float *out, int n_heads, float scale, int window) {
     if (!kv || !ab || ab->n_tokens <= 0) return;
@@ -537,6 +553,7 @@ static const kv_backend_ops cpu_ops = {
     .download = cpu_copy,
     .upload_weight = cpu_upload_weight,
     .matmul = kv_cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -188,6 +188,15 @@ size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa);
 int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
               kv_err *err);
 
+/* The nw (1..KV_MATMUL_MULTI_MAX) matmuls y[i] = x . w[i]^T of one x, the
+ * weights with the same ne0: x is prepared once per activation format
+ * (side by side in env->act, so the buffer must hold up to nw of
+ * kv_mm_act_bytes, each rounded up to 64 bytes), then one pass splits the
+ * rows of all weights over the threads. Every y[i] is bit-identical to
+ * kv_mm_run's for w[i]. Errors as kv_mm_run's (every y filled with NaN). */
+int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                    float *const *y, int n, kv_err *err);
+
 /* Validates a weight for the CPU kernels: 0, or an error naming the type or
  * the shape (err may be NULL). */
 int kv_mm_check(const kv_tensor *w, kv_err *err);
