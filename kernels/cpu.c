@@ -30,7 +30,7 @@ typedef struct cpu_ctx {
     void *scratch[KV_CPU_MAX_THREADS]; /* per-thread scratch, scratch_cap bytes each */
     size_t scratch_cap;                /* bytes per thread (0: nothing reserved) */
     void *act;                         /* shared activation scratch */
-    size_t act_cap;                    /* bytes */
+    size_t act_cap;                    /* bytes of one region (KV_MATMUL_MULTI_MAX of them) */
     atomic_ullong used;                /* bytes held by alloc() and scratch */
     /* the first failure since the last status call (ops run on one caller
      * thread; workers report through their op, which records here) */
@@ -139,9 +139,7 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     for (int t = 0; t < KV_TYPE_COUNT; t++) {
         if (!reserve_covers(lim, t)) continue;
         for (int isa = 0; isa < KV_CPU_ISA_COUNT; isa++) {
-            /* room for a matmul_multi of weights of different activation formats */
-            size_t need = ((kv_mm_act_bytes((kv_type)t, lim->max_rows, K, (kv_cpu_isa)isa) + 63) & ~(size_t)63) *
-                          KV_MATMUL_MULTI_MAX;
+            size_t need = kv_mm_act_bytes((kv_type)t, lim->max_rows, K, (kv_cpu_isa)isa);
             if (need > act) act = need;
         }
     }
@@ -151,7 +149,9 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     int grow_scr = scr > c->scratch_cap, grow_act = act > c->act_cap;
     for (int i = 0; grow_scr && i < c->n_threads; i++)
         if (!(ns[i] = aligned_alloc(64, scr))) goto nomem;
-    if (grow_act && !(na = aligned_alloc(64, act))) goto nomem;
+    /* act is one region; the buffer holds KV_MATMUL_MULTI_MAX of them, one
+     * per activation format of a matmul_multi */
+    if (grow_act && !(na = aligned_alloc(64, act * KV_MATMUL_MULTI_MAX))) goto nomem;
     if (grow_scr) {
         for (int i = 0; i < c->n_threads; i++) {
             free(c->scratch[i]);
@@ -163,7 +163,7 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     if (grow_act) {
         free(c->act);
         c->act = na;
-        atomic_fetch_add(&c->used, act - c->act_cap);
+        atomic_fetch_add(&c->used, (act - c->act_cap) * KV_MATMUL_MULTI_MAX);
         c->act_cap = act;
     }
     return KV_OK;
@@ -477,7 +477,7 @@ static void cpu_add_rows(kv_backend *b, float *x, const float *bias, int n, int 
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap};
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
     kv_err e;
     if (kv_mm_run(&env, isa, w, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul", "%s", e.msg);
 }
@@ -490,7 +490,7 @@ void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *con
                              float *const *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap};
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
     kv_err e;
     if (kv_mm_run_multi(&env, isa, w, nw, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul_multi", "%s", e.msg);
 }

@@ -336,7 +336,7 @@ static void prep_run(void *ctx, int ith, int nth) {
 static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kernels *kern, mm_task *t, int nth,
                      kv_err *err) {
     act_fmt fmt[KV_MATMUL_MULTI_MAX];
-    size_t off = 0;
+    int region = 0;
     for (int i = 0; i < t->nseg; i++) {
         mm_seg *s = &t->seg[i];
         const kv_mm_args *a = &s->args;
@@ -358,11 +358,13 @@ static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kerne
         }
         size_t need = kv_mm_act_bytes(a->type, a->n, a->K, isa);
         if (fmt[i].kind == ACT_NONE || need == 0) continue;
-        if (!env->act || off + need > env->act_bytes)
+        if (!env->act || need > env->act_bytes)
             return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d x %lld %s activations need %zu bytes of scratch, %zu reserved",
-                              a->n, (long long)a->K, kv_type_name((int)a->type), off + need, env->act_bytes);
-        uint8_t *buf = (uint8_t *)env->act + off;
-        off += (need + 63) & ~(size_t)63;
+                              a->n, (long long)a->K, kv_type_name((int)a->type), need, env->act_bytes);
+        if (region >= KV_MAX(env->act_regions, 1))
+            return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d activation formats, room for %d", region + 1,
+                              KV_MAX(env->act_regions, 1));
+        uint8_t *buf = (uint8_t *)env->act + (size_t)region++ * env->act_bytes;
         prep_task p = {.f = fmt[i], .x = a->x, .K = a->K, .n = a->n, .quant = kern->quantize, .xpack = kern->xpack};
         int units = a->n;
         if (fmt[i].kind == ACT_Q8A) {
