@@ -765,6 +765,7 @@ static const kv_backend_ops cuda_ops = {
     /* gelu_mul, scale, add_rows, rope_ext, attention_window: not on CUDA yet;
      * kv_forward_new refuses a model that needs one, naming the op */
     NULL,             NULL,        NULL,       NULL,          NULL,
+    NULL,             /* matmul_multi: the engine makes one matmul call per weight */
 };
 
 extern "C" int kv_cuda_device_count(void) {
