@@ -372,8 +372,8 @@ static void report(const opts *o, const kv_model *m, const totals *t) {
         const cat_stats *c = &t->c[k];
         if (!c->calls) continue;
         char rest[256], q[32] = "", bw[32] = "", wk[32] = "", idle[32] = "";
-        if (k <= C_HEAD && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
-        if (k <= C_HEAD) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
+        if (k <= C_GATE_UP && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
+        if (k <= C_GATE_UP) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
         if (c->n_wake) snprintf(wk, sizeof wk, "%.1f us", c->wake_ns / c->n_wake / 1e3);
         if (c->disp) snprintf(idle, sizeof idle, "%.0f%%", 100.0 * c->idle_ns / (o->threads * c->disp_ns));
         snprintf(rest, sizeof rest, " %.1f | %.1f | %s | %s | %s | %s |", (double)c->calls / t->steps,

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# decode_ab.sh - single-stream decode tok/s of two kvtop binaries, alternating
+# in one run (A, B, A, B, ...), so that a loaded machine's drift lands on
+# both: per model the median and min-max of each, and their ratio. For a
+# change's before/after, build the old commit elsewhere and pass its binary.
+#
+#   tools/decode_ab.sh OLD_KVTOP NEW_KVTOP [REPEATS] [TOKENS] [MODEL...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 2 ]] || { sed -n 2,8p "$0"; exit 2; }
+A=$1 B=$2
+REPS=${3:-7}
+N=${4:-128}
+shift $(( $# >= 4 ? 4 : $# ))
+MODELS=("$@")
+[[ ${#MODELS[@]} -gt 0 ]] || MODELS=(models/SmolLM2-135M-Instruct.Q4_1.gguf models/rand-110m-q8_0.gguf)
+T=${THREADS:-2}
+tps() { # binary model -> decode tok/s of one run
+  "$1" generate -m "$2" -p "hello world" -n "$N" --temp 0 --ignore-eos --stats -t "$T" 2>&1 > /dev/null |
+    awk '/^decode +[0-9]/{for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1)}'
+}
+stats() { sort -g | awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "%.1f (%.1f-%.1f)", m, v[1], v[NR]}'; }
+echo "threads $T, $REPS repeats of $N tokens, alternating; load before: $(uptime | sed 's/.*load/load/')"
+for m in "${MODELS[@]}"; do
+  ra=() rb=()
+  for ((r = 0; r < REPS; r++)); do
+    ra+=("$(tps "$A" "$m")")
+    rb+=("$(tps "$B" "$m")")
+  done
+  sa=$(printf '%s\n' "${ra[@]}" | stats) sb=$(printf '%s\n' "${rb[@]}" | stats)
+  ma=${sa%% *} mb=${sb%% *}
+  echo "$(basename "$m"): A $sa tok/s, B $sb tok/s, B/A $(awk -v a="$ma" -v b="$mb" 'BEGIN{printf "%.3f", b/a}')"
+  echo "  A runs: ${ra[*]}"
+  echo "  B runs: ${rb[*]}"
+done
+echo "load after: $(uptime | sed 's/.*load/load/')"
