@@ -1,8 +1,9 @@
 /* matmul.c - the CPU matmul driver and its scalar reference.
- * kv_mm_run quantizes the activations once per call (quantized weights),
- * then splits the weight rows over the pool's threads; each thread runs the
- * selected ISA's row kernel, which reads each weight row block once for all
- * n activation rows. The scalar kernels here are the oracle of the tests and
+ * kv_mm_run_multi (kv_mm_run is its one-weight case) quantizes the
+ * activations once per call and activation format (quantized weights),
+ * then splits the rows of all its weights over the pool's threads in one
+ * dispatch; each thread runs the selected ISA's row kernel, which reads
+ * each weight row block once for all n activation rows. The scalar kernels here are the oracle of the tests and
  * the fallback on CPUs without AVX2. */
 #include "matmul.h"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # decode_ab.sh - single-stream decode tok/s of two kvtop binaries, alternating
 # in one run (A, B, A, B, ...), so that a loaded machine's drift lands on
-# both: per model the median and min-max of each, and their ratio. For a
+# both: per model the median and min-max of each, their ratio, and the
+# median of the paired ratios (each A run with the B run right after it). For a
 # change's before/after, build the old commit elsewhere and pass its binary.
 #
 #   tools/decode_ab.sh OLD_KVTOP NEW_KVTOP [REPEATS] [TOKENS] [MODEL...]
@@ -19,7 +20,9 @@ tps() { # binary model -> decode tok/s of one run
   "$1" generate -m "$2" -p "hello world" -n "$N" --temp 0 --ignore-eos --stats -t "$T" 2>&1 > /dev/null |
     awk '/^decode +[0-9]/{for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1)}'
 }
-stats() { sort -g | awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "%.1f (%.1f-%.1f)", m, v[1], v[NR]}'; }
+stats() { # [printf format] < values -> "median (min-max)"
+  sort -g | awk -v f="${1:-%.1f}" '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf f " (" f "-" f ")", m, v[1], v[NR]}'
+}
 echo "threads $T, $REPS repeats of $N tokens, alternating; load before: $(uptime | sed 's/.*load/load/')"
 for m in "${MODELS[@]}"; do
   ra=() rb=()
@@ -30,6 +33,9 @@ for m in "${MODELS[@]}"; do
   sa=$(printf '%s\n' "${ra[@]}" | stats) sb=$(printf '%s\n' "${rb[@]}" | stats)
   ma=${sa%% *} mb=${sb%% *}
   echo "$(basename "$m"): A $sa tok/s, B $sb tok/s, B/A $(awk -v a="$ma" -v b="$mb" 'BEGIN{printf "%.3f", b/a}')"
+  pr=$(for ((r = 0; r < REPS; r++)); do awk -v a="${ra[r]}" -v b="${rb[r]}" 'BEGIN{printf "%.4f\n", b/a}'; done | stats %.3f)
+  wins=$(for ((r = 0; r < REPS; r++)); do awk -v a="${ra[r]}" -v b="${rb[r]}" 'BEGIN{print (b > a)}'; done | grep -c 1 || true)
+  echo "  paired B/A (each A run with the B run after it): median $pr; B faster in $wins of $REPS pairs"
   echo "  A runs: ${ra[*]}"
   echo "  B runs: ${rb[*]}"
 done
