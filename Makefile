@@ -272,12 +272,25 @@ $(GEMMA3_GGUF):
 	mv $@.part $@
 	rm -rf models/.dl-gemma3
 
-BENCH_MODELS := models/rand-110m-f32.gguf models/rand-110m-q8_0.gguf models/rand-110m-q4_0.gguf
+# Random-weight speed models: the "110M" shape (dim 768, 12 layers) in every
+# weight type tools/speed_table.sh compares, and a TinyLlama-1.1B shape (dim
+# 2048, 22 layers, 32 heads, 4 KV heads, ffn 5632). mkmodel writes the plain
+# types; the k-quant mixes come from `kvtop quantize` of a wider file.
+BENCH_MODELS := $(foreach t,f32 f16 q8_0 q4_0 q4_1 q4_k_m,models/rand-110m-$(t).gguf) \
+  $(foreach t,q8_0 q4_0 q4_k_m,models/rand-1b-$(t).gguf)
 bench-models: $(BENCH_MODELS)
 models/rand-110m-%.gguf: | $(KVTOP_BIN)
 	@mkdir -p models
 	./$(KVTOP_BIN) mkmodel --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 --vocab 32000 \
 	  --ctx 2048 --untied --type $* -o $@
+models/rand-1b-%.gguf: | $(KVTOP_BIN)
+	@mkdir -p models
+	./$(KVTOP_BIN) mkmodel --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 \
+	  --ctx 2048 --untied --type $* -o $@
+models/rand-110m-q4_k_m.gguf: models/rand-110m-f32.gguf | $(KVTOP_BIN)
+	./$(KVTOP_BIN) quantize $< $@ q4_k_m
+models/rand-1b-q4_k_m.gguf: models/rand-1b-q8_0.gguf | $(KVTOP_BIN)
+	./$(KVTOP_BIN) quantize $< $@ q4_k_m
 
 clean:
 	rm -rf build build-san build-fuzz kvtop

@@ -109,6 +109,9 @@ typedef struct kv_attn_batch {
 
 typedef struct kv_backend kv_backend;
 
+/* The most weights one matmul_multi call takes (Q, K and V). */
+#define KV_MATMUL_MULTI_MAX 3
+
 typedef struct kv_backend_mem {
     int valid;            /* 0: the backend cannot tell (print N/A) */
     uint64_t total_bytes; /* device memory, or the host budget */
@@ -250,6 +253,13 @@ typedef struct kv_backend_ops {
      * weighted sum of an expert's output back into its tokens' rows); rows
      * holds distinct indices. */
     void (*scatter_add)(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim);
+    /* y[i](n, w[i].ne1) = x(n, K) . w[i]^T for i < nw (1..KV_MATMUL_MULTI_MAX),
+     * the weights all with rows of K = w[0].ne0 (types may differ): the nw
+     * matmul calls, bit for bit, but x is quantized once per activation
+     * format and the rows of all weights are split over the threads in one
+     * pass (Q/K/V and gate/up of a decode step: one dispatch instead of
+     * three or two). NULL: the caller makes the matmul calls. */
+    void (*matmul_multi)(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n);
 } kv_backend_ops;
 
 struct kv_backend {

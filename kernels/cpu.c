@@ -31,7 +31,7 @@ typedef struct cpu_ctx {
     void *scratch[KV_CPU_MAX_THREADS]; /* per-thread scratch, scratch_cap bytes each */
     size_t scratch_cap;                /* bytes per thread (0: nothing reserved) */
     void *act;                         /* shared activation scratch */
-    size_t act_cap;                    /* bytes */
+    size_t act_cap;                    /* bytes of one region (KV_MATMUL_MULTI_MAX of them) */
     atomic_ullong used;                /* bytes held by alloc() and scratch */
     /* the first failure since the last status call (ops run on one caller
      * thread; workers report through their op, which records here) */
@@ -150,7 +150,9 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     int grow_scr = scr > c->scratch_cap, grow_act = act > c->act_cap;
     for (int i = 0; grow_scr && i < c->n_threads; i++)
         if (!(ns[i] = aligned_alloc(64, scr))) goto nomem;
-    if (grow_act && !(na = aligned_alloc(64, act))) goto nomem;
+    /* act is one region; the buffer holds KV_MATMUL_MULTI_MAX of them, one
+     * per activation format of a matmul_multi */
+    if (grow_act && !(na = aligned_alloc(64, act * KV_MATMUL_MULTI_MAX))) goto nomem;
     if (grow_scr) {
         for (int i = 0; i < c->n_threads; i++) {
             free(c->scratch[i]);
@@ -162,7 +164,7 @@ static int cpu_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err)
     if (grow_act) {
         free(c->act);
         c->act = na;
-        atomic_fetch_add(&c->used, act - c->act_cap);
+        atomic_fetch_add(&c->used, (act - c->act_cap) * KV_MATMUL_MULTI_MAX);
         c->act_cap = act;
     }
     return KV_OK;
@@ -476,13 +478,27 @@ static void cpu_add_rows(kv_backend *b, float *x, const float *bias, int n, int 
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap};
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
     kv_err e;
     if (kv_mm_run(&env, isa, w, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul", "%s", e.msg);
 }
 
 void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
     kv_cpu_matmul_isa(b, kv_cpu_get_isa(b), w, x, y, n);
+}
+
+void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                             float *const *y, int n) {
+    if (!b || !w || !x || !y || n <= 0) return;
+    cpu_ctx *c = ctx_of(b);
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
+    kv_err e;
+    if (kv_mm_run_multi(&env, isa, w, nw, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul_multi", "%s", e.msg);
+}
+
+static void cpu_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y,
+                             int n) {
+    kv_cpu_matmul_multi_isa(b, kv_cpu_get_isa(b), w, nw, x, y, n);
 }
 
 static void cpu_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
@@ -538,6 +554,7 @@ static const kv_backend_ops cpu_ops = {
     .download = cpu_copy,
     .upload_weight = cpu_upload_weight,
     .matmul = kv_cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -44,6 +44,9 @@ kv_cpu_isa kv_cpu_get_isa(const kv_backend *b);
 void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n);
 /* kv_cpu_matmul with an explicit ISA (ignores the backend's choice). */
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n);
+/* ops.matmul_multi with the kernels of isa (the tests compare every ISA). */
+void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                             float *const *y, int n);
 
 /* The KV-cache ops; the kernels live in cpu_attention.c. copy_block does
  * not use b (NULL is fine). */

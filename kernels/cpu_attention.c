@@ -364,6 +364,12 @@ void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv,
     /* NOTE: 8 items per thread balance well with items taken from a
      * counter; a larger head range per item reads longer contiguous runs. */
     pl.hpi = (int)KV_MAX(1, KV_MIN((int64_t)n_heads, (int64_t)n_heads * groups / (8 * nth)));
+    /* Whole GQA groups once there is an item per thread: an item then reads
+     * and widens each K/V element once for all G query heads of its kv
+     * head, instead of G items each reading it (a long-context decode
+     * token of SmolLM2, G = 3, did three times the loads and conversions).
+     * Only the schedule changes: a row's operations are the same in any item. */
+    if ((int64_t)kv->n_kv_heads * groups >= nth) pl.hpi = KV_MAX(pl.hpi, pl.G);
     attn_item items[ATTN_ITEMS];
     j.items = items;
     int tok = 0, head = 0;

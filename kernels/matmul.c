@@ -1,8 +1,9 @@
 /* matmul.c - the CPU matmul driver and its scalar reference.
- * kv_mm_run quantizes the activations once per call (quantized weights),
- * then splits the weight rows over the pool's threads; each thread runs the
- * selected ISA's row kernel, which reads each weight row block once for all
- * n activation rows. The scalar kernels here are the oracle of the tests and
+ * kv_mm_run_multi (kv_mm_run is its one-weight case) quantizes the
+ * activations once per call and activation format (quantized weights),
+ * then splits the rows of all its weights over the pool's threads in one
+ * dispatch; each thread runs the selected ISA's row kernel, which reads
+ * each weight row block once for all n activation rows. The scalar kernels here are the oracle of the tests and
  * the fallback on CPUs without AVX2. */
 #include "matmul.h"
 
@@ -146,57 +147,6 @@ static const kv_mm_isa_kernels *isa_kernels(kv_cpu_isa isa) {
     return &tab[isa];
 }
 
-/* ---- threading ----------------------------------------------------------- */
-
-typedef struct mm_task {
-    kv_mm_args args;
-    kv_mm_rows_fn rows;
-    kv_q8a_row_fn quant;
-    kv_mm_xpack_fn xpack;
-    float *xp; /* the packed x being written (args.xp aliases it) */
-    int zp;
-    void *const *scratch; /* (nth) per-thread scratch */
-    int64_t chunk;        /* rows per grab */
-    atomic_llong next;    /* next unclaimed row */
-} mm_task;
-
-static void quant_rows(mm_task *t, int j0, int j1) {
-    const kv_mm_args *a = &t->args;
-    int64_t nb = a->K / KV_QK;
-    (void)nb;
-    for (int j = j0; j < j1; j++)
-        t->quant(a->x + (size_t)j * a->K, a->K, (size_t)a->n, a->a.qs + (size_t)j * KV_QK, a->a.d + j,
-                 a->a.ioff + j, a->a.ds + j, t->zp);
-}
-
-/* Prepares the activations: quantized (quantized weights) or packed (float
- * panels), rows [j0, j1) or groups of rows. */
-static void prep_task(void *ctx, int ith, int nth) {
-    mm_task *t = ctx;
-    if (t->xp) {
-        int groups = (t->args.n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
-        int g0 = (int)((int64_t)groups * ith / nth), g1 = (int)((int64_t)groups * (ith + 1) / nth);
-        for (int g = g0; g < g1; g++)
-            t->xpack(t->args.x + (size_t)g * KV_MM_XGROUP * (size_t)t->args.K,
-                     KV_MIN(t->args.n - g * KV_MM_XGROUP, KV_MM_XGROUP), t->args.K,
-                     t->xp + (size_t)g * (size_t)t->args.K * KV_MM_XGROUP);
-    } else {
-        int n = t->args.n;
-        quant_rows(t, (int)((int64_t)n * ith / nth), (int)((int64_t)n * (ith + 1) / nth));
-    }
-}
-
-static void rows_task(void *ctx, int ith, int nth) {
-    (void)nth;
-    mm_task *t = ctx;
-    int64_t M = t->args.M;
-    for (;;) {
-        int64_t r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
-        if (r0 >= M) break;
-        t->rows(&t->args, r0, KV_MIN(M, r0 + t->chunk), t->scratch[ith]);
-    }
-}
-
 static void fill_nan(float *y, size_t count) {
     for (size_t i = 0; i < count; i++) y[i] = NAN;
 }
@@ -223,42 +173,6 @@ int kv_mm_check(const kv_tensor *w, kv_err *err) {
 
 /* ---- the other GGUF block types (quant_ext.h): one dot per output ------- */
 
-typedef struct qx_task {
-    kv_qext_dot_fn dot;
-    kv_qext_from_f32_fn quant; /* f32 -> the dot's activation blocks */
-    const float *x;            /* (n, K) */
-    const uint8_t *w;          /* (M, nb1) */
-    size_t nb1;
-    uint8_t *act;              /* (n, arow) quantized activations */
-    size_t arow;               /* bytes per quantized activation row */
-    int64_t K, M;
-    int n;
-    float *y;                  /* (n, M) */
-    int64_t chunk;             /* rows per grab */
-    atomic_llong next;
-} qx_task;
-
-static void qx_quant_task(void *ctx, int ith, int nth) {
-    qx_task *t = ctx;
-    int j0 = (int)((int64_t)t->n * ith / nth), j1 = (int)((int64_t)t->n * (ith + 1) / nth);
-    for (int j = j0; j < j1; j++) t->quant(t->x + (size_t)j * t->K, t->act + (size_t)j * t->arow, t->K);
-}
-
-static void qx_rows_task(void *ctx, int ith, int nth) {
-    (void)ith;
-    (void)nth;
-    qx_task *t = ctx;
-    for (;;) {
-        int64_t r0 = atomic_fetch_add_explicit(&t->next, t->chunk, memory_order_relaxed);
-        if (r0 >= t->M) break;
-        int64_t r1 = KV_MIN(t->M, r0 + t->chunk);
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *wr = t->w + (size_t)r * t->nb1;
-            for (int j = 0; j < t->n; j++) t->y[(size_t)j * t->M + r] = t->dot(t->K, wr, t->act + (size_t)j * t->arow);
-        }
-    }
-}
-
 /* The dot of ops at our ISA level (the levels are numbered alike). */
 static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {
     if (isa == KV_CPU_ISA_SCALAR) return ops->vec_dot_ref;
@@ -266,42 +180,10 @@ static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {
     return f ? f : ops->vec_dot;
 }
 
-/* Bytes of activations qx_matmul quantizes n rows of K into (0: K does
+/* Bytes of activations the driver quantizes n rows of K into (0: K does
  * not fit the activation blocks). */
 static size_t qx_act_bytes(const kv_qext_ops *ops, int n, int64_t K) {
     return kv_type_row_size(ops->vec_type, K) * (size_t)n;
-}
-
-/* act: qx_act_bytes(ops, n, K) bytes, or NULL to allocate (the oracle). */
-static int qx_matmul(kv_threadpool *pool, void *act, kv_cpu_isa isa, const kv_qext_ops *ops, const kv_tensor *w,
-                     const float *x, float *y, int n, int nth) {
-    qx_task t;
-    memset(&t, 0, sizeof t);
-    t.dot = qx_dot(ops, isa);
-    t.quant = ops->quantize_act_row;
-    t.x = x;
-    t.w = w->data;
-    t.nb1 = w->nb1;
-    t.K = w->ne0;
-    t.M = w->ne1;
-    t.n = n;
-    t.y = y;
-    t.arow = kv_type_row_size(ops->vec_type, w->ne0);
-    if (t.arow == 0) return KV_ERR_INVAL; /* K does not fit the activation blocks */
-    t.act = act ? act : malloc(t.arow * (size_t)n);
-    if (!t.act) return KV_ERR_NOMEM;
-    if (nth > 1 && n > 1 && (double)n * (double)t.K >= KV_MM_MIN_PAR_QUANT)
-        kv_threadpool_run(pool, qx_quant_task, &t);
-    else
-        qx_quant_task(&t, 0, 1);
-    t.chunk = KV_MAX((int64_t)16, (t.M + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4));
-    atomic_init(&t.next, 0);
-    if (nth > 1)
-        kv_threadpool_run(pool, qx_rows_task, &t);
-    else
-        qx_rows_task(&t, 0, 1);
-    if (!act) free(t.act);
-    return KV_OK;
 }
 
 /* Offsets of the q8a arrays of n rows of K inside one buffer. */
@@ -336,100 +218,265 @@ size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
     return 0;
 }
 
-int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
-              kv_err *err) {
-    if (!env || !w || !x || !y || n <= 0)
-        return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows)", n);
-    int rc = kv_mm_check(w, err);
-    if (rc != KV_OK) {
-        /* upload_weight rejects these up front, so reaching here is a
-         * caller bug: make the result loud as well as the status. */
-        if (w->ne1 > 0) fill_nan(y, (size_t)n * (size_t)w->ne1);
-        return rc;
+/* ---- the driver: up to KV_MATMUL_MULTI_MAX weights of one input -------- */
+
+/* One weight of a call: the kernels' arguments (args.a / args.xp: the
+ * activations it reads), or for the quant_ext types its dot over qact. */
+typedef struct mm_seg {
+    kv_mm_args args;
+    kv_qext_dot_fn dot; /* non-NULL: quant_ext type */
+    const uint8_t *qact; /* (n, arow) its quantized activations */
+    size_t arow;
+    int64_t c0;          /* its first chunk in the call's numbering */
+} mm_seg;
+
+typedef struct mm_task {
+    mm_seg seg[KV_MATMUL_MULTI_MAX];
+    int nseg;
+    kv_mm_rows_fn rows;
+    void *const *scratch; /* (nth) per-thread scratch; NULL for quant_ext-only calls */
+    int64_t chunk;        /* rows per grab */
+    int64_t nchunks;      /* of all segments */
+    atomic_llong next;    /* next unclaimed chunk */
+} mm_task;
+
+static void seg_rows(kv_mm_rows_fn rows, const mm_seg *s, int64_t r0, int64_t r1, void *scratch) {
+    const kv_mm_args *a = &s->args;
+    if (!s->dot) {
+        rows(a, r0, r1, scratch);
+        return;
     }
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = a->w + (size_t)r * a->nb1;
+        for (int j = 0; j < a->n; j++) a->y[(size_t)j * a->M + r] = s->dot(a->K, wr, s->qact + (size_t)j * s->arow);
+    }
+}
+
+/* Chunks of every segment's rows, claimed one at a time. */
+static void rows_task(void *ctx, int ith, int nth) {
+    (void)nth;
+    mm_task *t = ctx;
+    void *scratch = t->scratch ? t->scratch[ith] : NULL;
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (c >= t->nchunks) break;
+        int i = t->nseg - 1;
+        while (i > 0 && c < t->seg[i].c0) i--;
+        const mm_seg *s = &t->seg[i];
+        int64_t r0 = (c - s->c0) * t->chunk;
+        seg_rows(t->rows, s, r0, KV_MIN(s->args.M, r0 + t->chunk), scratch);
+    }
+}
+
+/* The activation format a weight type reads: none (float weights read x
+ * as is), q8a with a zero point, quant_ext blocks, or packed floats.
+ * Weights of one format share one preparation of x. */
+typedef struct act_fmt {
+    enum { ACT_NONE, ACT_Q8A, ACT_QEXT, ACT_XPACK } kind;
+    int zp;
+    const kv_qext_ops *qx;
+} act_fmt;
+
+static act_fmt act_fmt_of(kv_type t, const kv_mm_isa_kernels *kern, int n) {
+    act_fmt f = {ACT_NONE, 0, kv_qext_get(t)};
+    if (f.qx)
+        f.kind = ACT_QEXT;
+    else if (is_quant(t))
+        f.kind = ACT_Q8A, f.zp = kv_mm_zero_point(t);
+    else if (kern->xpack && n >= KV_MM_PACK_MIN_N)
+        f.kind = ACT_XPACK;
+    return f;
+}
+
+static int act_fmt_eq(act_fmt a, act_fmt b) {
+    if (a.kind != b.kind) return 0;
+    if (a.kind == ACT_Q8A) return a.zp == b.zp;
+    if (a.kind == ACT_QEXT) return a.qx->vec_type == b.qx->vec_type && a.qx->quantize_act_row == b.qx->quantize_act_row;
+    return 1;
+}
+
+/* One preparation of x(n, K): rows [j0, j1) of a thread's share quantized
+ * (q8a or quant_ext), or groups of rows packed. */
+typedef struct prep_task {
+    act_fmt f;
+    const float *x;
+    int64_t K;
+    int n;
+    kv_q8a a;
+    kv_q8a_row_fn quant;
+    uint8_t *qact;
+    size_t arow;
+    kv_mm_xpack_fn xpack;
+    float *xp;
+} prep_task;
+
+static void prep_run(void *ctx, int ith, int nth) {
+    const prep_task *p = ctx;
+    const int64_t K = p->K;
+    if (p->f.kind == ACT_XPACK) {
+        int groups = (p->n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
+        int g0 = (int)((int64_t)groups * ith / nth), g1 = (int)((int64_t)groups * (ith + 1) / nth);
+        for (int g = g0; g < g1; g++)
+            p->xpack(p->x + (size_t)g * KV_MM_XGROUP * (size_t)K, KV_MIN(p->n - g * KV_MM_XGROUP, KV_MM_XGROUP), K,
+                     p->xp + (size_t)g * (size_t)K * KV_MM_XGROUP);
+        return;
+    }
+    int j0 = (int)((int64_t)p->n * ith / nth), j1 = (int)((int64_t)p->n * (ith + 1) / nth);
+    for (int j = j0; j < j1; j++) {
+        const float *xr = p->x + (size_t)j * K;
+        if (p->f.kind == ACT_QEXT)
+            p->f.qx->quantize_act_row(xr, p->qact + (size_t)j * p->arow, K);
+        else
+            p->quant(xr, K, (size_t)p->n, p->a.qs + (size_t)j * KV_QK, p->a.d + j, p->a.ioff + j, p->a.ds + j, p->f.zp);
+    }
+}
+
+/* Prepares x once per activation format in env->act (the formats side by
+ * side) and points every segment at its own: the threads share the work
+ * when it is large enough. */
+static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kernels *kern, mm_task *t, int nth,
+                     kv_err *err) {
+    act_fmt fmt[KV_MATMUL_MULTI_MAX];
+    int region = 0;
+    for (int i = 0; i < t->nseg; i++) {
+        mm_seg *s = &t->seg[i];
+        const kv_mm_args *a = &s->args;
+        fmt[i] = act_fmt_of(a->type, kern, a->n);
+        if (fmt[i].kind == ACT_QEXT) {
+            s->dot = qx_dot(fmt[i].qx, isa);
+            s->arow = kv_type_row_size(fmt[i].qx->vec_type, a->K);
+            if (s->arow == 0)
+                return kv_err_set(err, KV_ERR_INVAL, "matmul: row length %lld does not fit %s's activation blocks",
+                                  (long long)a->K, kv_type_name((int)a->type));
+        }
+        int j = 0;
+        while (j < i && !act_fmt_eq(fmt[j], fmt[i])) j++;
+        if (j < i) { /* the same format as an earlier weight: its activations */
+            s->args.a = t->seg[j].args.a;
+            s->args.xp = t->seg[j].args.xp;
+            s->qact = t->seg[j].qact;
+            continue;
+        }
+        size_t need = kv_mm_act_bytes(a->type, a->n, a->K, isa);
+        if (fmt[i].kind == ACT_NONE || need == 0) continue;
+        if (!env->act || need > env->act_bytes)
+            return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d x %lld %s activations need %zu bytes of scratch, %zu reserved",
+                              a->n, (long long)a->K, kv_type_name((int)a->type), need, env->act_bytes);
+        if (region >= KV_MAX(env->act_regions, 1))
+            return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d activation formats, room for %d", region + 1,
+                              KV_MAX(env->act_regions, 1));
+        uint8_t *buf = (uint8_t *)env->act + (size_t)region++ * env->act_bytes;
+        prep_task p = {.f = fmt[i], .x = a->x, .K = a->K, .n = a->n, .quant = kern->quantize, .xpack = kern->xpack};
+        int units = a->n;
+        if (fmt[i].kind == ACT_Q8A) {
+            q8a_layout l = q8a_layout_of(a->n, a->K);
+            p.a.qs = (int8_t *)buf;
+            p.a.d = (float *)(void *)(buf + l.off_d);
+            p.a.ioff = (int32_t *)(void *)(buf + l.off_i);
+            p.a.ds = (float *)(void *)(buf + l.off_s);
+            s->args.a = p.a;
+        } else if (fmt[i].kind == ACT_QEXT) {
+            p.qact = buf;
+            p.arow = s->arow;
+            s->qact = buf;
+        } else {
+            p.xp = (float *)(void *)buf;
+            s->args.xp = p.xp;
+            units = (a->n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
+        }
+        if (nth > 1 && (double)a->n * (double)a->K >= KV_MM_MIN_PAR_QUANT && units > 1)
+            kv_threadpool_run(env->pool, prep_run, &p);
+        else
+            prep_run(&p, 0, 1);
+    }
+    return KV_OK;
+}
+
+/* Validates a call: 0, or an error (and every y that has a known size
+ * filled with NaN, so that an unchecked result is loud). */
+static int multi_check(const kv_mm_env *env, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n,
+                       kv_err *err) {
+    int rc = KV_OK;
+    if (!env || !w || !x || !y || n <= 0 || nw < 1 || nw > KV_MATMUL_MULTI_MAX)
+        return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows, %d weights)", n, nw);
+    for (int i = 0; i < nw; i++)
+        if (!y[i]) return kv_err_set(err, KV_ERR_INVAL, "matmul: no output for weight %d", i);
+    for (int i = 0; i < nw && rc == KV_OK; i++) {
+        rc = kv_mm_check(w[i], err);
+        if (rc == KV_OK && w[i]->ne0 != w[0]->ne0)
+            rc = kv_err_set(err, KV_ERR_INVAL, "matmul: weight %d has rows of %lld, weight 0 of %lld", i,
+                            (long long)w[i]->ne0, (long long)w[0]->ne0);
+    }
+    /* upload_weight rejects bad weights up front, so reaching here is a
+     * caller bug: make the result loud as well as the status. */
+    if (rc != KV_OK)
+        for (int i = 0; i < nw; i++)
+            if (w[i] && w[i]->ne1 > 0) fill_nan(y[i], (size_t)n * (size_t)w[i]->ne1);
+    return rc;
+}
+
+int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                    float *const *y, int n, kv_err *err) {
+    int rc = multi_check(env, w, nw, x, y, n, err);
+    if (rc != KV_OK) return rc;
     if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
     const kv_mm_isa_kernels *kern = isa_kernels(isa);
-    kv_threadpool *pool = env->pool;
-    int nth = kv_threadpool_size(pool);
-    int64_t K = w->ne0, M = w->ne1;
-    double macs = (double)n * (double)K * (double)M;
-    if (macs < KV_MM_MIN_PAR_MACS) nth = 1;
-    size_t act_need = kv_mm_act_bytes(w->type, n, K, isa);
-    if (act_need > env->act_bytes || (act_need && !env->act)) {
-        kv_err_set(err, KV_ERR_NOMEM, "matmul: %d x %lld %s activations need %zu bytes of scratch, %zu reserved", n,
-                   (long long)K, kv_type_name((int)w->type), act_need, env->act_bytes);
-        goto fail;
-    }
-    const kv_qext_ops *qx = kv_qext_get(w->type);
-    if (qx) {
-        rc = qx_matmul(pool, env->act, isa, qx, w, x, y, n, nth);
-        if (rc != KV_OK) {
-            kv_err_set(err, rc, "matmul: row length %lld does not fit %s's activation blocks", (long long)K,
-                       kv_type_name((int)w->type));
-            goto fail_rc;
-        }
-        return KV_OK;
-    }
-    size_t need = kv_mm_scratch_bytes(K);
-    if (need > env->scratch_bytes || !env->scratch) {
-        kv_err_set(err, KV_ERR_NOMEM, "matmul: a row of %lld needs %zu bytes of per-thread scratch, %zu reserved",
-                   (long long)K, need, env->scratch_bytes);
-        goto fail;
-    }
-
+    int nth = kv_threadpool_size(env->pool);
     mm_task t;
     memset(&t, 0, sizeof t);
-    t.args.type = w->type;
-    t.args.K = K;
-    t.args.M = M;
-    t.args.nb1 = w->nb1;
-    t.args.w = w->data;
-    t.args.n = n;
-    t.args.x = x;
-    t.args.y = y;
+    t.nseg = nw;
     t.rows = kern->rows;
-    t.quant = kern->quantize;
-    t.zp = kv_mm_zero_point(w->type);
     t.scratch = env->scratch;
-
-    if (is_quant(w->type)) {
-        q8a_layout l = q8a_layout_of(n, K);
-        uint8_t *buf = env->act;
-        t.args.a.qs = (int8_t *)buf;
-        t.args.a.d = (float *)(void *)(buf + l.off_d);
-        t.args.a.ioff = (int32_t *)(void *)(buf + l.off_i);
-        t.args.a.ds = (float *)(void *)(buf + l.off_s);
-        if (nth > 1 && (double)n * (double)K >= KV_MM_MIN_PAR_QUANT && n > 1)
-            kv_threadpool_run(pool, prep_task, &t);
-        else
-            prep_task(&t, 0, 1);
-    } else if (kern->xpack && n >= KV_MM_PACK_MIN_N) {
-        size_t groups = (size_t)(n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
-        t.xp = env->act;
-        t.xpack = kern->xpack;
-        t.args.xp = t.xp;
-        if (nth > 1 && (double)n * (double)K >= KV_MM_MIN_PAR_QUANT && groups > 1)
-            kv_threadpool_run(pool, prep_task, &t);
-        else
-            prep_task(&t, 0, 1);
+    int64_t K = w[0]->ne0, Mtot = 0;
+    int need_scratch = 0;
+    for (int i = 0; i < nw; i++) {
+        kv_mm_args *a = &t.seg[i].args;
+        a->type = w[i]->type;
+        a->K = K;
+        a->M = w[i]->ne1;
+        a->nb1 = w[i]->nb1;
+        a->w = w[i]->data;
+        a->n = n;
+        a->x = x;
+        a->y = y[i];
+        Mtot += a->M;
+        need_scratch |= !kv_qext_get(w[i]->type);
     }
+    if ((double)n * (double)K * (double)Mtot < KV_MM_MIN_PAR_MACS) nth = 1;
+    size_t need = kv_mm_scratch_bytes(K);
+    if (need_scratch && (need > env->scratch_bytes || !env->scratch)) {
+        rc = kv_err_set(err, KV_ERR_NOMEM, "matmul: a row of %lld needs %zu bytes of per-thread scratch, %zu reserved",
+                        (long long)K, need, env->scratch_bytes);
+        goto fail;
+    }
+    rc = prep_acts(env, isa, kern, &t, nth, err);
+    if (rc != KV_OK) goto fail;
 
-    /* Row chunks: multiples of the panel height; about 4 per thread so a
-     * slow (descheduled) thread does not hold up the rest. */
-    int64_t chunk = (M + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
+    /* Row chunks: multiples of the panel height; about 4 per thread over
+     * all the weights so a slow (descheduled) thread does not hold up the
+     * rest. A chunk stays inside one weight. */
+    int64_t chunk = (Mtot + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
     chunk = (chunk + KV_MM_PANEL - 1) / KV_MM_PANEL * KV_MM_PANEL;
     t.chunk = KV_MAX(chunk, (int64_t)KV_MM_PANEL);
+    for (int i = 0; i < nw; i++) {
+        t.seg[i].c0 = t.nchunks;
+        t.nchunks += (t.seg[i].args.M + t.chunk - 1) / t.chunk;
+    }
     atomic_init(&t.next, 0);
     if (nth == 1)
-        t.rows(&t.args, 0, M, env->scratch[0]);
+        for (int i = 0; i < nw; i++)
+            seg_rows(t.rows, &t.seg[i], 0, t.seg[i].args.M, env->scratch ? env->scratch[0] : NULL);
     else
-        kv_threadpool_run(pool, rows_task, &t);
+        kv_threadpool_run(env->pool, rows_task, &t);
     return KV_OK;
 fail:
-    rc = KV_ERR_NOMEM;
-fail_rc:
-    fill_nan(y, (size_t)n * (size_t)M);
+    for (int i = 0; i < nw; i++) fill_nan(y[i], (size_t)n * (size_t)w[i]->ne1);
     return rc;
+}
+
+int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
+              kv_err *err) {
+    return kv_mm_run_multi(env, isa, &w, 1, x, &y, n, err);
 }
 
 int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
@@ -438,7 +485,18 @@ int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
     if (rc != KV_OK) return rc;
     if (n == 0) return KV_OK;
     const kv_qext_ops *qx = kv_qext_get(w->type);
-    if (qx) return qx_matmul(NULL, NULL, KV_CPU_ISA_SCALAR, qx, w, x, y, n, 1);
+    if (qx) {
+        mm_seg sg = {.args = {.type = w->type, .K = w->ne0, .M = w->ne1, .nb1 = w->nb1, .w = w->data, .n = n, .x = x, .y = y},
+                     .dot = qx->vec_dot_ref, .arow = kv_type_row_size(qx->vec_type, w->ne0)};
+        if (sg.arow == 0) return KV_ERR_INVAL; /* K does not fit the activation blocks */
+        uint8_t *act = malloc(qx_act_bytes(qx, n, w->ne0));
+        if (!act) return KV_ERR_NOMEM;
+        for (int j = 0; j < n; j++) qx->quantize_act_row(x + (size_t)j * w->ne0, act + (size_t)j * sg.arow, w->ne0);
+        sg.qact = act;
+        seg_rows(kv_mm_rows_ref, &sg, 0, w->ne1, NULL);
+        free(act);
+        return KV_OK;
+    }
     kv_mm_args a;
     memset(&a, 0, sizeof a);
     a.type = w->type;

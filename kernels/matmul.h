@@ -171,8 +171,10 @@ typedef struct kv_mm_env {
     kv_threadpool *pool;   /* NULL: the calling thread only */
     void *const *scratch;  /* (pool size) per-thread buffers of scratch_bytes, 64-byte aligned */
     size_t scratch_bytes;
-    void *act;             /* shared activation buffer of act_bytes, 64-byte aligned */
+    void *act;             /* shared activation buffer: act_regions regions of act_bytes
+                              (a multiple of 64) side by side, 64-byte aligned */
     size_t act_bytes;
+    int act_regions;       /* one per activation format of a kv_mm_run_multi call; <= 1: one */
 } kv_mm_env;
 
 /* Bytes of the shared activation buffer a matmul of n rows of K takes for
@@ -187,6 +189,15 @@ size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa);
  * (when its size is known) so that an unchecked result is loud. */
 int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,
               kv_err *err);
+
+/* The nw (1..KV_MATMUL_MULTI_MAX) matmuls y[i] = x . w[i]^T of one x, the
+ * weights with the same ne0: x is prepared once per activation format
+ * (in its own region of env->act: a call with more formats than
+ * env->act_regions fails with KV_ERR_NOMEM), then one pass splits the
+ * rows of all weights over the threads. Every y[i] is bit-identical to
+ * kv_mm_run's for w[i]. Errors as kv_mm_run's (every y filled with NaN). */
+int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                    float *const *y, int n, kv_err *err);
 
 /* Validates a weight for the CPU kernels: 0, or an error naming the type or
  * the shape (err may be NULL). */

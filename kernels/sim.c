@@ -230,11 +230,30 @@ static void sim_mem_info(kv_backend *b, kv_backend_mem *out) {
 
 /* ---- compute ops: delegate, then charge ----------------------------------- */
 
+static void charge_matmul(kv_backend *b, const kv_tensor *w, int n) {
+    note_weight(b, w);
+    charge_cost(b, kv_sim_cost_matmul(tensor_bytes(w), (double)w->ne0, (double)w->ne1, n, KV_SIM_PEAK_BF16));
+}
+
 static void sim_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
     in_of(b)->ops->matmul(in_of(b), w, x, y, n);
     if (!w || n <= 0) return;
-    note_weight(b, w);
-    charge_cost(b, kv_sim_cost_matmul(tensor_bytes(w), (double)w->ne0, (double)w->ne1, n, KV_SIM_PEAK_BF16));
+    charge_matmul(b, w, n);
+}
+
+/* The inner backend's matmul_multi (or its matmuls), charged as the nw
+ * separate matmuls it replaces: the modelled device's time does not change
+ * with how the host batches its dispatches. */
+static void sim_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y,
+                             int n) {
+    kv_backend *in = in_of(b);
+    if (in->ops->matmul_multi)
+        in->ops->matmul_multi(in, w, nw, x, y, n);
+    else
+        for (int i = 0; w && y && i < nw; i++) in->ops->matmul(in, w[i], x, y[i], n);
+    if (!w || n <= 0) return;
+    for (int i = 0; i < nw && i < KV_MATMUL_MULTI_MAX; i++)
+        if (w[i]) charge_matmul(b, w[i], n);
 }
 
 static void sim_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
@@ -415,6 +434,7 @@ static const kv_backend_ops sim_ops = {
     .download = sim_download,
     .upload_weight = sim_upload_weight,
     .matmul = sim_matmul,
+    .matmul_multi = sim_matmul_multi,
     .get_rows = sim_get_rows,
     .rmsnorm = sim_rmsnorm,
     .rope = sim_rope,

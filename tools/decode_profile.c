@@ -16,7 +16,9 @@
  * tools/decode_profile.sh runs the README's set. Dispatches are seen by
  * linking with -Wl,--wrap=kv_threadpool_run (the Makefile's rule for this
  * tool): every call the kernels make goes through __wrap_kv_threadpool_run
- * below, which times each share and hands it to the real pool. The timers
+ * below, which times each share and hands it to the real pool. --multi 0
+ * hides the backend's matmul_multi (the engine then makes one matmul call
+ * per weight, as before the op existed). The timers
  * cost ~50 ns an op and a share; fractions of a step are what to read on a
  * shared machine (absolute times move with the load). */
 #include <pthread.h>
@@ -30,13 +32,14 @@
 
 /* The op categories, matmuls by role. */
 enum {
-    C_WQ, C_WK, C_WV, C_WO, C_GATE, C_UP, C_DOWN, C_HEAD,
+    C_WQ, C_WK, C_WV, C_WO, C_GATE, C_UP, C_DOWN, C_HEAD, C_QKV, C_GATE_UP,
     C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER,
     C_N
 };
 static const char *cat_name[C_N] = {
     "matmul wq", "matmul wk", "matmul wv", "matmul wo", "matmul ffn gate", "matmul ffn up", "matmul ffn down",
-    "matmul output head", "attention", "kv_store", "rmsnorm", "rope", "silu_mul", "add (residual)",
+    "matmul output head", "matmul wq+wk+wv (one matmul_multi)", "matmul ffn gate+up (one matmul_multi)",
+    "attention", "kv_store", "rmsnorm", "rope", "silu_mul", "add (residual)",
     "get_rows", "upload/download",
 };
 
@@ -182,20 +185,35 @@ static int matmul_cat(const kv_tensor *w) {
     return C_HEAD; /* NOTE: a tensor the model does not own (none today) counts with the head */
 }
 
-static void w_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
-    const int cat = matmul_cat(w);
-    double t0 = op_begin(cat);
-    g_real->matmul(b, w, x, y, n);
+/* The bookkeeping of a matmul op of weights w[0..nw) (category cat) that
+ * began at t0. */
+static void matmul_end(int cat, double t0, const kv_tensor *const *w, int nw, int n) {
     cat_stats *c = &g_step.c[cat];
     /* one dispatch: the caller quantized the activations (and set up)
      * before it; two: the first one quantized them */
     if (g_n_disp_in_op >= 2) c->serial_ns += g_disp_cpu[0] + (g_op_first_disp_cpu - g_op_cpu0);
     else if (g_n_disp_in_op == 1) c->serial_ns += g_op_first_disp_cpu - g_op_cpu0;
     /* no dispatch (one thread): quantization and rows are not told apart */
-    c->bytes += (double)w->nb1 * (double)w->ne1;
+    for (int i = 0; i < nw; i++) c->bytes += (double)w[i]->nb1 * (double)w[i]->ne1;
     if (cat == C_HEAD) g_step.head_rows = n;
     else if (n > g_step.max_rows) g_step.max_rows = n;
     op_end(cat, t0);
+}
+
+static void w_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n) {
+    const int cat = matmul_cat(w);
+    double t0 = op_begin(cat);
+    g_real->matmul(b, w, x, y, n);
+    matmul_end(cat, t0, &w, 1, n);
+}
+
+/* Q/K/V or gate/up in one call: a category of its own. */
+static void w_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n) {
+    const int first = matmul_cat(w[0]);
+    const int cat = nw == 1 ? first : first == C_WQ ? C_QKV : first == C_GATE ? C_GATE_UP : first;
+    double t0 = op_begin(cat);
+    g_real->matmul_multi(b, w, nw, x, y, n);
+    matmul_end(cat, t0, w, nw, n);
 }
 
 #define WRAP0(NAME, CAT, PARAMS, ARGS) \
@@ -221,10 +239,12 @@ WRAP0(upload, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b,
 WRAP0(download, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b, dst, src, n))
 #undef WRAP0
 
-static void wrap_backend(kv_backend *b) {
+static void wrap_backend(kv_backend *b, int multi) {
     g_real = b->ops;
     g_ops = *b->ops;
     g_ops.matmul = w_matmul;
+    /* --multi 0: the engine's fallback, one matmul call per weight */
+    g_ops.matmul_multi = multi && g_real->matmul_multi ? w_matmul_multi : NULL;
     g_ops.get_rows = w_get_rows;
     g_ops.rmsnorm = w_rmsnorm;
     g_ops.rope = w_rope;
@@ -241,17 +261,17 @@ static void wrap_backend(kv_backend *b) {
 
 typedef struct opts {
     const char *model, *kv;
-    int threads, concurrency, prompt, tokens, hook;
+    int threads, concurrency, prompt, tokens, hook, multi;
 } opts;
 
 static int usage(void) {
     fprintf(stderr, "usage: decode_profile --model M [--threads 2] [--concurrency 1] [--prompt 32] [--tokens 64]\n"
-                    "                      [--kv f16] [--hook 0|1]\n");
+                    "                      [--kv f16] [--hook 0|1] [--multi 1|0]\n");
     return 2;
 }
 
 static int parse_opts(int argc, char **argv, opts *o /* OUT: */) {
-    *o = (opts){.kv = "f16", .threads = 2, .concurrency = 1, .prompt = 32, .tokens = 64};
+    *o = (opts){.kv = "f16", .threads = 2, .concurrency = 1, .prompt = 32, .tokens = 64, .multi = 1};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
@@ -266,6 +286,7 @@ static int parse_opts(int argc, char **argv, opts *o /* OUT: */) {
         else if (!strcmp(a, "--prompt")) o->prompt = (int)x;
         else if (!strcmp(a, "--tokens")) o->tokens = (int)x;
         else if (!strcmp(a, "--hook")) o->hook = (int)x;
+        else if (!strcmp(a, "--multi")) o->multi = (int)x;
         else return usage();
     }
     if (!o->model || o->threads < 1 || o->concurrency < 1 || o->prompt < 1 || o->tokens < 2) return usage();
@@ -351,8 +372,8 @@ static void report(const opts *o, const kv_model *m, const totals *t) {
         const cat_stats *c = &t->c[k];
         if (!c->calls) continue;
         char rest[256], q[32] = "", bw[32] = "", wk[32] = "", idle[32] = "";
-        if (k <= C_HEAD && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
-        if (k <= C_HEAD) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
+        if (k <= C_GATE_UP && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
+        if (k <= C_GATE_UP) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
         if (c->n_wake) snprintf(wk, sizeof wk, "%.1f us", c->wake_ns / c->n_wake / 1e3);
         if (c->disp) snprintf(idle, sizeof idle, "%.0f%%", 100.0 * c->idle_ns / (o->threads * c->disp_ns));
         snprintf(rest, sizeof rest, " %.1f | %.1f | %s | %s | %s | %s |", (double)c->calls / t->steps,
@@ -377,7 +398,7 @@ static int run(const opts *o, kv_err *err) {
         return kv_err_set(err, KV_ERR_INVAL, "--kv %s: unknown KV dtype", o->kv);
     kv_backend *b = kv_backend_create("cpu", o->threads, err);
     if (!b) return err->code;
-    wrap_backend(b);
+    wrap_backend(b, o->multi);
     kv_engine *e = kv_engine_new_with_backend(&cfg, b, err); /* owns b from here */
     if (!e) return err->code;
     g_model = kv_engine_model(e);

@@ -702,6 +702,7 @@ static const kv_backend_ops cuda_ops = {
     /* moe_route, scatter_add: not on CUDA yet; kv_forward_new refuses a
      * model that needs one, naming the op */
     NULL,             NULL,
+    NULL,             /* matmul_multi: the engine makes one matmul call per weight */
 };
 
 extern "C" int kv_cuda_device_count(void) {

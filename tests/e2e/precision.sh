@@ -60,10 +60,17 @@ out=$($DP 2>&1); rc=$?
 [[ $rc == 2 && $out == *usage:* ]] && ok "decode_profile without options: usage, exit 2" || bad "decode_profile usage" "$out"
 out=$($DP --model "$M" --threads 2 --concurrency 3 --prompt 8 --tokens 6 --hook 1 2>&1); rc=$?
 layers=5
-wq=$(echo "$out" | grep '^| matmul wq ' | awk -F'|' '{gsub(/ /, "", $7); print $7}')
-head=$(echo "$out" | grep '^| matmul output head ' | awk -F'|' '{gsub(/ /, "", $7); print $7}')
-[[ $rc == 0 && $wq == 5.0 && $head == 1.0 ]] && ok "decode_profile: wq $layers calls a step, the head one" \
+calls() { echo "$1" | grep "^| $2 " | awk -F'|' '{gsub(/ /, "", $7); print $7}'; }
+qkv=$(calls "$out" 'matmul wq+wk+wv')
+gu=$(calls "$out" 'matmul ffn gate+up')
+head=$(calls "$out" 'matmul output head')
+[[ $rc == 0 && $qkv == 5.0 && $gu == 5.0 && $head == 1.0 ]] \
+  && ok "decode_profile: wq+wk+wv and gate+up $layers matmul_multi calls a step, the head one" \
   || bad "decode_profile calls" "$out"
+out0=$($DP --model "$M" --threads 2 --concurrency 3 --prompt 8 --tokens 6 --multi 0 2>&1); rc0=$?
+[[ $rc0 == 0 && $(calls "$out0" 'matmul wq') == 5.0 && $(calls "$out0" 'matmul ffn up') == 5.0 && \
+  -z $(calls "$out0" 'matmul wq+wk+wv') ]] && ok "decode_profile --multi 0: one matmul call per weight" \
+  || bad "decode_profile --multi 0" "$out0"
 sum=$(echo "$out" | awk -F'|' '/^\| (matmul|attention|kv_store|rmsnorm|rope|silu_mul|add|get_rows|upload)/ { gsub(/ /, "", $3); s += $3 }
   END { print s }')
 ops=$(echo "$out" | awk -F'|' '/all backend ops/ { gsub(/ /, "", $3); print $3 }')
