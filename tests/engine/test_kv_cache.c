@@ -11,6 +11,7 @@
 
 #include "../harness.h"
 #include "../../engine/kv_cache.h"
+#include "../kv_cache_helpers.h"
 #include "../../kernels/cpu_attention.h"
 
 /* ---- helpers ---- */
@@ -34,32 +35,6 @@ static kv_cache_params small_params(int bs, int n_blocks) {
         .n_swap_blocks = 0,
     };
     return p;
-}
-
-static int check_ok(kv_cache *c, kv_seq *const *seqs, int n) {
-    char msg[256];
-    int rc = kv_cache_check(c, seqs, n, msg, sizeof msg);
-    if (rc) fprintf(stderr, "  kv_cache_check: %s\n", msg);
-    return rc == 0;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int rnd(uint64_t *s, int n) { return (int)(splitmix(s) % (uint64_t)n); }
-
-/* The K/V rows a position holds are a function of its whole prefix: row
- * element e of (layer, head, K or V) at a position with prefix hash ph.
- * Values stay below 2^24 so f32 holds them exactly. */
-static float kv_value(uint64_t ph, int layer, int head, int is_v, int e) {
-    uint64_t z = ph ^ ((uint64_t)(layer * 8 + head * 2 + is_v) << 56) ^ ((uint64_t)e << 48);
-    z ^= z >> 31;
-    z *= 0x9e3779b97f4a7c15ull;
-    return (float)((z >> 40) & 0xffffff);
 }
 
 static uint64_t prefix_step(uint64_t ph, int32_t tok) {

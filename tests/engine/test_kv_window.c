@@ -17,6 +17,7 @@
 
 #include "../harness.h"
 #include "../../engine/kv_cache.h"
+#include "../kv_cache_helpers.h"
 #include "../../kernels/cpu_attention.h"
 
 enum { NL = 3 }; /* layers 0 and 2 local, 1 global */
@@ -34,30 +35,6 @@ static kv_cache_params wparams(int bs, int n_blocks, int n_local, int window) {
                          .n_blocks = n_blocks, .prefix_sharing = 1, .window = window, .local_layers = local_layers,
                          .n_local_blocks = n_local};
     return p;
-}
-
-static int check_ok(kv_cache *c, kv_seq *const *seqs, int n) {
-    char msg[256];
-    int rc = kv_cache_check(c, seqs, n, msg, sizeof msg);
-    if (rc) fprintf(stderr, "  kv_cache_check: %s\n", msg);
-    return rc == 0;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int rnd(uint64_t *s, int n) { return (int)(splitmix(s) % (uint64_t)n); }
-
-/* Row element e of (layer, head, K or V) at a position with prefix hash ph. */
-static float kv_value(uint64_t ph, int layer, int head, int is_v, int e) {
-    uint64_t z = ph ^ ((uint64_t)(layer * 8 + head * 2 + is_v) << 56) ^ ((uint64_t)e << 48);
-    z ^= z >> 31;
-    z *= 0x9e3779b97f4a7c15ull;
-    return (float)((z >> 40) & 0xffffff);
 }
 
 static void prefix_hashes(const int32_t *toks, int n, uint64_t *ph) {

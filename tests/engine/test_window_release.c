@@ -155,16 +155,11 @@ static void battery(const kv_config *base, const int *plen, const int *maxt, int
     free(got);
 }
 
-static void test_random_gemma3(void) {
-    kv_mkmodel_params p = test_tiny_model(128, 256);
-    p.arch = "gemma3";
-    p.head_dim = 48;
-    p.n_swa = 16;
-    p.n_layers = 6;
-    p.untied = 1;
-    const char *path = harness_tmp_path("window", "gemma3", ".gguf");
+/* Writes p to a temporary file and runs the battery on it (the cases in mask). */
+static void battery_on(kv_mkmodel_params *p, const char *name, unsigned mask) {
+    const char *path = harness_tmp_path("window", name, ".gguf");
     kv_err err;
-    if (kv_mkmodel_write(&p, path, &err) != 0) {
+    if (kv_mkmodel_write(p, path, &err) != 0) {
         CHECKF(0, "mkmodel: %s", err.msg);
         return;
     }
@@ -173,8 +168,18 @@ static void test_random_gemma3(void) {
     c.sampling.temperature = 0;
     c.kv.memory = 8ull << 20;
     static const int plen[NP] = {40, 23, 57, 9, 33, 70}, maxt[NP] = {30, 41, 12, 45, 26, 18};
-    battery(&c, plen, maxt, NREQ, 14, ~0u);
+    battery(&c, plen, maxt, NREQ, 14, mask);
     unlink(path);
+}
+
+static void test_random_gemma3(void) {
+    kv_mkmodel_params p = test_tiny_model(128, 256);
+    p.arch = "gemma3";
+    p.head_dim = 48;
+    p.n_swa = 16;
+    p.n_layers = 6;
+    p.untied = 1;
+    battery_on(&p, "gemma3", ~0u);
 }
 
 /* Mistral's layout: every layer windowed (llama.attention.sliding_window),
@@ -184,19 +189,7 @@ static void test_all_layers_windowed(void) {
     p.arch = "llama";
     p.n_swa = 16;
     p.n_layers = 4;
-    const char *path = harness_tmp_path("window", "mistral", ".gguf");
-    kv_err err;
-    if (kv_mkmodel_write(&p, path, &err) != 0) {
-        CHECKF(0, "mkmodel: %s", err.msg);
-        return;
-    }
-    kv_config c;
-    test_engine_config(&c, path, 2, 0, 32, 256);
-    c.sampling.temperature = 0;
-    c.kv.memory = 8ull << 20;
-    static const int plen[NP] = {40, 23, 57, 9, 33, 70}, maxt[NP] = {30, 41, 12, 45, 26, 18};
-    battery(&c, plen, maxt, NREQ, 14, (1u << 0) | (1u << 2) | (1u << 4) | (1u << 5));
-    unlink(path);
+    battery_on(&p, "mistral", (1u << 0) | (1u << 2) | (1u << 4) | (1u << 5));
 }
 
 /* Admission counts the smaller footprint: in the same kv.memory more
