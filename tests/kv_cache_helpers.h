@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../engine/kv_cache.h"
 
@@ -33,6 +34,26 @@ static inline float kv_value(uint64_t ph, int layer, int head, int is_v, int e) 
     z ^= z >> 31;
     z *= 0x9e3779b97f4a7c15ull;
     return (float)((z >> 40) & 0xffffff);
+}
+
+/* The rows of every KV head of one slot (layer li of the pages pg) hold
+ * kv_value(ph, l, ...); else says which element differs and returns 0
+ * (id, p: the sequence and position, for the message). */
+static inline int kv_slot_rows_ok(const kv_pages *pg, int li, int l, int64_t slot, uint64_t ph, int id, int p) {
+    for (int g = 0; g < pg->n_kv_heads; g++)
+        for (int isv = 0; isv < 2; isv++) {
+            const uint8_t *row = (isv ? pg->v : pg->k) + kv_pages_row_offset(pg, li, slot, g);
+            for (int e = 0; e < pg->head_dim; e++) {
+                float f;
+                memcpy(&f, row + 4 * e, 4);
+                if (f != kv_value(ph, l, g, isv, e)) {
+                    fprintf(stderr, "  seq %d pos %d layer %d head %d %s[%d]: %g != %g\n", id, p, l, g,
+                            isv ? "v" : "k", e, f, kv_value(ph, l, g, isv, e));
+                    return 0;
+                }
+            }
+        }
+    return 1;
 }
 
 #endif

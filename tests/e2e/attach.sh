@@ -28,23 +28,9 @@ check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
 for t in tmux curl python3; do
   command -v $t >/dev/null || { echo "FAIL $t is not installed (make setup)"; echo "0 passed, 1 failed"; exit 1; }
 done
-T=$(mktemp -d)
 sock=kvtop-attach-$$
-tm() { tmux -L "$sock" -f /dev/null "$@"; }
-PIDS=()
-trap 'tm kill-server 2>/dev/null; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
-export XDG_STATE_HOME=$T/state
-tm new-session -d -s keep "sleep 900"
-cap() { tm capture-pane -p -t "$1"; }
-# wait_for SESSION PATTERN [SECONDS]: polls the screen until it matches (extended regex).
-wait_for() {
-  local ses=$1 pat=$2 t=${3:-10} i
-  for ((i = 0; i < t * 10; i++)); do
-    cap "$ses" | grep -Eq -- "$pat" && return 0
-    sleep 0.1
-  done
-  return 1
-}
+keep_s=900
+. "$(dirname "$0")/lib/session.sh"
 # attach SESSION ARGS...: kvtop attach in a 160x45 window.
 attach() {
   local ses=$1; shift

@@ -34,22 +34,9 @@ fi
 for t in tmux python3; do
   command -v $t >/dev/null || { echo "FAIL $t is not installed (make setup)"; echo "0 passed, 1 failed"; exit 1; }
 done
-T=$(mktemp -d)
 sock=kvtop-kvev-$$
-tm() { tmux -L "$sock" -f /dev/null "$@"; }
-PIDS=()
-trap 'tm kill-server 2>/dev/null; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
-export XDG_STATE_HOME=$T/state
-tm new-session -d -s keep "sleep 300"
-cap() { tm capture-pane -p -t "$1"; }
-wait_for() {
-  local ses=$1 pat=$2 t=${3:-10} i
-  for ((i = 0; i < t * 10; i++)); do
-    cap "$ses" | grep -Eq -- "$pat" && return 0
-    sleep 0.1
-  done
-  return 1
-}
+keep_s=300
+. "$(dirname "$0")/lib/session.sh"
 wait_file() {
   local i
   for ((i = 0; i < ${2:-100}; i++)); do [[ -s $1 ]] && return 0; sleep 0.1; done

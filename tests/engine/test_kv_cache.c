@@ -69,19 +69,7 @@ static int verify_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph) {
         int32_t slot = kv_cache_slot(c, s, p);
         if (slot < 0) return 0;
         for (int l = 0; l < pg->n_layers; l++)
-            for (int g = 0; g < pg->n_kv_heads; g++)
-                for (int isv = 0; isv < 2; isv++) {
-                    const uint8_t *row = (isv ? pg->v : pg->k) + kv_pages_row_offset(pg, l, slot, g);
-                    for (int e = 0; e < pg->head_dim; e++) {
-                        float f;
-                        memcpy(&f, row + 4 * e, 4);
-                        if (f != kv_value(ph[p], l, g, isv, e)) {
-                            fprintf(stderr, "  seq %d pos %d layer %d head %d %s[%d]: %g != %g\n", s->id, p, l, g,
-                                    isv ? "v" : "k", e, f, kv_value(ph[p], l, g, isv, e));
-                            return 0;
-                        }
-                    }
-                }
+            if (!kv_slot_rows_ok(pg, l, l, slot, ph[p], s->id, p)) return 0;
     }
     return 1;
 }

@@ -88,19 +88,7 @@ static int verify_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph, int win
                 fprintf(stderr, "  seq %d pos %d layer %d: no slot (released inside the window?)\n", s->id, p, l);
                 return 0;
             }
-            for (int g = 0; g < 2; g++)
-                for (int isv = 0; isv < 2; isv++) {
-                    const uint8_t *row = (isv ? pg->v : pg->k) + kv_pages_row_offset(pg, li, slot, g);
-                    for (int e = 0; e < 4; e++) {
-                        float f;
-                        memcpy(&f, row + 4 * e, 4);
-                        if (f != kv_value(ph[p], l, g, isv, e)) {
-                            fprintf(stderr, "  seq %d pos %d layer %d head %d %s[%d]: %g != %g\n", s->id, p, l, g,
-                                    isv ? "v" : "k", e, f, kv_value(ph[p], l, g, isv, e));
-                            return 0;
-                        }
-                    }
-                }
+            if (!kv_slot_rows_ok(pg, li, l, slot, ph[p], s->id, p)) return 0;
         }
     return 1;
 }

@@ -20,18 +20,19 @@ enum { MAX_TOK = 16, MAX_EV = 4096 };
 /* llama-3-8b fp16 on one H100 per pool, one chunk of up to 1024 tokens. */
 static void pools_config(kv_config *c, int disaggregated) {
     kv_config_default(c);
-    snprintf(c->backend, sizeof c->backend, "sim");
-    snprintf(c->sim_device, sizeof c->sim_device, "h100");
-    snprintf(c->sim.synthetic, sizeof c->sim.synthetic, "llama-3-8b");
-    snprintf(c->sim.dtype, sizeof c->sim.dtype, "fp16");
-    c->sim.tp = 1;
-    c->sim.cuda_graphs = 1;
+    /* through the key table, as a profile or --set would */
+    static const char *const kv[][2] = {
+        {"backend", "sim"}, {"sim_device", "h100"}, {"model.synthetic", "llama-3-8b"}, {"model.dtype", "fp16"},
+        {"sim.tp", "1"}, {"sim.cuda_graphs", "true"}, {"kv.prefix_sharing", "false"}, {"scheduler.max_seqs", "8"},
+        {"scheduler.max_batched_tokens", "1024"}, {"scheduler.prefill_chunk", "1024"}, {"threads", "1"},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        const kv_config_key *k = kv_config_key_find(kv[i][0]);
+        kv_err err;
+        CHECKF(k && kv_config_key_parse(k, c, kv[i][1], &err) == 0, "%s=%s: %s", kv[i][0], kv[i][1],
+               k ? err.msg : "no such key");
+    }
     c->sim.disaggregated = disaggregated;
-    c->kv.prefix_sharing = 0;
-    c->scheduler.max_seqs = 8;
-    c->scheduler.max_batched_tokens = 1024;
-    c->scheduler.prefill_chunk = 1024;
-    c->threads = 1;
 }
 
 typedef struct pool_run {
