@@ -149,6 +149,7 @@ struct kv_engine {
     kv_snapshot *pub, *pub_back;
     double last_reader_ms;  /* last kv_engine_snapshot call: publish while readers are around */
     int pub_filled;         /* pub holds a snapshot (not the empty initial one) */
+    double pub_ms;          /* host wall ms the engine last published */
 
     /* ---- step hook (hook_mu; taken after state_mu, held across the call) ---- */
     pthread_mutex_t hook_mu;

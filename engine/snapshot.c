@@ -309,15 +309,22 @@ static int snap_copy(kv_snapshot *d, const kv_snapshot *s) {
 
 /* After a step of the background thread (state_mu held): refresh the
  * published copy while someone takes snapshots (within the last second),
- * so a front end drawing at any frame rate finds one at most a step old and
- * a headless run pays nothing. */
+ * at most every KV_PUBLISH_MS, so a front end drawing at any frame rate
+ * finds one at most max(a step, KV_PUBLISH_MS) old, a headless run pays
+ * nothing, and short steps (a tiny model steps in under a millisecond) do
+ * not pay a whole snapshot each: a cost per step would slow an engine in
+ * proportion to its step count, and a TUI comparison of two engines that
+ * step at different rates would measure the snapshots, not the engines. */
+#define KV_PUBLISH_MS 8.0
 void engine_publish(kv_engine *e) {
     pthread_mutex_lock(&e->pub_mu);
-    int want = engine_wall_ms(e) - e->last_reader_ms < 1000;
+    double now = engine_wall_ms(e);
+    int want = now - e->last_reader_ms < 1000 && (!e->pub_filled || now - e->pub_ms >= KV_PUBLISH_MS);
     pthread_mutex_unlock(&e->pub_mu);
     if (!want) return;
     if (engine_build_snapshot(e, e->pub_back) != 0) return;
     pthread_mutex_lock(&e->pub_mu);
+    e->pub_ms = now;
     kv_snapshot *t = e->pub;
     e->pub = e->pub_back;
     e->pub_back = t;

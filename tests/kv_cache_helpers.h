@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../engine/kv_cache.h"
+#include "../kernels/cpu_attention.h"
 
 static inline int check_ok(kv_cache *c, kv_seq *const *seqs, int n) {
     char msg[256];
@@ -54,6 +55,35 @@ static inline int kv_slot_rows_ok(const kv_pages *pg, int li, int l, int64_t slo
             }
         }
     return 1;
+}
+
+/* Stores the rows of one slot (layer li of pg) for position p of model
+ * layer l: kv_value(ph, l, ...) in every KV head, or noise from garbage
+ * != 0 (a rejected draft token's rows), through the CPU kv_store op. */
+static inline void kv_store_slot_rows(kv_pages *pg, int li, int l, int32_t slot, int p, uint64_t ph, uint32_t garbage) {
+    const int nkv = pg->n_kv_heads, hd = pg->head_dim;
+    float k[64], v[64];
+    for (int g = 0; g < nkv; g++)
+        for (int e = 0; e < hd; e++) {
+            k[g * hd + e] = garbage ? (float)(garbage + e) : kv_value(ph, l, g, 0, e);
+            v[g * hd + e] = garbage ? (float)(garbage * 3 + e) : kv_value(ph, l, g, 1, e);
+        }
+    int32_t pos = p, seq = 0;
+    kv_attn_batch ab = {.n_tokens = 1, .pos = &pos, .seq = &seq, .slot = &slot, .n_seqs = 0};
+    kv_attn_store(NULL, KV_CPU_ISA_SCALAR, pg, li, &ab, k, v);
+}
+
+/* A test's writer of positions [p0, p1) of a sequence (garbage as above). */
+typedef void (*kv_rows_writer)(kv_cache *c, const kv_seq *s, const uint64_t *ph, int p0, int p1, uint32_t garbage);
+
+/* Computes (writes) and commits tokens [s->n_tokens, n) of a sequence. */
+static inline int kv_prefill_rows(kv_cache *c, kv_seq *s, const int32_t *toks, const uint64_t *ph, int n,
+                                  kv_rows_writer write_rows) {
+    int rc = kv_cache_seq_reserve(c, s, n - s->n_tokens);
+    if (rc) return rc;
+    write_rows(c, s, ph, s->n_tokens, n, 0);
+    kv_cache_seq_commit(c, s, toks, n);
+    return 0;
 }
 
 #endif

@@ -21,15 +21,7 @@ K=${KVTOP_BIN:-./kvtop}
 S=${KVTOP_SHARED:-../shared}
 M=$S/models/stories260K.gguf
 SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 50 | sed 's/^/     | /'; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
-for t in tmux curl python3; do
-  command -v $t >/dev/null || { echo "FAIL $t is not installed (make setup)"; echo "0 passed, 1 failed"; exit 1; }
-done
-sock=kvtop-attach-$$
-keep_s=900
+sock=kvtop-attach-$$ keep_s=900 need="tmux curl python3"
 . "$(dirname "$0")/lib/session.sh"
 # attach SESSION ARGS...: kvtop attach in a 160x45 window.
 attach() {

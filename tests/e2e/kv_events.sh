@@ -16,26 +16,18 @@
 # without pyzmq/msgpack (make pydeps). Prints "N passed, N failed".
 set -u
 K=${KVTOP_BIN:-./kvtop}
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "  ok $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [[ -n ${2:-} ]] && printf '%s\n' "$2" | head -n 50 | sed 's/^/     | /'; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
 if "$K" attach --help | grep -q 'no libzmq'; then
   echo "  skipped: this kvtop was built without libzmq (apt-get install libzmq3-dev, make): kvtop attach --kv-events"
-  echo "$pass passed, $fail failed"
+  echo "0 passed, 0 failed"
   exit 0
 fi
 export PYTHONPATH=build/pydeps_kv${PYTHONPATH:+:$PYTHONPATH}
 if ! python3 -c 'import zmq, msgpack' 2>/dev/null; then
   echo "  skipped: pyzmq and msgpack are not installed (make pydeps): kvtop attach --kv-events"
-  echo "$pass passed, $fail failed"
+  echo "0 passed, 0 failed"
   exit 0
 fi
-for t in tmux python3; do
-  command -v $t >/dev/null || { echo "FAIL $t is not installed (make setup)"; echo "0 passed, 1 failed"; exit 1; }
-done
-sock=kvtop-kvev-$$
-keep_s=300
+sock=kvtop-kvev-$$ keep_s=300 need="tmux python3"
 . "$(dirname "$0")/lib/session.sh"
 wait_file() {
   local i
@@ -63,38 +55,50 @@ stored_re() {
   echo "stored $s  removed $x \\([0-9]+ not resident\\)  cleared $c  roots"
 }
 
+# start_case SES LAYOUT EARLY [replay]: a publisher in $T/SES sending EARLY
+# batches before attach subscribes, and attach on it in tmux session SES.
+start_case() {
+  publisher "$T/$1" "$2" "$3" || return 1
+  local rep=""
+  [[ ${4:-} == replay ]] && rep="--kv-replay tcp://127.0.0.1:$REP"
+  tm new-session -d -s "$1" -x 160 -y 45 "$K attach http://127.0.0.1:$HTTP --kv-events tcp://127.0.0.1:$PUB $rep 2>$T/$1.err; echo EXITED rc=\$?; sleep 60"
+}
+# release_case SES KEY: lets the publisher send the rest; prints its
+# reference figures of kind KEY (full: every batch; nogap: without the
+# withheld one).
+release_case() {
+  touch "$T/$1/go"
+  wait_file "$T/$1/expect" 100
+  sed -n "s/^$2 //p" "$T/$1/expect"
+}
+check_counts() { # SES WANT WHAT
+  check "$3 ($2)" "wait_for $1 '$(counts_re "$2")' 10 && wait_for $1 '$(stored_re "$2")' 3" "$(cap "$1")"
+}
+quit_case() {
+  tm send-keys -t "$1" C-c
+  check "attach exits cleanly" "wait_for $1 'EXITED rc=0' 10" "$(cap "$1"; cat "$T/$1.err")"
+}
+
 # ---- array layout, with replay ----
-if publisher "$T/a" array 5; then
-  tm new-session -d -s a -x 160 -y 45 "$K attach http://127.0.0.1:$HTTP --kv-events tcp://127.0.0.1:$PUB --kv-replay tcp://127.0.0.1:$REP 2>$T/a.err; echo EXITED rc=\$?; sleep 60"
+if start_case a array 5 replay; then
   check "attach detects vLLM and draws the prefix tree panel" "wait_for a 'prefix tree from KV events' 15 && wait_for a ' vllm' 10" "$(cap a; cat $T/a.err)"
   check "the early batches come through the replay socket" "wait_for a 'batches 5 ' 10" "$(cap a)"
-  touch "$T/a/go"
-  wait_file "$T/a/expect" 100
-  want=$(sed -n 's/^full //p' "$T/a/expect")
-  check "tree counts equal the publisher's reference ($want)" \
-    "wait_for a '$(counts_re "$want")' 10 && wait_for a '$(stored_re "$want")' 3" "$(cap a)"
+  check_counts a "$(release_case a full)" "tree counts equal the publisher's reference"
   check "the withheld batch was replayed: no gap, nothing bad" \
     "wait_for a 'batches 24  seq 23  gaps 0 \\(0 missed\\)  bad 0' 5 && wait_for a 'replayed [0-9]+ in 2 req' 3" "$(cap a)"
   check "the families and evictions are listed" "wait_for a '│A [0-9]+ blk  longest chain [0-9]+  leaves' 3 && wait_for a 'evicted: [0-9]+ blk.* d[0-9]+ t-' 3" "$(cap a)"
-  tm send-keys -t a C-c
-  check "attach exits cleanly" "wait_for a 'EXITED rc=0' 10" "$(cap a; cat $T/a.err)"
+  quit_case a
 fi
 
 # ---- map layout, no replay, hostile frames at the end ----
-if publisher "$T/m" map 0; then
-  tm new-session -d -s m -x 160 -y 45 "$K attach http://127.0.0.1:$HTTP --kv-events tcp://127.0.0.1:$PUB 2>$T/m.err; echo EXITED rc=\$?; sleep 60"
+if start_case m map 0; then
   check "attach waits for the first batch" "wait_for m 'waiting for the first KV-event batch' 15" "$(cap m)"
   sleep 1 # the subscription reaches the PUB socket
-  touch "$T/m/go"
-  wait_file "$T/m/expect" 100
-  want=$(sed -n 's/^nogap //p' "$T/m/expect")
-  check "map layout: counts equal the reference without the withheld batch ($want)" \
-    "wait_for m '$(counts_re "$want")' 10 && wait_for m '$(stored_re "$want")' 3" "$(cap m)"
+  check_counts m "$(release_case m nogap)" "map layout: counts equal the reference without the withheld batch"
   check "the withheld batch shows as a gap; garbage counted as bad" \
     "wait_for m 'batches 23  seq 24  gaps 1 \\(1 missed\\)  bad 2' 5" "$(cap m)"
   check "the refused payload's reason is shown" "wait_for m 'last refused: KV-event batch' 3" "$(cap m)"
-  tm send-keys -t m C-c
-  check "attach exits cleanly" "wait_for m 'EXITED rc=0' 10" "$(cap m; cat $T/m.err)"
+  quit_case m
 fi
 echo "$pass passed, $fail failed"
 (( fail == 0 ))

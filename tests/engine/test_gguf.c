@@ -225,25 +225,22 @@ static void check_full(const kv_gguf *g) {
     CHECK(kv_gguf_arr_f64(g, "n.u32", 0) == 0); /* not numeric */
 
     /* formatting */
+    static const char *const formats[][2] = {
+        {"n.u32", "[array x 2] [u32 x 2: 1, 2], [u32 x 1: 3]"},
+        {"n.str", "[array x 2] [string x 2: \"x\", \"yy\"], [string x 0: ]"},
+        {"n.deep", "[array x 1] [array x 1: [i32 x 1: 5]]"},
+        {"a.str", "[string x 5] \"alpha\", \"\", \"\xe2\x96\x81hello\", \"with\\nnewline\", \"z\""},
+        {"s.i16", "-30000"},
+        {"s.u64", "18000000000000000000"},
+        {"s.bool", "true"},
+        {"s.f64", "3.1415926535897931"},
+        {"a.strnul", "[string x 2] \"a\\x00b\", \"cd\""},
+    };
     char buf[256];
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "n.u32"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "[array x 2] [u32 x 2: 1, 2], [u32 x 1: 3]"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "n.str"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "[array x 2] [string x 2: \"x\", \"yy\"], [string x 0: ]"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "n.deep"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "[array x 1] [array x 1: [i32 x 1: 5]]"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "a.str"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "[string x 5] \"alpha\", \"\", \"\xe2\x96\x81hello\", \"with\\nnewline\", \"z\""), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "s.i16"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "-30000"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "s.u64"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "18000000000000000000"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "s.bool"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "true"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "s.f64"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "3.1415926535897931"), "got %s", buf);
-    kv_gguf_format_value(g, kv_gguf_find_key(g, "a.strnul"), buf, sizeof buf);
-    CHECKF(!strcmp(buf, "[string x 2] \"a\\x00b\", \"cd\""), "got %s", buf);
+    for (size_t i = 0; i < KV_ARRAY_LEN(formats); i++) {
+        kv_gguf_format_value(g, kv_gguf_find_key(g, formats[i][0]), buf, sizeof buf);
+        CHECKF(!strcmp(buf, formats[i][1]), "%s: got %s", formats[i][0], buf);
+    }
     /* truncation keeps NUL-termination and marks the cut */
     char small[12];
     kv_gguf_format_value(g, kv_gguf_find_key(g, "a.str"), small, sizeof small);

@@ -46,20 +46,8 @@ static uint64_t prefix_step(uint64_t ph, int32_t tok) {
  * kv_store op; garbage != 0 writes noise instead (rejected draft tokens). */
 static void write_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph, int p0, int p1, uint32_t garbage) {
     kv_pages *pg = kv_cache_pages(c);
-    const int nkv = pg->n_kv_heads, hd = pg->head_dim;
-    for (int p = p0; p < p1; p++) {
-        int32_t slot = kv_cache_slot(c, s, p), pos = p, seq = 0;
-        float k[64], v[64];
-        for (int l = 0; l < pg->n_layers; l++) {
-            for (int g = 0; g < nkv; g++)
-                for (int e = 0; e < hd; e++) {
-                    k[g * hd + e] = garbage ? (float)(garbage + e) : kv_value(ph[p], l, g, 0, e);
-                    v[g * hd + e] = garbage ? (float)(garbage * 3 + e) : kv_value(ph[p], l, g, 1, e);
-                }
-            kv_attn_batch ab = {.n_tokens = 1, .pos = &pos, .seq = &seq, .slot = &slot, .n_seqs = 0};
-            kv_attn_store(NULL, KV_CPU_ISA_SCALAR, pg, l, &ab, k, v);
-        }
-    }
+    for (int p = p0; p < p1; p++)
+        for (int l = 0; l < pg->n_layers; l++) kv_store_slot_rows(pg, l, l, kv_cache_slot(c, s, p), p, ph[p], garbage);
 }
 
 /* 1 when every committed position of s reads back its expected rows. */
@@ -79,13 +67,8 @@ static void prefix_hashes(const int32_t *toks, int n, uint64_t *ph) {
     for (int i = 0; i < n; i++) ph[i] = h = prefix_step(h, toks[i]);
 }
 
-/* Computes (writes) and commits tokens [s->n_tokens, n) of a sequence. */
 static int prefill(kv_cache *c, kv_seq *s, const int32_t *toks, const uint64_t *ph, int n) {
-    int rc = kv_cache_seq_reserve(c, s, n - s->n_tokens);
-    if (rc) return rc;
-    write_rows(c, s, ph, s->n_tokens, n, 0);
-    kv_cache_seq_commit(c, s, toks, n);
-    return 0;
+    return kv_prefill_rows(c, s, toks, ph, n, write_rows);
 }
 
 /* ---- sizes and parameters ---- */

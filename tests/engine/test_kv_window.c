@@ -60,18 +60,10 @@ static void write_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph, int p0,
     for (int p = p0; p < p1; p++)
         for (int l = 0; l < NL; l++) {
             int li;
-            int32_t slot, pos = p, seq = 0;
+            int32_t slot;
             kv_pages *pg = layer_pages(c, s, l, p, &li, &slot);
-            float k[8], v[8];
-            for (int g = 0; g < 2; g++)
-                for (int e = 0; e < 4; e++) {
-                    k[g * 4 + e] = garbage ? (float)(garbage + e) : kv_value(ph[p], l, g, 0, e);
-                    v[g * 4 + e] = garbage ? (float)(garbage * 3 + e) : kv_value(ph[p], l, g, 1, e);
-                }
             CHECKF(slot >= 0, "seq %d pos %d layer %d: no slot to write", s->id, p, l);
-            if (slot < 0) continue;
-            kv_attn_batch ab = {.n_tokens = 1, .pos = &pos, .seq = &seq, .slot = &slot, .n_seqs = 0};
-            kv_attn_store(NULL, KV_CPU_ISA_SCALAR, pg, li, &ab, k, v);
+            if (slot >= 0) kv_store_slot_rows(pg, li, l, slot, p, ph[p], garbage);
         }
 }
 
@@ -94,11 +86,7 @@ static int verify_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph, int win
 }
 
 static int prefill(kv_cache *c, kv_seq *s, const int32_t *toks, const uint64_t *ph, int n) {
-    int rc = kv_cache_seq_reserve(c, s, n - s->n_tokens);
-    if (rc) return rc;
-    write_rows(c, s, ph, s->n_tokens, n, 0);
-    kv_cache_seq_commit(c, s, toks, n);
-    return 0;
+    return kv_prefill_rows(c, s, toks, ph, n, write_rows);
 }
 
 /* ---- sizes ---- */

@@ -19,9 +19,6 @@
 #include "../../kernels/backend.h"
 #include "../../kernels/cpu.h"
 #include "../../kernels/kv_dtype.h"
-#ifdef KV_HAVE_CUDA
-#include "../../kernels/cuda/cuda_backend.h"
-#endif
 #include "../backend_helpers.h"
 #include "../engine_helpers.h"
 #include "../harness.h"
@@ -34,73 +31,7 @@ static const char *const op_names[OP_N] = {"gelu_mul", "scale", "add_rows", "rop
  * a whole forward as in test_backend_ops. */
 static const double op_tol[OP_N] = {1e-5, 0.0, 0.0, 1e-5, 1e-4, 1e-2};
 
-typedef struct target {
-    const char *name;
-    kv_backend *b;
-    int exact;
-    double worst[OP_N];
-    int cases[OP_N];
-} target;
-
-static kv_backend *cpu;
-static target targets[8];
-static int n_targets, inited;
-
-static const kv_backend_limits op_limits = {.max_rows = 128, .max_k = 2048, .weight_types = 0};
-
-static void init_targets(void) {
-    if (inited) return;
-    inited = 1;
-    kv_err err = {0};
-    cpu = test_reserve(kv_backend_create("cpu", 2, &err), &op_limits, &err);
-    if (!cpu) {
-        fprintf(stderr, "  cpu backend: %s\n", err.msg);
-        return;
-    }
-    for (const char *const *n = kv_backend_names(); *n && n_targets < 8; n++) {
-        if (!strcmp(*n, "cpu")) continue;
-        kv_err e = {0};
-        kv_backend *b = test_reserve(kv_backend_create(*n, 2, &e), &op_limits, &e);
-        if (!b) {
-            printf("  note: backend '%s' skipped: %s\n", *n, e.msg);
-            continue;
-        }
-        targets[n_targets] = (target){.name = *n, .b = b, .exact = !strcmp(*n, "sim")};
-        n_targets++;
-    }
-}
-
-static void judge(target *t, int op, double e, const char *what) {
-    if (e > t->worst[op] || e != e) t->worst[op] = e;
-    t->cases[op]++;
-    if (t->exact)
-        CHECKF(e == 0.0, "%s %s %s: differs from cpu (normalised error %.3g)", t->name, op_names[op], what, e);
-    else
-        CHECKF(e <= op_tol[op], "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, op_tol[op]);
-}
-
-static void report(int op) {
-    for (int i = 0; i < n_targets; i++)
-        if (targets[i].cases[op])
-            printf("  %-5s %-16s %4d cases, worst normalised error %.3g\n", targets[i].name, op_names[op],
-                   targets[i].cases[op], targets[i].worst[op]);
-}
-
-static void check_status(target *t, const char *what) {
-    kv_err err = {0};
-    CHECKF(kv_backend_status(t->b, &err) == 0, "%s after %s: %s", t->name, what, err.msg);
-    CHECKF(kv_backend_status(cpu, &err) == 0, "cpu after %s: %s", what, err.msg);
-}
-
-static void forget_host(target *t) {
-#ifdef KV_HAVE_CUDA
-    if (!strcmp(t->name, "cuda")) kv_cuda_forget_host_copies(t->b);
-#else
-    (void)t;
-#endif
-}
-
-static void get(kv_backend *b, void *dst, const void *src, size_t bytes) { b->ops->download(b, dst, src, bytes); }
+#include "gpu_compare.h"
 
 /* ---- element-wise ops ------------------------------------------------------------ */
 
@@ -280,33 +211,6 @@ static void test_attention_window(void) {
 
 /* ---- whole forward passes of the new architectures --------------------------------- */
 
-/* Prompt then `steps` tokens (the CPU's greedy picks fed to both), every
- * step's logits into out (steps + 1 rows). */
-static int run_model(const kv_model *m, kv_backend *b, const int32_t *prompt, int n_prompt, int steps,
-                     int32_t *follow, int pick, float *out) {
-    kv_err err = {0};
-    kv_runner *r = kv_runner_new(m, b, 256, 16, KV_CACHE_F16, &err);
-    if (!r) {
-        fprintf(stderr, "  runner on %s: %s\n", b->ops->name, err.msg);
-        return -1;
-    }
-    const int nv = m->hp.n_vocab;
-    int rc = kv_runner_eval(r, prompt, n_prompt, out, NULL, &err);
-    for (int s = 0; rc == 0 && s < steps; s++) {
-        const float *lg = out + (size_t)s * nv;
-        if (pick) {
-            int32_t best = 0;
-            for (int i = 1; i < nv; i++)
-                if (lg[i] > lg[best]) best = i;
-            follow[s] = best;
-        }
-        rc = kv_runner_eval(r, &follow[s], 1, out + (size_t)(s + 1) * nv, NULL, &err);
-    }
-    if (rc) fprintf(stderr, "  eval on %s: %s\n", b->ops->name, err.msg);
-    kv_runner_free(r);
-    return rc;
-}
-
 static void test_forward_archs(void) {
     init_targets();
     REQUIRE(cpu);
@@ -335,14 +239,14 @@ static void test_forward_archs(void) {
         }
         enum { NP = 45, STEPS = 4 }; /* a prompt past the window */
         const int nv = m->hp.n_vocab;
-        int32_t prompt[NP], follow[STEPS];
+        int32_t prompt[NP], follow[STEPS], picked[STEPS];
         for (int i = 0; i < NP; i++) prompt[i] = 3 + (int32_t)(harness_rand64() % (uint64_t)(nv - 3));
         float *lc = malloc((size_t)(STEPS + 1) * nv * sizeof(float)), *lt = malloc((size_t)(STEPS + 1) * nv * sizeof(float));
         REQUIRE(lc && lt);
-        CHECK(run_model(m, cpu, prompt, NP, STEPS, follow, 1, lc) == 0);
+        CHECK(run_model(m, cpu, KV_CACHE_F16, prompt, NP, STEPS, NULL, lc, follow) == 0);
         for (int ti = 0; ti < n_targets; ti++) {
             target *t = &targets[ti];
-            int rc = run_model(m, t->b, prompt, NP, STEPS, follow, 0, lt);
+            int rc = run_model(m, t->b, KV_CACHE_F16, prompt, NP, STEPS, follow, lt, picked);
             CHECKF(rc == 0, "%s forward %s", t->name, archs[a]);
             if (rc == 0) judge(t, OP_FORWARD, harness_nerr(lt, lc, (size_t)(STEPS + 1) * nv), archs[a]);
             check_status(t, archs[a]);
@@ -354,14 +258,6 @@ static void test_forward_archs(void) {
     }
     rmdir(dir);
     report(OP_FORWARD);
-}
-
-static void test_zz_release(void) {
-    for (int i = 0; i < n_targets; i++) kv_backend_free(targets[i].b);
-    n_targets = 0;
-    kv_backend_free(cpu);
-    cpu = NULL;
-    inited = 0;
 }
 
 TEST_MAIN(T(test_gelu_scale_add_rows), T(test_rope_ext), T(test_attention_window), T(test_forward_archs),

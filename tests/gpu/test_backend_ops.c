@@ -21,9 +21,6 @@
 #include "../../kernels/backend.h"
 #include "../../kernels/kv_dtype.h"
 #include "../../kernels/types.h"
-#ifdef KV_HAVE_CUDA
-#include "../../kernels/cuda/cuda_backend.h"
-#endif
 #include "../backend_helpers.h"
 #include "../engine_helpers.h"
 #include "../harness.h"
@@ -41,84 +38,7 @@ static const char *const op_names[OP_N] = {"matmul", "get_rows", "rmsnorm", "rop
                                            "add", "kv_store", "attention", "forward"};
 static const double op_tol[OP_N] = {2e-5, 0.0, 1e-5, 1e-5, 1e-5, 0.0, 1e-6, 1e-4, 1e-2};
 
-typedef struct target {
-    const char *name;
-    kv_backend *b;
-    int exact;             /* 1: must equal the CPU bit for bit */
-    double worst[OP_N];    /* largest normalised error seen per op */
-    int cases[OP_N];
-} target;
-
-static kv_backend *cpu;
-static target targets[8];
-static int n_targets, inited;
-
-/* What every op of these tests fits in (ops.reserve; the forward passes
- * reserve for themselves). */
-static const kv_backend_limits op_limits = {.max_rows = 128, .max_k = 2048, .weight_types = 0};
-
-static void init_targets(void) {
-    if (inited) return;
-    inited = 1;
-    kv_err err = {0};
-    cpu = test_reserve(kv_backend_create("cpu", 2, &err), &op_limits, &err);
-    if (!cpu) {
-        fprintf(stderr, "  cpu backend: %s\n", err.msg);
-        return;
-    }
-    for (const char *const *n = kv_backend_names(); *n && n_targets < 8; n++) {
-        if (!strcmp(*n, "cpu")) continue;
-        kv_err e = {0};
-        kv_backend *b = test_reserve(kv_backend_create(*n, 2, &e), &op_limits, &e);
-        if (!b) {
-            printf("  note: backend '%s' skipped: %s\n", *n, e.msg);
-            continue;
-        }
-        targets[n_targets].name = *n;
-        targets[n_targets].b = b;
-        targets[n_targets].exact = !strcmp(*n, "sim");
-        n_targets++;
-    }
-    printf("  comparing against cpu:");
-    for (int i = 0; i < n_targets; i++) printf(" %s%s", targets[i].name, targets[i].exact ? " (exact)" : "");
-    printf("\n");
-}
-
-/* Records one comparison and checks it against the op's tolerance. */
-static void judge(target *t, int op, double e, const char *what) {
-    if (e > t->worst[op] || e != e) t->worst[op] = e;
-    t->cases[op]++;
-    if (t->exact)
-        CHECKF(e == 0.0, "%s %s %s: differs from cpu (normalised error %.3g)", t->name, op_names[op], what, e);
-    else
-        CHECKF(e <= op_tol[op], "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, op_tol[op]);
-}
-
-static void report(int op) {
-    for (int i = 0; i < n_targets; i++)
-        if (targets[i].cases[op])
-            printf("  %-5s %-9s %4d cases, worst normalised error %.3g\n", targets[i].name, op_names[op],
-                   targets[i].cases[op], targets[i].worst[op]);
-}
-
-/* A healthy run records no failure: ops.status of the target (and of the
- * cpu it was compared with) says 0. */
-static void check_backend_error(target *t, const char *what) {
-    kv_err err = {0};
-    CHECKF(kv_backend_status(t->b, &err) == 0, "%s after %s: %s", t->name, what, err.msg);
-    CHECKF(kv_backend_status(cpu, &err) == 0, "cpu after %s: %s", what, err.msg);
-}
-
-/* Drops device copies made from host memory that is about to be freed. */
-static void forget_host(target *t) {
-#ifdef KV_HAVE_CUDA
-    if (!strcmp(t->name, "cuda")) kv_cuda_forget_host_copies(t->b);
-#else
-    (void)t;
-#endif
-}
-
-static void get(kv_backend *b, void *dst, const void *src, size_t bytes) { b->ops->download(b, dst, src, bytes); }
+#include "gpu_compare.h"
 
 static const kv_type wtypes[] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
 
@@ -145,7 +65,7 @@ static void one_matmul(target *t, kv_type ty, int M, int K, int n, int lazy) {
     char what[96];
     snprintf(what, sizeof what, "%s M=%d K=%d n=%d%s", kv_type_name(ty), M, K, n, lazy ? " (lazy weight)" : "");
     judge(t, OP_MATMUL, harness_nerr(yt, yc, (size_t)n * M), what);
-    check_backend_error(t, what);
+    check_status(t, what);
     TEST_DEV_FREE(b, dx, dy);
     forget_host(t);
     FREE_ALL(owned, x, yc, yt);
@@ -211,7 +131,7 @@ static void test_get_rows(void) {
         b->ops->get_rows(b, &vt, dids, dout, n);
         get(b, ot, dout, (size_t)n * K * sizeof(float));
         judge(t, OP_GET_ROWS, harness_nerr(ot, oc, (size_t)n * K), "activation view");
-        check_backend_error(t, "get_rows");
+        check_status(t, "get_rows");
         TEST_DEV_FREE(b, dact, dids, dout);
         FREE_ALL(act, oc, ot);
     }
@@ -246,7 +166,7 @@ static void test_rmsnorm(void) {
                 b->ops->rmsnorm(b, dx, dw, dx, n, dim, 1e-5f); /* device weight, in place */
                 get(b, ot, dx, bytes);
                 judge(t, OP_RMSNORM, harness_nerr(ot, oc, N), "in place");
-                check_backend_error(t, "rmsnorm");
+                check_status(t, "rmsnorm");
                 TEST_DEV_FREE(b, dx, dout, dw);
                 forget_host(t);
                 FREE_ALL(x, w, oc, ot);
@@ -284,7 +204,7 @@ static void test_rope(void) {
                     judge(t, OP_ROPE, harness_nerr(xt, xc, N), what);
                     b->ops->free(b, dx);
                 }
-        check_backend_error(t, "rope");
+        check_status(t, "rope");
         FREE_ALL(x, xc, xt);
     }
     report(OP_ROPE);
@@ -313,7 +233,7 @@ static void test_silu_mul_add(void) {
         b->ops->add(b, dg, du, count);
         get(b, gt, dg, bytes);
         judge(t, OP_ADD, harness_nerr(gt, g, (size_t)count), "");
-        check_backend_error(t, "silu_mul/add");
+        check_status(t, "silu_mul/add");
         TEST_DEV_FREE(b, dg, du);
         FREE_ALL(g, u, gt);
     }
@@ -443,7 +363,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
         same &= !memcmp(ph.v + o, ph.v + (size_t)l * pc.layer_bytes + (size_t)src * bb, bb);
     }
     CHECKF(same, "%s copy_block %s", t->name, kv_cache_dtype_name(dt));
-    check_backend_error(t, "kv ops");
+    check_status(t, "kv ops");
     void *bufs[] = {pt.k, pt.v, dk, dv, dq, dout};
     for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++) b->ops->free(b, bufs[i]);
     FREE_ALL(pc.k, pc.v, ph.k, ph.v, k, v, q, oc, ot);
@@ -521,7 +441,7 @@ static void test_memory_and_copies(void) {
             judge(t, OP_MATMUL, harness_nerr(yt, yc, 16), "q4_k");
             TEST_DEV_FREE(b, dx, dy);
         }
-        check_backend_error(t, "memory tests");
+        check_status(t, "memory tests");
         forget_host(t);
         free(owned);
         free(qk);
@@ -529,33 +449,6 @@ static void test_memory_and_copies(void) {
 }
 
 /* ---- whole forward passes ----------------------------------------------------------- */
-
-/* Runs tokens through a runner on b: the prompt, then `steps` greedy tokens
- * (chosen from the CPU's logits when follow is given, so both backends see
- * the same inputs). Writes every step's logits to out (steps + 1 rows). */
-static int run_model(const kv_model *m, kv_backend *b, kv_cache_dtype dt, const int32_t *prompt, int n_prompt,
-                     int steps, const int32_t *follow, float *out, int32_t *picked) {
-    kv_err err = {0};
-    kv_runner *r = kv_runner_new(m, b, 256, 16, dt, &err);
-    if (!r) {
-        fprintf(stderr, "  runner on %s: %s\n", b->ops->name, err.msg);
-        return -1;
-    }
-    const int nv = m->hp.n_vocab;
-    int rc = kv_runner_eval(r, prompt, n_prompt, out, NULL, &err);
-    for (int s = 0; rc == 0 && s < steps; s++) {
-        const float *lg = out + (size_t)s * nv;
-        int32_t best = 0;
-        for (int i = 1; i < nv; i++)
-            if (lg[i] > lg[best]) best = i;
-        picked[s] = best;
-        int32_t next = follow ? follow[s] : best;
-        rc = kv_runner_eval(r, &next, 1, out + (size_t)(s + 1) * nv, NULL, &err);
-    }
-    if (rc) fprintf(stderr, "  eval on %s: %s\n", b->ops->name, err.msg);
-    kv_runner_free(r);
-    return rc;
-}
 
 static void test_forward_random_models(void) {
     init_targets();
@@ -597,7 +490,7 @@ static void test_forward_random_models(void) {
                 char what[64];
                 snprintf(what, sizeof what, "%s model, kv %s", kv_type_name(types[ty]), kv_cache_dtype_name(dts[d]));
                 if (rc == 0) judge(t, OP_FORWARD, harness_nerr(lt, lc, (size_t)(steps + 1) * nv), what);
-                check_backend_error(t, what);
+                check_status(t, what);
                 forget_host(t); /* the model is freed below */
             }
         }
@@ -742,14 +635,6 @@ static void test_reserved_batch_meta(void) {
         kv_backend_free(b);
     }
     if (!checked) printf("  note: no backend with a reserved batch bound here (no GPU): skipped\n");
-}
-
-static void test_zz_release(void) {
-    for (int i = 0; i < n_targets; i++) kv_backend_free(targets[i].b);
-    n_targets = 0;
-    kv_backend_free(cpu);
-    cpu = NULL;
-    inited = 0;
 }
 
 TEST_MAIN(T(test_matmul), T(test_get_rows), T(test_rmsnorm), T(test_rope), T(test_silu_mul_add), T(test_kv_attention),
