@@ -699,9 +699,8 @@ static const kv_backend_ops cuda_ops = {
     NULL,             /* set_kv_share: no modelled clock */
     /* the ops of the architectures past llama (cuda_ext.cu) */
     kvc_gelu_mul,     kvc_scale,   kvc_add_rows, kvc_rope_ext, kvc_attention_window,
-    /* moe_route, scatter_add: not on CUDA yet; kv_forward_new refuses a
-     * model that needs one, naming the op */
-    NULL,             NULL,
+    /* the mixture-of-experts ops (cuda_moe.cu) */
+    kvc_moe_route,    kvc_scatter_add,
     NULL,             /* matmul_multi: the engine makes one matmul call per weight */
 };
 

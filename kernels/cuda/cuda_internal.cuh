@@ -194,5 +194,9 @@ void kvc_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int n_head
                   float base, int neox, float freq_scale, const float *freq_factors);
 void kvc_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
                           float *out, int n_heads, float scale, int window);
+/* The ops of cuda_moe.cu. */
+void kvc_moe_route(kv_backend *b, const float *logits, int n, int n_expert, int k, int norm, int32_t *ids,
+                   float *weights);
+void kvc_scatter_add(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim);
 
 #endif

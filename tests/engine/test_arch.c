@@ -171,7 +171,7 @@ static void test_moe_routing_counts(void) {
     unlink(pa);
 }
 
-/* A backend whose table lacks an MoE op (as cuda's does) is refused for a
+/* A backend whose table lacks an MoE op is refused for a
  * qwen3moe model by kv_forward_new, naming the op; a dense model still
  * runs on it. */
 static void test_moe_missing_op(void) {

@@ -1,8 +1,9 @@
 /* test_backend_ext.c - the ops of the architectures past llama (gelu_mul,
  * scale, add_rows, rope_ext, attention_window) on every compiled-in backend
  * against the CPU backend's scalar expressions, by normalised error on
- * fresh random data, then whole forward passes of random gemma3 (sliding
- * window), qwen2 (biases) and Llama 3 rope-scaled files. The sim backend
+ * fresh random data, the mixture-of-experts ops (moe_route, scatter_add),
+ * then whole forward passes of random gemma3 (sliding window), qwen2
+ * (biases), Llama 3 rope-scaled and qwen3moe files. The sim backend
  * computes with the CPU kernels, so it must match exactly; cuda within the
  * tolerances below. A backend that cannot be created here (no GPU) is
  * skipped with a note. Built and run by `make test-gpu`. */
@@ -23,13 +24,15 @@
 #include "../engine_helpers.h"
 #include "../harness.h"
 
-enum { OP_GELU, OP_SCALE, OP_ADD_ROWS, OP_ROPE_EXT, OP_ATTN_WIN, OP_FORWARD, OP_N };
-static const char *const op_names[OP_N] = {"gelu_mul", "scale", "add_rows", "rope_ext", "attention_window",
-                                           "forward"};
+enum { OP_GELU, OP_SCALE, OP_ADD_ROWS, OP_ROPE_EXT, OP_ATTN_WIN, OP_MOE_ROUTE, OP_SCATTER_ADD, OP_FORWARD, OP_N };
+static const char *const op_names[OP_N] = {"gelu_mul", "scale",       "add_rows", "rope_ext", "attention_window",
+                                           "moe_route", "scatter_add", "forward"};
 /* scale and add_rows are one rounding each: exact. gelu_mul and rope_ext
  * differ where expf / cosf round differently; attention by summation order;
+ * moe_route's weights where exp rounds differently (its chosen experts
+ * must be the same ones); scatter_add where the CPU fuses the multiply-add;
  * a whole forward as in test_backend_ops. */
-static const double op_tol[OP_N] = {1e-5, 0.0, 0.0, 1e-5, 1e-4, 1e-2};
+static const double op_tol[OP_N] = {1e-5, 0.0, 0.0, 1e-5, 1e-4, 1e-6, 1e-6, 1e-2};
 
 #include "gpu_compare.h"
 
@@ -209,6 +212,59 @@ static void test_attention_window(void) {
     report(OP_ATTN_WIN);
 }
 
+/* ---- the mixture-of-experts ops ------------------------------------------------------ */
+
+/* moe_route on fresh logits (ties planted: equal logits rank the lower
+ * expert first), with and without renormalisation; then scatter_add of an
+ * expert's rows onto distinct token rows. */
+static void test_moe_ops(void) {
+    init_targets();
+    REQUIRE(cpu);
+    enum { N = 37, E = 64, K = 6, DIM = 640, ROWS = 23 };
+    float *lg = malloc(sizeof(float) * N * E), *wc = malloc(sizeof(float) * N * K), *wt = malloc(sizeof(float) * N * K);
+    int32_t *ic = malloc(sizeof(int32_t) * N * K), *it = malloc(sizeof(int32_t) * N * K);
+    float *x = malloc(sizeof(float) * N * DIM), *xc = malloc(sizeof(float) * N * DIM), *xt = malloc(sizeof(float) * N * DIM);
+    float *y = malloc(sizeof(float) * ROWS * DIM), *w = malloc(sizeof(float) * ROWS);
+    int32_t rows[ROWS];
+    REQUIRE(lg && wc && wt && ic && it && x && xc && xt && y && w);
+    harness_fill_rand(lg, (size_t)N * E, 4.0f);
+    for (int r = 0; r < N; r += 5) lg[r * E + 7] = lg[r * E + 3]; /* ties */
+    harness_fill_rand(x, (size_t)N * DIM, 1.0f);
+    harness_fill_rand(y, (size_t)ROWS * DIM, 1.0f);
+    harness_fill_rand(w, ROWS, 1.0f);
+    for (int i = 0; i < ROWS; i++) rows[i] = (i * 7 + 3) % N; /* distinct: 7 is prime to 37 */
+    for (int ti = 0; ti < n_targets; ti++) {
+        target *t = &targets[ti];
+        kv_backend *b = t->b;
+        float *dl = test_put(b, lg, sizeof(float) * N * E), *dw = test_put(b, wt, sizeof(float) * N * K);
+        int32_t *di = test_put(b, it, sizeof(int32_t) * N * K);
+        REQUIRE(dl && dw && di);
+        for (int norm = 0; norm < 2; norm++) {
+            cpu->ops->moe_route(cpu, lg, N, E, K, norm, ic, wc);
+            b->ops->moe_route(b, dl, N, E, K, norm, di, dw);
+            get(b, it, di, sizeof(int32_t) * N * K);
+            get(b, wt, dw, sizeof(float) * N * K);
+            CHECKF(!memcmp(ic, it, sizeof(int32_t) * N * K), "%s moe_route (norm %d): other experts chosen", t->name,
+                   norm);
+            judge(t, OP_MOE_ROUTE, harness_nerr(wt, wc, (size_t)N * K), norm ? "renormalised" : "softmax");
+        }
+        float *dx = test_put(b, x, sizeof(float) * N * DIM), *dy = test_put(b, y, sizeof(float) * ROWS * DIM);
+        float *dwr = test_put(b, w, sizeof(float) * ROWS);
+        int32_t *dr = test_put(b, rows, sizeof rows);
+        REQUIRE(dx && dy && dwr && dr);
+        memcpy(xc, x, sizeof(float) * N * DIM);
+        cpu->ops->scatter_add(cpu, xc, y, rows, w, ROWS, DIM);
+        b->ops->scatter_add(b, dx, dy, dr, dwr, ROWS, DIM);
+        get(b, xt, dx, sizeof(float) * N * DIM);
+        judge(t, OP_SCATTER_ADD, harness_nerr(xt, xc, (size_t)N * DIM), "");
+        check_status(t, "moe_route/scatter_add");
+        TEST_DEV_FREE(b, dl, dw, di, dx, dy, dwr, dr);
+    }
+    FREE_ALL(lg, wc, wt, ic, it, x, xc, xt, y, w);
+    report(OP_MOE_ROUTE);
+    report(OP_SCATTER_ADD);
+}
+
 /* ---- whole forward passes of the new architectures --------------------------------- */
 
 static void test_forward_archs(void) {
@@ -216,7 +272,7 @@ static void test_forward_archs(void) {
     REQUIRE(cpu);
     char dir[] = "/tmp/kvtop-backend-ext-XXXXXX";
     REQUIRE(mkdtemp(dir));
-    static const char *const archs[] = {"gemma3", "qwen2", "llama"};
+    static const char *const archs[] = {"gemma3", "qwen2", "llama", "qwen3moe"};
     for (size_t a = 0; a < KV_ARRAY_LEN(archs); a++) {
         kv_mkmodel_params p = test_tiny_model(256, 512);
         p.arch = archs[a];
@@ -227,6 +283,12 @@ static void test_forward_archs(void) {
         p.seed = 11 + (uint64_t)a;
         p.n_swa = !strcmp(archs[a], "gemma3") ? 16 : 0;
         p.rope_freqs = !strcmp(archs[a], "llama");
+        if (!strcmp(archs[a], "qwen3moe")) { /* 8 experts of 64, top 2: each step routes to some, not all */
+            p.n_experts = 8;
+            p.n_experts_used = 2;
+            p.ffn_dim = 64;
+            p.head_dim = 32;
+        }
         char path[256];
         snprintf(path, sizeof path, "%s/m-%s.gguf", dir, archs[a]);
         kv_err err = {0};
@@ -260,5 +322,5 @@ static void test_forward_archs(void) {
     report(OP_FORWARD);
 }
 
-TEST_MAIN(T(test_gelu_scale_add_rows), T(test_rope_ext), T(test_attention_window), T(test_forward_archs),
+TEST_MAIN(T(test_gelu_scale_add_rows), T(test_rope_ext), T(test_attention_window), T(test_moe_ops), T(test_forward_archs),
           T(test_zz_release))
