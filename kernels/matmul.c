@@ -140,7 +140,7 @@ static const kv_mm_isa_kernels *isa_kernels(kv_cpu_isa isa) {
         [KV_CPU_ISA_SCALAR] = {kv_mm_rows_ref, kv_q8a_row_ref, NULL},
 #ifdef KV_HAVE_X86_KERNELS
         [KV_CPU_ISA_AVX2] = {kv_mm_rows_avx2, kv_q8a_row_avx2, kv_mm_xpack_avx2},
-        [KV_CPU_ISA_AVX512] = {kv_mm_rows_avx512, kv_q8a_row_avx512, kv_mm_xpack_avx512},
+        [KV_CPU_ISA_AVX512] = {kv_mm_rows_avx512, kv_q8a_row_avx512, NULL},
 #endif
     };
     if ((int)isa < 0 || isa >= KV_CPU_ISA_COUNT || !tab[isa].rows) return &tab[KV_CPU_ISA_SCALAR];

@@ -55,8 +55,10 @@ typedef struct kv_mm_args {
     const float *x;   /* (n, K) */
     float *y;         /* (n, M) */
     kv_q8a a;         /* x quantized (quantized weight types only) */
-    const float *xp;  /* x packed (float types, n >= KV_MM_PACK_MIN_N, SIMD
-                         ISAs): (ceil(n / 16), K, 16), rows past n zero; else NULL */
+    const float *xp;  /* x packed (float types, n >= KV_MM_PACK_MIN_N, ISAs
+                         with a packer: AVX2; the AVX-512 float kernels read
+                         x in place): (ceil(n / 16), K, 16), rows past n zero;
+                         else NULL */
 } kv_mm_args;
 
 /* Weight zero point the activation corrections (ioff) are made for. */
@@ -160,7 +162,7 @@ void kv_mm_xpack_avx2(const float *src, int rows, int64_t K, float *dst);
 void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                        int zp);
-void kv_mm_xpack_avx512(const float *src, int rows, int64_t K, float *dst);
+void kv_mm_frows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch); /* float weights */
 #endif
 
 /* ---- the driver --------------------------------------------------------- */

@@ -1,28 +1,25 @@
-/* matmul_avx512.c - AVX-512 matmul kernels (F/BW/VL/DQ + VNNI), compiled
- * for that target with function attributes so the same binary still runs on
- * older x86-64 (the driver calls them only when the CPU has the features).
+/* matmul_avx512.c - AVX-512 matmul kernels for the quantized weights
+ * (F/BW/VL/DQ + VNNI; float weights: matmul_f_avx512.c), compiled for that
+ * target with function attributes so the same binary still runs on older
+ * x86-64 (the driver calls them only when the CPU has the features).
  *
  * Two shapes of kernel, one arithmetic. Every output y[j][r] is the same
  * chain of fp32 operations whichever kernel runs, so a row's result does not
- * depend on the batch it came in (batch invariance):
- *   quantized: per 32-element block b in order,
+ * depend on the batch it came in (batch invariance): per 32-element block b
+ * in order,
  *     acc = fma(float(isum_b + ioff_b), dw_b * da_b, acc)
  *     q4_1 then: acc = fma(mw_b, ds_b, acc)
- *   (isum_b is the exact integer dot; the order of integer adds is free);
- *   float: acc = fma(w[k], x[k], acc) for k = 0, 1, ..., K-1.
+ *   (isum_b is the exact integer dot; the order of integer adds is free).
  *  - direct (n < KV_MM_PACK_MIN_N, decode): tiles of 16 weight rows, one row
  *    per lane, read straight from the file mapping while a later tile is
- *    prefetched. Quantized: per block, the 16 rows' dots come from 256/512-
- *    bit vpdpbusd plus an integer reduction tree; float: 16x16 in-register
- *    transposes. Memory-bound by design.
+ *    prefetched; per block, the 16 rows' dots come from 256/512-bit
+ *    vpdpbusd plus an integer reduction tree. Memory-bound by design.
  *  - packed (batched n): a panel of 16 weight rows is repacked once per call
- *    into per-thread scratch (quantized: one zmm holds the same 4 elements of
- *    all 16 rows; float: k-major f32) while the next panel is prefetched.
- *    Quantized, the inner loop broadcasts 4 activation bytes per vpdpbusd and
- *    keeps 12 activation rows' accumulators in registers; float, it
- *    broadcasts one activation (x packed in groups of 16 rows by the
- *    driver) per fma into 16 accumulators. Every weight byte loaded feeds
- *    12-16 activation rows: compute-bound.
+ *    into per-thread scratch (one zmm holds the same 4 elements of all 16
+ *    rows) while the next panel is prefetched. The inner loop broadcasts 4
+ *    activation bytes per vpdpbusd and keeps 12 activation rows'
+ *    accumulators in registers: every weight byte loaded feeds 12
+ *    activation rows, compute-bound.
  * Quantized weights are made unsigned for vpdpbusd (q8_0: w ^ 0x80, q4:
  * the raw nibble) and the zero point comes back through the per-block
  * correction -zp * sum(q_act) (kv_q8a.ioff), exact in integers. */
@@ -88,8 +85,7 @@ KV_AI __m512i bcast32(const int8_t *p) {
 }
 
 /* Transposes the 4x4 blocks of 32-bit elements that v[4g..4g+3] hold in
- * each 128-bit lane, g < G: the first two steps of tr16 and of pack_q's
- * regrouping. */
+ * each 128-bit lane, g < G: the first steps of pack_q's regrouping. */
 KV_AI void tr4x4_lanes(__m512 *v, const int G) {
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
@@ -533,200 +529,15 @@ QD_FN(KV_TYPE_Q8_0)
 QD_FN(KV_TYPE_Q4_0)
 QD_FN(KV_TYPE_Q4_1)
 
-/* ---- float weights -------------------------------------------------------- */
+/* ---- float weights: matmul_f_avx512.c -------------------------------------- */
 
-/* Elements k.. of a float row as f32, the lanes outside m zero (no memory
- * past them is read). */
-KV_AI __m512 ldw_mask(kv_type t, const uint8_t *row, int64_t k, __mmask16 m) {
-    if (t == KV_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + k);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const void *)(row + 2 * k));
-    if (t == KV_TYPE_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-KV_AI __m512 ldw(kv_type t, const uint8_t *row, int64_t k) { return ldw_mask(t, row, k, (__mmask16)0xFFFF); }
-
-/* ---- packed float panels (batched n) ------------------------------------- */
-
-/* In-register transpose of a 16x16 float tile. */
-KV_AI void tr16(__m512 r[16]) {
-    __m512 t[16];
-    tr4x4_lanes(r, 4);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        __m512 t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-        __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        __m512 t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-        t[c] = _mm512_shuffle_f32x4(t0, t2, 0x88);
-        t[8 + c] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
-        t[4 + c] = _mm512_shuffle_f32x4(t1, t3, 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
-/* Packs `rows` (<= 16) rows of K elements of type t, row i at base + i *
- * stride bytes, k-major as dst[k][16] in f32: the weight panels and the
- * activation groups (kv_mm_args.xp) alike; missing rows are zero. pc: the
- * prefetch of the next weight panel, a slice per step (NULL: none). */
-KV_AI void pack16(const uint8_t *base, size_t stride, kv_type t, int rows, int64_t K, float *dst, pf_cursor *pc) {
-    for (int64_t k = 0; k < K; k += 16) {
-        __mmask16 m = kv_tail16(K - k);
-        if (pc) pf_step(pc);
-        __m512 v[16];
-#pragma GCC unroll 16
-        for (int rr = 0; rr < 16; rr++)
-            v[rr] = rr < rows ? ldw_mask(t, base + (size_t)rr * stride, k, m) : _mm512_setzero_ps();
-        tr16(v);
-        if (K - k >= 16) {
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (k + i) * 16, v[i]);
-        } else {
-            for (int i = 0; i < K - k; i++) _mm512_storeu_ps(dst + (k + i) * 16, v[i]);
-        }
-    }
-}
-
-_Static_assert(KV_MM_XGROUP == 16, "pack16 writes the activation groups");
-
-void kv_mm_xpack_avx512(const float *src, int rows, int64_t K, float *dst) {
-    pack16((const uint8_t *)src, (size_t)K * sizeof(float), KV_TYPE_F32, rows, K, dst, NULL);
-}
-
-/* y rows j0..j0+J (xg: their packed activations, row stride 16 floats per
- * k) x panel rows r0..r0+16, over k in [k0, k1); adds to y when k0 > 0. */
-KV_AI void fp_kernel(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0,
-                     __mmask16 mask, int j0, const int J) {
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int jj = 0; jj < J; jj++)
-        acc[jj] = k0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, a->y + (size_t)(j0 + jj) * a->M + r0);
-    const float *xk = xg + k0 * KV_MM_XGROUP;
-    const float *wk = pf + k0 * 16;
-    for (int64_t k = k0; k < k1; k++, xk += KV_MM_XGROUP, wk += 16) {
-        __m512 wv = _mm512_load_ps(wk);
-#pragma GCC unroll 16
-        for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(wv, _mm512_set1_ps(xk[jj]), acc[jj]);
-    }
-#pragma GCC unroll 16
-    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
-}
-
-/* A group of `left` activation rows: all 16 in one fp_kernel, else 8, 4
- * and the rest; lanes past `rows` are masked off. */
-static void fp_group(const kv_mm_args *a, const float *pf, const float *xg, int64_t k0, int64_t k1, int64_t r0, int rows,
-                     int g0, int left) {
-    const __mmask16 mask = kv_tail16(rows);
-    int jo = 0;
-    if (left == 16) {
-        fp_kernel(a, pf, xg, k0, k1, r0, mask, g0, 16);
-        return;
-    }
-    if (left - jo >= 8) {
-        fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 8);
-        jo += 8;
-    }
-    if (left - jo >= 4) {
-        fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 4);
-        jo += 4;
-    }
-    switch (left - jo) {
-    case 3: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 3); break;
-    case 2: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 2); break;
-    case 1: fp_kernel(a, pf, xg + jo, k0, k1, r0, mask, g0 + jo, 1); break;
-    default: break;
-    }
-}
-
-/* ---- direct float tiles (small n) ---------------------------------------- */
-
-/* Decode-sized n: 16 weight rows are transposed in registers, 16 k at a
- * time, instead of being packed to scratch, then fed to the same fma chain
- * as fp_kernel: per row (one lane) and activation row,
- *   acc = fma(w[k], x[k], acc) for k = 0, 1, ..., K-1,
- * so the result is the packed path's to the bit (batch invariance). */
-KV_AI void fd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask, int j0,
-                const int J, const pf_plan *pf) {
-    const int64_t K = a->K;
-    const float *xs[2];
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-#pragma GCC unroll 2
-    for (int jj = 0; jj < J; jj++) xs[jj] = a->x + (size_t)(j0 + jj) * K;
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        pf_slice(pf, k / 16);
-        __m512 v[16];
-#pragma GCC unroll 16
-        for (int rr = 0; rr < 16; rr++) v[rr] = ldw(t, w + (size_t)rr * ws, k);
-        tr16(v);
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-#pragma GCC unroll 2
-            for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(v[i], _mm512_set1_ps(xs[jj][k + i]), acc[jj]);
-    }
-    if (k < K) {
-        __mmask16 m = kv_tail16(K - k);
-        __m512 v[16];
-#pragma GCC unroll 16
-        for (int rr = 0; rr < 16; rr++) v[rr] = ldw_mask(t, w + (size_t)rr * ws, k, m);
-        tr16(v);
-        for (int i = 0; i < K - k; i++)
-#pragma GCC unroll 2
-            for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_fmadd_ps(v[i], _mm512_set1_ps(xs[jj][k + i]), acc[jj]);
-    }
-#pragma GCC unroll 2
-    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
-}
-
-typedef void (*fd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,
-                      const pf_plan *pf);
-
-/* Rows r0..r1 of float weights of type t: with packed activations (a->xp)
- * a panel of 16 at a time packed to scratch while the next is prefetched;
- * else direct tiles of 16 rows, f, read in place while a later tile is
- * prefetched. */
-KV_AI void f_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, fd_fn f) {
-    if (a->xp) {
-        float *pf = scratch; /* K * 16 floats */
-        for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
-            const int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
-            pf_cursor pc;
-            pf_init(&pc, a, r + KV_MM_PANEL, (a->K + 15) / 16);
-            pack16(a->w + (size_t)r * a->nb1, a->nb1, t, rows, a->K, pf, &pc);
-            kv_mm_panel_groups(a, pf, r, rows, fp_group);
-        }
-        return;
-    }
-    const size_t rb = (size_t)a->K * kv_type_get(a->type)->type_size; /* bytes of a row's elements */
-    int64_t r = r0;
-    for (; r + KV_MM_PANEL <= r1; r += KV_MM_PANEL) {
-        pf_plan pf = pf_plan_for(a, r + KV_PF_AHEAD_F * KV_MM_PANEL, a->K / 16);
-        f(a, a->w + (size_t)r * a->nb1, a->nb1, r, 0xFFFF, &pf);
-    }
-    if (r < r1) { /* partial tile: copied, missing rows repeat the first (masked off at the store) */
-        int rows = (int)(r1 - r);
-        uint8_t *tw = scratch;
-        kv_mm_copy_tile(a, r, rows, KV_MM_PANEL, rb, tw);
-        pf_plan pf = pf_plan_for(a, a->M, 1); /* nothing left to prefetch */
-        f(a, tw, rb, r, kv_tail16(rows), &pf);
-    }
-}
-
-#define FD_FN(t)                                                                                                       \
-    static void fd_##t(const kv_mm_args *a, const uint8_t *w, size_t ws, int64_t r0, __mmask16 mask,                 \
-                       const pf_plan *pf) {                                                                            \
-        int j0 = 0;                                                                                                    \
-        for (; j0 + 2 <= a->n; j0 += 2) fd16(a, t, w, ws, r0, mask, j0, 2, pf);                                       \
-        if (j0 < a->n) fd16(a, t, w, ws, r0, mask, j0, 1, pf);                                                         \
-    }                                                                                                                  \
+#define F_FN(t)                                                                                                        \
     static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
-        f_rows(a, t, r0, r1, scratch, fd_##t);                                                                         \
+        kv_mm_frows_avx512(a, r0, r1, scratch);                                                                        \
     }
-FD_FN(KV_TYPE_F32)
-FD_FN(KV_TYPE_F16)
-FD_FN(KV_TYPE_BF16)
+F_FN(KV_TYPE_F32)
+F_FN(KV_TYPE_F16)
+F_FN(KV_TYPE_BF16)
 
 /* ---- entry --------------------------------------------------------------- */
 
