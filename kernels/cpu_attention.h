@@ -23,6 +23,21 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
  * a token group's window are not read. */
 void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                         const float *q, float *out, int n_heads, float scale, int window);
+/* kv_attn_run_window with `part` (part_floats floats, NULL: none) for
+ * splitting long contexts across the pool's threads: when a batch has few
+ * work items for the threads and a context longer than one chunk, each
+ * item's context is cut into its chunks (fixed positions, independent of the
+ * thread count and of the batch), taken by the threads, and their softmax
+ * states merged after. The results are the same bits with or without part
+ * (every path folds the same chunks in the same order); part only adds
+ * parallelism. Needs kv_attn_split_floats floats, else runs unsplit.
+ * Returns 1 when it split, 0 when not (the tests check both paths ran). */
+int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                       const float *q, float *out, int n_heads, float scale, int window, float *part,
+                       size_t part_floats);
+/* Floats of part a split of n_tokens tokens with contexts up to max_context
+ * needs (0 for bad arguments). */
+size_t kv_attn_split_floats(const kv_pages *kv, int n_tokens, int n_heads, int max_context);
 /* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
 void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
                    const float *k, const float *v);
