@@ -76,8 +76,25 @@ static void scalev_scalar(float *a, int n, float f) {
     for (int i = 0; i < n; i++) a[i] *= f;
 }
 
+/* The integer int8 path's reference (kv_attn_kernels.scores_q8): the exact
+ * int32 dot, then the shared score formula; the SIMD kernels match it bit
+ * for bit. Not in k_scalar's table: the scalar path stays the float one. */
+static void scores_q8_scalar(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
+                             const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss) {
+    (void)qsum;
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *r = rows + (size_t)t * stride;
+        const float ks = row_scale(r, hd, KV_CACHE_INT8);
+        for (int h = 0; h < nr; h++) {
+            int32_t d = 0;
+            for (int i = 0; i < hd; i++) d += (int32_t)qq[h][i] * (int8_t)r[i];
+            s[h * ss + t] = attn_q8_score(d, scale * qd[h], ks);
+        }
+    }
+}
+
 static const kv_attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, maxf_scalar, scalev_scalar,
-                                      ATTN_DT_BIT(KV_CACHE_F32) | ATTN_DT_BIT(KV_CACHE_F16)};
+                                      ATTN_DT_BIT(KV_CACHE_F32) | ATTN_DT_BIT(KV_CACHE_F16), NULL};
 
 /* The scalar path's decoder: the reference row decoder, tile rows into dst(nt, hd). */
 static void decode_rows(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
@@ -116,6 +133,7 @@ typedef struct attn_job {
     int n_heads;
     float scale;
     int window;       /* > 0: a token at position p sees positions > p - window only */
+    int q8;           /* 1: int8 keys scored in integers against int8 queries (kern->scores_q8) */
     int tile;         /* context tokens per softmax step: min(ATTN_TILE, ATTN_QBUF / head_dim) */
     int split;        /* context positions per chunk (a multiple of the block size) */
     float *part;      /* chunk items' states: (n_tokens, n_heads, n_chunks) slots of head_dim + 2 floats */
@@ -213,6 +231,9 @@ __attribute__((noinline)) static void fold_chunk(float *M, float *L, float *ACC,
  * partials), and the chunks before it folded into M, L and macc. */
 typedef struct attn_rows {
     const float *qr[ATTN_ROWS];
+    const int8_t *qq[ATTN_ROWS]; /* q8: the query rows quantized */
+    float qd[ATTN_ROWS];
+    int32_t qsum[ATTN_ROWS];
     float *ar[ATTN_ROWS];
     float m[ATTN_ROWS], l[ATTN_ROWS], M[ATTN_ROWS], L[ATTN_ROWS];
     int ctx[ATTN_ROWS], lo[ATTN_ROWS], ntr[ATTN_ROWS], rb[ATTN_ROWS + 1], ra[ATTN_ROWS];
@@ -221,7 +242,7 @@ typedef struct attn_rows {
 
 /* Lays out an item's rows: grouped by kv head, then token, then query head,
  * so a kv head's rows have non-decreasing context lengths. */
-static void rows_init(const attn_job *j, const attn_item *it, attn_rows *R) {
+static void rows_init(const attn_job *j, const attn_item *it, attn_rows *R, int8_t *qbuf) {
     const int hd = j->kv->head_dim, G = j->n_heads / j->kv->n_kv_heads;
     const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1;
     int nr = 0;
@@ -232,6 +253,11 @@ static void rows_init(const attn_job *j, const attn_item *it, attn_rows *R) {
             for (int h = ha; h < hb; h++) {
                 const size_t o = ((size_t)t * j->n_heads + h) * hd;
                 R->qr[nr] = j->q + o;
+                if (j->q8) {
+                    int8_t *qq = qbuf + (size_t)nr * (hd + 4);
+                    attn_q8_query(R->qr[nr], hd, qq, &R->qd[nr], &R->qsum[nr]);
+                    R->qq[nr] = qq;
+                }
                 R->ar[nr] = it->chunk < 0
                                 ? j->out + o
                                 : j->part + (((size_t)t * j->n_heads + h) * j->n_chunks + it->chunk) * (hd + 2);
@@ -277,8 +303,12 @@ static void attend_tile(const attn_job *j, attn_rows *R, int gi, int g, int phys
     const uint8_t *rk = tile_rows(j, kv->k, phys, t0, R->ntr[e - 1], g, buf, &stride, &d);
     for (int r = a; r < e; r += ATTN_HC) {
         const int re = KV_MIN(e, r + ATTN_HC);
-        j->kern->scores(R->qr + r, re - r, hd, rk, stride, R->ntr[re - 1], d, j->scale, s + (size_t)r * ATTN_TILE,
-                        ATTN_TILE);
+        if (j->q8)
+            j->kern->scores_q8(R->qq + r, R->qd + r, R->qsum + r, re - r, hd, rk, stride, R->ntr[re - 1], j->scale,
+                               s + (size_t)r * ATTN_TILE, ATTN_TILE);
+        else
+            j->kern->scores(R->qr + r, re - r, hd, rk, stride, R->ntr[re - 1], d, j->scale,
+                            s + (size_t)r * ATTN_TILE, ATTN_TILE);
     }
     for (int r = a; r < e; r++) {
         float *sr = s + (size_t)r * ATTN_TILE;
@@ -314,8 +344,9 @@ static void attend(const attn_job *j, const attn_item *it, float *buf, float *ma
     const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1, S = j->split;
     const int32_t *table = j->ab->tables[j->ab->seq[it->tok]];
     float s[ATTN_ROWS * ATTN_TILE];
+    int8_t qbuf[ATTN_QBUF + 4 * ATTN_ROWS]; /* q8: rows x (hd codes + scale); rows x hd <= ATTN_QBUF */
     attn_rows R;
-    rows_init(j, it, &R);
+    rows_init(j, it, &R, qbuf);
     /* the item's first token has the lowest window start: blocks wholly
      * before it are never read */
     int start = j->window > 0 ? KV_MAX(0, j->ab->pos[it->tok] + 1 - j->window) : 0;
@@ -484,6 +515,7 @@ int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, i
         .tile = KV_MAX(1, KV_MIN(ATTN_TILE, ATTN_QBUF / kv->head_dim)),
         .split = (ATTN_SPLIT + kv->block_size - 1) / kv->block_size * kv->block_size,
     };
+    j.q8 = kv->dtype == KV_CACHE_INT8 && j.kern->scores_q8 != NULL;
     int64_t total = 0; /* context length x heads */
     int ctx_max = 0;
     for (int i = 0; i < ab->n_tokens; i++) {
@@ -537,6 +569,29 @@ int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, i
         j.n_items = plan_items(ab, n_heads, &pl, items, ATTN_ITEMS, &tok, &head);
         atomic_store_explicit(&j.next, 0, memory_order_relaxed);
         kv_threadpool_run(pool, attn_task, &j);
+    }
+    return 0;
+}
+
+int kv_attn_int8_integer(kv_cpu_isa isa) { return kernels_for(isa)->scores_q8 != NULL; }
+
+int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                      float scale, float *s) {
+    const kv_attn_kernels *k = kernels_for(isa);
+    void (*f)(const int8_t *const *, const float *, const int32_t *, int, int, const uint8_t *, size_t, int, float,
+              float *, int) = isa == KV_CPU_ISA_SCALAR ? scores_q8_scalar : k->scores_q8;
+    if (!f || hd <= 0 || hd > KV_ATTN_MAX_HEAD_DIM || nr < 0 || nt < 0) return -1;
+    int8_t qb[ATTN_HC][KV_ATTN_MAX_HEAD_DIM + 4];
+    const int8_t *qq[ATTN_HC];
+    float qd[ATTN_HC];
+    int32_t qs[ATTN_HC];
+    for (int r = 0; r < nr; r += ATTN_HC) {
+        const int n = KV_MIN(ATTN_HC, nr - r);
+        for (int h = 0; h < n; h++) {
+            attn_q8_query(q + (size_t)(r + h) * hd, hd, qb[h], &qd[h], &qs[h]);
+            qq[h] = qb[h];
+        }
+        if (nt > 0) f(qq, qd, qs, n, hd, rows, stride, nt, scale, s + (size_t)r * nt, nt);
     }
     return 0;
 }

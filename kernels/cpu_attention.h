@@ -38,6 +38,18 @@ int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, i
 /* Floats of part a split of n_tokens tokens with contexts up to max_context
  * needs (0 for bad arguments). */
 size_t kv_attn_split_floats(const kv_pages *kv, int n_tokens, int n_heads, int max_context);
+/* The integer int8 path on its own (the tests): nr query rows q (nr, hd)
+ * quantized to int8 as the kernels do, scored against nt int8-cache rows
+ * (stride bytes apart) into s (nr, nt) with the kernels of isa; scalar is
+ * the path's reference. Returns 0, or -1 when isa scores int8 keys in
+ * float (no integer path) or the arguments are out of range. */
+/* 1 when the attention kernels of isa (as kv_attn_run picks them) score
+ * int8 keys in integers against int8-quantized queries (AVX-512 VNNI): the
+ * query's rounding then adds ~2e-3 normalised error to the output, next to
+ * the ~4e-3 of the int8 cache itself. 0: in float. */
+int kv_attn_int8_integer(kv_cpu_isa isa);
+int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                      float scale, float *s);
 /* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
 void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
                    const float *k, const float *v);

@@ -240,7 +240,8 @@ static void test_split_matches(void) {
         if (e < 0) continue;
         ran++;
         worst[c.dtype] = fmax(worst[c.dtype], e);
-        CHECKF(e < 2e-6, "%s %s bs %d hd %d heads %d/%d window %d: err %.3g vs the oracle", kv_cpu_isa_name(c.isa),
+        const double bound = c.dtype == KV_CACHE_INT8 && kv_attn_int8_integer(c.isa) ? 5e-3 : 2e-6; /* int8 queries */
+        CHECKF(e < bound, "%s %s bs %d hd %d heads %d/%d window %d: err %.3g vs the oracle", kv_cpu_isa_name(c.isa),
                kv_cache_dtype_name(c.dtype), c.bs, c.hd, c.nh, c.nkv, c.window, e);
     }
     CHECK(ran >= 12);
