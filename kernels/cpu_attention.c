@@ -28,6 +28,7 @@
 #define ATTN_QBUF 8192  /* floats of decoded K or V rows (the scalar reference path) */
 #define ATTN_ITEMS 1024 /* work items per dispatch; larger batches take several */
 #define ATTN_SPLIT 512  /* context positions of one chunk (rounded up to whole blocks) */
+#define ATTN_MACC (ATTN_ROWS * 256) /* floats of an item's merged accumulators: 64 rows up to head_dim 256 */
 
 /* ---- scalar reference ---- */
 
@@ -255,7 +256,7 @@ static void rows_init(const attn_job *j, const attn_item *it, attn_rows *R, int8
                 R->qr[nr] = j->q + o;
                 if (j->q8) {
                     int8_t *qq = qbuf + (size_t)nr * (hd + 4);
-                    attn_q8_query(R->qr[nr], hd, qq, &R->qd[nr], &R->qsum[nr]);
+                    attn_q8_query(R->qr[nr], hd, qq, &R->qd[nr], &R->qsum[nr], 1); /* q8: an AVX-512 table */
                     R->qq[nr] = qq;
                 }
                 R->ar[nr] = it->chunk < 0
@@ -344,7 +345,7 @@ static void attend(const attn_job *j, const attn_item *it, float *buf, float *ma
     const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1, S = j->split;
     const int32_t *table = j->ab->tables[j->ab->seq[it->tok]];
     float s[ATTN_ROWS * ATTN_TILE];
-    int8_t qbuf[ATTN_QBUF + 4 * ATTN_ROWS]; /* q8: rows x (hd codes + scale); rows x hd <= ATTN_QBUF */
+    int8_t qbuf[ATTN_MACC + 4 * ATTN_ROWS]; /* q8: rows x (hd codes + scale); rows x hd <= ATTN_MACC */
     attn_rows R;
     rows_init(j, it, &R, qbuf);
     /* the item's first token has the lowest window start: blocks wholly
@@ -409,7 +410,7 @@ static void attn_task(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
     attn_job *j = ctx;
-    float buf[ATTN_QBUF], macc[ATTN_QBUF];
+    float buf[ATTN_QBUF], macc[ATTN_MACC];
     for (;;) {
         const int k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (k >= j->n_items) break;
@@ -435,7 +436,7 @@ typedef struct attn_plan {
     int tmax; /* tokens per item (at most) */
     int hpi;  /* query heads per item (at most; fewer when its tokens would exceed rmax rows) */
     int G;    /* query heads per kv head */
-    int rmax; /* rows per item: ATTN_ROWS, fewer when their merged accumulators would not fit ATTN_QBUF */
+    int rmax; /* rows per item: ATTN_ROWS, fewer when their merged accumulators would not fit ATTN_MACC */
 } attn_plan;
 
 /* Heads per item for an item of nt tokens. */
@@ -528,7 +529,7 @@ int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, i
     const int64_t kv_bytes = total / (n_heads / kv->n_kv_heads) * 2 * (int64_t)kv->row_bytes;
     if (total < 4096 && kv_bytes < 65536) pool = NULL;
     const int nth = kv_threadpool_size(pool);
-    attn_plan pl = {.G = n_heads / kv->n_kv_heads, .rmax = KV_MIN(ATTN_ROWS, ATTN_QBUF / kv->head_dim)};
+    attn_plan pl = {.G = n_heads / kv->n_kv_heads, .rmax = KV_MIN(ATTN_ROWS, ATTN_MACC / kv->head_dim)};
     pl.tmax = KV_MAX(1, KV_MIN(ATTN_RUN, pl.rmax / pl.G));
     int groups = 0; /* token groups (items if each took every head) */
     for (int i = 0; i < ab->n_tokens; i += run_length(ab, i, pl.tmax)) groups++;
@@ -588,7 +589,7 @@ int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint
     for (int r = 0; r < nr; r += ATTN_HC) {
         const int n = KV_MIN(ATTN_HC, nr - r);
         for (int h = 0; h < n; h++) {
-            attn_q8_query(q + (size_t)(r + h) * hd, hd, qb[h], &qd[h], &qs[h]);
+            attn_q8_query(q + (size_t)(r + h) * hd, hd, qb[h], &qd[h], &qs[h], isa != KV_CPU_ISA_SCALAR);
             qq[h] = qb[h];
         }
         if (nt > 0) f(qq, qd, qs, n, hd, rows, stride, nt, scale, s + (size_t)r * nt, nt);

@@ -48,8 +48,22 @@ typedef struct kv_attn_kernels {
  * (kv_dtype_encode_row: hd codes, then the f32 scale qd), and the sum of
  * its codes (the VNNI kernels take keys as unsigned k + 128 and subtract
  * 128 * qsum). Deterministic per row: batch invariance holds. */
-static inline void attn_q8_query(const float *q, int hd, int8_t *qq, float *qd, int32_t *qsum) {
-    kv_dtype_encode_row(KV_CACHE_INT8, q, qq, hd);
+static inline void attn_q8_query(const float *q, int hd, int8_t *qq, float *qd, int32_t *qsum, int simd);
+
+#ifdef KV_HAVE_X86_KERNELS
+void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n);
+#endif
+
+/* simd: the AVX2 encoder (the reference's bits without its libm calls);
+ * only where the CPU has AVX2. */
+static inline void attn_q8_query(const float *q, int hd, int8_t *qq, float *qd, int32_t *qsum, int simd) {
+#ifdef KV_HAVE_X86_KERNELS
+    if (simd)
+        kv_attn_int8_encode_avx2(q, (uint8_t *)qq, hd);
+    else
+#endif
+        kv_dtype_encode_row(KV_CACHE_INT8, q, qq, hd);
+    (void)simd;
     memcpy(qd, qq + hd, 4);
     int32_t sum = 0;
     for (int i = 0; i < hd; i++) sum += qq[i];
@@ -159,7 +173,6 @@ extern const kv_attn_kernels kv_attn_kernels_avx512; /* cpu_attention_avx512.c *
  * the reference's (kv_dtype_encode_row) for hd elements of src. */
 void kv_attn_f16_encode_avx2(const float *src, uint8_t *dst, int n);
 void kv_attn_fp8_encode_avx2(const float *src, uint8_t *dst, int n, int e4);
-void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n);
 #endif
 
 #endif

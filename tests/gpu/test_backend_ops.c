@@ -85,14 +85,16 @@ static void init_targets(void) {
 }
 
 /* Records one comparison and checks it against the op's tolerance. */
-static void judge(target *t, int op, double e, const char *what) {
+static void judge_tol(target *t, int op, double e, double tol, const char *what) {
     if (e > t->worst[op] || e != e) t->worst[op] = e;
     t->cases[op]++;
     if (t->exact)
         CHECKF(e == 0.0, "%s %s %s: differs from cpu (normalised error %.3g)", t->name, op_names[op], what, e);
     else
-        CHECKF(e <= op_tol[op], "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, op_tol[op]);
+        CHECKF(e <= tol, "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, tol);
 }
+
+static void judge(target *t, int op, double e, const char *what) { judge_tol(t, op, e, op_tol[op], what); }
 
 static void report(int op) {
     for (int i = 0; i < n_targets; i++)
@@ -424,7 +426,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
             int differ = 0;
             judge(t, OP_KV_STORE, pages_err(&pc, &ph, &ab, l, &differ), what);
             if (differ && !t->exact) printf("  note: %s kv_store %s: %d rows not byte-equal\n", t->name, what, differ);
-            judge(t, OP_ATTENTION, harness_nerr(ot, oc, (size_t)n * nh * hd), what);
+            judge_tol(t, OP_ATTENTION, harness_nerr(ot, oc, (size_t)n * nh * hd), test_attn_tol(cpu, dt, op_tol[OP_ATTENTION]), what);
         }
     }
     /* copy-on-write of a used block into a free one, then compare whole pools */

@@ -2,7 +2,7 @@
  * threads (kv_attn_run_split: each item's context cut into fixed chunks,
  * their softmax states merged after). On fresh random data with contexts
  * of 1..5 chunks (boundaries hit exactly, and one past), block sizes
- * 1/16/32, GQA and MHA, head_dims that are and are not multiples of the
+ * 1/16/32, GQA and MHA, head_dims up to 256 that are and are not multiples of the
  * vector width, every dtype, every ISA, with and without a sliding window:
  *   - the split runs (the entry point says so) and gives the same bits as
  *     the unsplit path on one thread and on two, and as the cpu backend;
@@ -218,7 +218,7 @@ static int pick_len(int S) {
 
 static void test_split_matches(void) {
     /* the 8-kv-head shape has enough items unsplit: the split must not run */
-    static const int shapes[][3] = {{64, 9, 3}, {72, 4, 1}, {32, 8, 8}, {128, 8, 2}};
+    static const int shapes[][3] = {{64, 9, 3}, {72, 4, 1}, {32, 8, 8}, {128, 8, 2}, {256, 4, 1}};
     static const int sizes[] = {1, 16, 32};
     kv_threadpool *pool = kv_threadpool_new(2);
     REQUIRE(pool);
