@@ -65,21 +65,28 @@ static void bench(kv_threadpool *pool, kv_cache_dtype d, int depth, int reps) {
     kv_attn_batch ab = {.n_tokens = 1, .pos = &pos, .seq = &seq, .slot = &slot, .n_seqs = 1, .tables = tabs};
     double *ts = malloc(sizeof(double) * (size_t)reps), *tu = malloc(sizeof(double) * (size_t)reps);
     const kv_cpu_isa isa = kv_cpu_isa_best();
-    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-        double t0 = now_s();
-        for (int l = 0; l < LAYERS; l++) kv_attn_run_split(pool, isa, &pg, l, &ab, q, out, NH, 0.125f, 0, part, part_n);
-        double t1 = now_s();
-        for (int l = 0; l < LAYERS; l++) kv_attn_run_split(pool, isa, &pg, l, &ab, q, out, NH, 0.125f, 0, NULL, 0);
-        double t2 = now_s();
+    int split_runs = 0; /* calls that did split (kv_attn_run_split's answer) */
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up; odd r runs the unsplit path first (no order bias) */
+        double t[2];
+        for (int k = 0; k < 2; k++) {
+            const int split = (k == 0) == (r % 2 == 0);
+            const double t0 = now_s();
+            for (int l = 0; l < LAYERS; l++)
+                split_runs += kv_attn_run_split(pool, isa, &pg, l, &ab, q, out, NH, 0.125f, 0, split ? part : NULL,
+                                                split ? part_n : 0);
+            t[!split] = (now_s() - t0) / LAYERS;
+        }
         if (r >= 0) {
-            ts[r] = (t1 - t0) / LAYERS;
-            tu[r] = (t2 - t1) / LAYERS;
+            ts[r] = t[0];
+            tu[r] = t[1];
         }
     }
     const double ms = median(ts, reps) * 1e3, mu = median(tu, reps) * 1e3;
     const double bytes = 2.0 * depth * NKV * (double)pg.row_bytes; /* K and V of one layer */
-    printf("  %-9s depth %6d: split %7.3f ms/layer (%5.1f GB/s), unsplit %7.3f ms/layer (%5.1f GB/s), unsplit/split %.2f\n",
-           kv_cache_dtype_name(d), depth, ms, bytes / ms * 1e-6, mu, bytes / mu * 1e-6, mu / ms);
+    printf("  %-9s depth %6d: split %7.3f ms/layer (%5.1f GB/s), unsplit %7.3f ms/layer (%5.1f GB/s), unsplit/split "
+           "%.2f%s\n",
+           kv_cache_dtype_name(d), depth, ms, bytes / ms * 1e-6, mu, bytes / mu * 1e-6, mu / ms,
+           split_runs == (reps + 1) * LAYERS ? "" : " (the split did not run: one chunk, or one thread)");
     free(ts);
     free(tu);
     free(part);
