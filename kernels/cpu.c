@@ -23,6 +23,9 @@
 /* Element-wise ops go parallel above this many elements. */
 #define KV_CPU_MIN_PAR_ELEMS (1 << 16)
 #define KV_ROPE_MAX_PAIRS 1024
+/* Floats of attention's split states (kv_attn_run_split): 1 MiB takes a
+ * decode token of 9 heads of 64 at 200K context, or 32 tokens at 6K. */
+#define KV_CPU_ATTN_PART (1 << 18)
 
 typedef struct cpu_ctx {
     kv_threadpool *pool;
@@ -33,6 +36,7 @@ typedef struct cpu_ctx {
     void *act;                         /* shared activation scratch */
     size_t act_cap;                    /* bytes of one region (KV_MATMUL_MULTI_MAX of them) */
     atomic_ullong used;                /* bytes held by alloc() and scratch */
+    float *attn_part;                  /* attention's split states (KV_CPU_ATTN_PART floats; NULL: one thread) */
     /* the first failure since the last status call (ops run on one caller
      * thread; workers report through their op, which records here) */
     int err_code;                      /* 0: none */
@@ -510,7 +514,9 @@ static void cpu_attention_window(kv_backend *b, const kv_pages *kv, int layer, c
                  n_heads, kv->n_kv_heads, kv->head_dim, layer, kv->n_layers);
         return;
     }
-    kv_attn_run_window(kv_cpu_pool(b), kv_cpu_get_isa(b), kv, layer, ab, q, out, n_heads, scale, window);
+    cpu_ctx *c = ctx_of(b);
+    kv_attn_run_split(c->pool, c->isa, kv, layer, ab, q, out, n_heads, scale, window, c->attn_part,
+                      c->attn_part ? KV_CPU_ATTN_PART : 0);
 }
 
 void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab, const float *q,
@@ -541,6 +547,7 @@ static void cpu_destroy(kv_backend *b) {
         kv_threadpool_free(c->pool);
         for (int i = 0; i < KV_CPU_MAX_THREADS; i++) free(c->scratch[i]);
         free(c->act);
+        free(c->attn_part);
         free(c);
     }
     free(b);
@@ -609,6 +616,10 @@ kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {
     if (c->n_threads > KV_CPU_MAX_THREADS) {
         kv_err_set(err, KV_ERR_INVAL, "cpu backend: %d threads, at most %d", c->n_threads, KV_CPU_MAX_THREADS);
         goto fail;
+    }
+    if (c->n_threads > 1) {
+        if (!(c->attn_part = aligned_alloc(64, KV_CPU_ATTN_PART * sizeof(float)))) goto nomem;
+        atomic_fetch_add(&c->used, KV_CPU_ATTN_PART * sizeof(float));
     }
     b->n_threads = c->n_threads;
     return b;

@@ -27,6 +27,8 @@
 #define ATTN_RUN 16     /* tokens of one sequence in one work item (at most) */
 #define ATTN_QBUF 8192  /* floats of decoded K or V rows (the scalar reference path) */
 #define ATTN_ITEMS 1024 /* work items per dispatch; larger batches take several */
+#define ATTN_SPLIT 512  /* context positions of one chunk (rounded up to whole blocks) */
+#define ATTN_MACC (ATTN_ROWS * 256) /* floats of an item's merged accumulators: 64 rows up to head_dim 256 */
 
 /* ---- scalar reference ---- */
 
@@ -75,8 +77,25 @@ static void scalev_scalar(float *a, int n, float f) {
     for (int i = 0; i < n; i++) a[i] *= f;
 }
 
+/* The integer int8 path's reference (kv_attn_kernels.scores_q8): the exact
+ * int32 dot, then the shared score formula; the SIMD kernels match it bit
+ * for bit. Not in k_scalar's table: the scalar path stays the float one. */
+static void scores_q8_scalar(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
+                             const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss) {
+    (void)qsum;
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *r = rows + (size_t)t * stride;
+        const float ks = row_scale(r, hd, KV_CACHE_INT8);
+        for (int h = 0; h < nr; h++) {
+            int32_t d = 0;
+            for (int i = 0; i < hd; i++) d += (int32_t)qq[h][i] * (int8_t)r[i];
+            s[h * ss + t] = attn_q8_score(d, scale * qd[h], ks);
+        }
+    }
+}
+
 static const kv_attn_kernels k_scalar = {scores_scalar, accum_scalar, expsum_scalar, maxf_scalar, scalev_scalar,
-                                      ATTN_DT_BIT(KV_CACHE_F32) | ATTN_DT_BIT(KV_CACHE_F16)};
+                                      ATTN_DT_BIT(KV_CACHE_F32) | ATTN_DT_BIT(KV_CACHE_F16), NULL};
 
 /* The scalar path's decoder: the reference row decoder, tile rows into dst(nt, hd). */
 static void decode_rows(kv_cache_dtype d, const uint8_t *src, size_t stride, int nt, int hd, float *dst) {
@@ -102,6 +121,7 @@ static const kv_attn_kernels *kernels_for(kv_cpu_isa isa) {
 typedef struct attn_item {
     int32_t tok, ntok;
     int32_t h0, h1;
+    int32_t chunk; /* -1: the whole context; k >= 0: chunk k only, its state to the job's partials */
 } attn_item;
 
 typedef struct attn_job {
@@ -114,7 +134,11 @@ typedef struct attn_job {
     int n_heads;
     float scale;
     int window;       /* > 0: a token at position p sees positions > p - window only */
+    int q8;           /* 1: int8 keys scored in integers against int8 queries (kern->scores_q8) */
     int tile;         /* context tokens per softmax step: min(ATTN_TILE, ATTN_QBUF / head_dim) */
+    int split;        /* context positions per chunk (a multiple of the block size) */
+    float *part;      /* chunk items' states: (n_tokens, n_heads, n_chunks) slots of head_dim + 2 floats */
+    int n_chunks;     /* chunks per row in part */
     const attn_item *items; /* (n_items) */
     int n_items;
     _Alignas(64) atomic_int next; /* the next item not yet taken (own cache line: every thread bumps it) */
@@ -181,93 +205,204 @@ static int window_mask(float *sr, int nt, int below) {
     return 0;
 }
 
-/* One item: one pass over the context with a running max m and sum l per
- * row; the output rows are the accumulators (rescaled when the max grows,
- * divided by l at the end). Rows are grouped by kv head, then token, then
- * query head, so a kv head's rows have non-decreasing context lengths. Each
- * tile of context positions is read for every kv head of the item before
- * the next (a block holds the heads' rows one after the other). */
-static void attend(const attn_job *j, const attn_item *it, float *buf) {
-    const kv_pages *kv = j->kv;
-    const int hd = kv->head_dim, bs = kv->block_size, G = j->n_heads / kv->n_kv_heads, tile = j->tile;
-    const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1;
-    const int32_t *table = j->ab->tables[j->ab->seq[it->tok]];
+/* Folds a chunk's softmax state (max m, sum l, accumulator acc) into a
+ * row's merged state (*M, *L, ACC): the one combination both paths use (an
+ * item folding its own chunks at their boundaries, and the merge after a
+ * split), applied to a row's chunks in position order, so a row's bits do
+ * not depend on which path ran it. An empty chunk (l == 0) changes
+ * nothing; the first non-empty one is copied. Kept out of line: both
+ * callers run the same instructions. */
+__attribute__((noinline)) static void fold_chunk(float *M, float *L, float *ACC, float m, float l, const float *acc,
+                                                 int hd) {
+    if (l == 0.0f) return;
+    if (*L == 0.0f) {
+        memcpy(ACC, acc, (size_t)hd * sizeof(float));
+        *M = m;
+        *L = l;
+        return;
+    }
+    const float mx = m > *M ? m : *M, a = expf(*M - mx), b = expf(m - mx);
+    for (int i = 0; i < hd; i++) ACC[i] = ACC[i] * a + acc[i] * b;
+    *L = *L * a + l * b;
+    *M = mx;
+}
+
+/* A row's softmax state in one item: the current chunk's running max m,
+ * sum l and accumulator ar (its output row, or its slot of the job's
+ * partials), and the chunks before it folded into M, L and macc. */
+typedef struct attn_rows {
     const float *qr[ATTN_ROWS];
+    const int8_t *qq[ATTN_ROWS]; /* q8: the query rows quantized */
+    float qd[ATTN_ROWS];
+    int32_t qsum[ATTN_ROWS];
     float *ar[ATTN_ROWS];
-    float m[ATTN_ROWS], l[ATTN_ROWS], s[ATTN_ROWS * ATTN_TILE];
+    float m[ATTN_ROWS], l[ATTN_ROWS], M[ATTN_ROWS], L[ATTN_ROWS];
     int ctx[ATTN_ROWS], lo[ATTN_ROWS], ntr[ATTN_ROWS], rb[ATTN_ROWS + 1], ra[ATTN_ROWS];
+    int nr;
+} attn_rows;
+
+/* Lays out an item's rows: grouped by kv head, then token, then query head,
+ * so a kv head's rows have non-decreasing context lengths. */
+static void rows_init(const attn_job *j, const attn_item *it, attn_rows *R, int8_t *qbuf) {
+    const int hd = j->kv->head_dim, G = j->n_heads / j->kv->n_kv_heads;
+    const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1;
     int nr = 0;
     for (int g = g0; g < g1; g++) {
         const int ha = KV_MAX(it->h0, g * G), hb = KV_MIN(it->h1, (g + 1) * G);
-        rb[g - g0] = ra[g - g0] = nr;
+        R->rb[g - g0] = R->ra[g - g0] = nr;
         for (int t = it->tok; t < it->tok + it->ntok; t++)
             for (int h = ha; h < hb; h++) {
                 const size_t o = ((size_t)t * j->n_heads + h) * hd;
-                qr[nr] = j->q + o;
-                ar[nr] = j->out + o;
-                ctx[nr] = j->ab->pos[t] + 1;
-                lo[nr] = j->window > 0 ? KV_MAX(0, ctx[nr] - j->window) : 0;
-                m[nr] = -INFINITY;
-                l[nr] = 0.0f;
-                memset(ar[nr], 0, (size_t)hd * sizeof(float));
+                R->qr[nr] = j->q + o;
+                if (j->q8) {
+                    int8_t *qq = qbuf + (size_t)nr * (hd + 4);
+                    attn_q8_query(R->qr[nr], hd, qq, &R->qd[nr], &R->qsum[nr], 1); /* q8: an AVX-512 table */
+                    R->qq[nr] = qq;
+                }
+                R->ar[nr] = it->chunk < 0
+                                ? j->out + o
+                                : j->part + (((size_t)t * j->n_heads + h) * j->n_chunks + it->chunk) * (hd + 2);
+                R->ctx[nr] = j->ab->pos[t] + 1;
+                R->lo[nr] = j->window > 0 ? KV_MAX(0, R->ctx[nr] - j->window) : 0;
+                R->m[nr] = R->M[nr] = -INFINITY;
+                R->l[nr] = R->L[nr] = 0.0f;
+                memset(R->ar[nr], 0, (size_t)hd * sizeof(float));
                 nr++;
             }
     }
-    rb[g1 - g0] = nr;
-    const int ctx_max = j->ab->pos[it->tok + it->ntok - 1] + 1;
+    R->rb[g1 - g0] = nr;
+    R->nr = nr;
+}
+
+/* Chunk boundary of an item that takes the whole context: every row's
+ * chunk state is folded into its merged state (macc: nr rows of head_dim)
+ * and restarted. */
+static void rows_fold(const attn_job *j, attn_rows *R, float *macc) {
+    const int hd = j->kv->head_dim;
+    for (int r = 0; r < R->nr; r++) {
+        fold_chunk(&R->M[r], &R->L[r], macc + (size_t)r * hd, R->m[r], R->l[r], R->ar[r], hd);
+        R->m[r] = -INFINITY;
+        R->l[r] = 0.0f;
+        memset(R->ar[r], 0, (size_t)hd * sizeof(float));
+    }
+}
+
+/* One tile (nt context positions from P, block phys at t0) for the rows of
+ * kv head g: scores, the online softmax step, the weighted sum of V. */
+static void attend_tile(const attn_job *j, attn_rows *R, int gi, int g, int phys, int t0, int nt, int P,
+                        const int pf[3], float *buf, float *s) {
+    const kv_pages *kv = j->kv;
+    const int hd = kv->head_dim, e = R->rb[gi + 1];
+    int a = R->ra[gi];
+    while (a < e && R->ctx[a] <= P) a++; /* rows whose context ended */
+    R->ra[gi] = a;
+    if (a == e) return;
+    for (int r = a; r < e; r++) R->ntr[r] = KV_MIN(nt, R->ctx[r] - P);
+    if (pf[2]) prefetch_rows(j, kv->k, pf[0], pf[1], pf[2], g);
+    size_t stride;
+    kv_cache_dtype d;
+    const uint8_t *rk = tile_rows(j, kv->k, phys, t0, R->ntr[e - 1], g, buf, &stride, &d);
+    for (int r = a; r < e; r += ATTN_HC) {
+        const int re = KV_MIN(e, r + ATTN_HC);
+        if (j->q8)
+            j->kern->scores_q8(R->qq + r, R->qd + r, R->qsum + r, re - r, hd, rk, stride, R->ntr[re - 1], j->scale,
+                               s + (size_t)r * ATTN_TILE, ATTN_TILE);
+        else
+            j->kern->scores(R->qr + r, re - r, hd, rk, stride, R->ntr[re - 1], d, j->scale,
+                            s + (size_t)r * ATTN_TILE, ATTN_TILE);
+    }
+    for (int r = a; r < e; r++) {
+        float *sr = s + (size_t)r * ATTN_TILE;
+        if (R->lo[r] > P && window_mask(sr, R->ntr[r], R->lo[r] - P)) continue;
+        const float mx = j->kern->maxf(sr, R->ntr[r]);
+        if (mx > R->m[r]) {
+            if (R->l[r] > 0.0f) {
+                const float corr = expf(R->m[r] - mx);
+                R->l[r] *= corr;
+                j->kern->scalev(R->ar[r], hd, corr);
+            }
+            R->m[r] = mx;
+        }
+        R->l[r] += j->kern->expsum(sr, R->ntr[r], R->m[r]);
+    }
+    if (pf[2]) prefetch_rows(j, kv->v, pf[0], pf[1], pf[2], g);
+    const uint8_t *rv = tile_rows(j, kv->v, phys, t0, R->ntr[e - 1], g, buf, &stride, &d);
+    accum_rows(j, R->ar, R->ntr, a, e, rv, stride, d, s);
+}
+
+/* One item: one pass over its context span with a running max and sum per
+ * row; the accumulators are rescaled when the max grows. The context is
+ * cut into chunks of j->split positions at fixed absolute positions, each
+ * with its own softmax state: an item with chunk < 0 takes them all,
+ * folding each into the row's merged state (macc) at its end, and divides
+ * by the sum; an item with chunk k takes chunk k only and leaves its state
+ * in the job's partials for kv_attn_merge. Each tile of context positions
+ * is read for every kv head of the item before the next (a block holds the
+ * heads' rows one after the other). */
+static void attend(const attn_job *j, const attn_item *it, float *buf, float *macc) {
+    const kv_pages *kv = j->kv;
+    const int hd = kv->head_dim, bs = kv->block_size, G = j->n_heads / kv->n_kv_heads, tile = j->tile;
+    const int g0 = it->h0 / G, g1 = (it->h1 - 1) / G + 1, S = j->split;
+    const int32_t *table = j->ab->tables[j->ab->seq[it->tok]];
+    float s[ATTN_ROWS * ATTN_TILE];
+    int8_t qbuf[ATTN_MACC + 4 * ATTN_ROWS]; /* q8: rows x (hd codes + scale); rows x hd <= ATTN_MACC */
+    attn_rows R;
+    rows_init(j, it, &R, qbuf);
     /* the item's first token has the lowest window start: blocks wholly
      * before it are never read */
-    const int lo_min = j->window > 0 ? KV_MAX(0, j->ab->pos[it->tok] + 1 - j->window) : 0;
-    for (int blk = lo_min / bs; blk * bs < ctx_max; blk++) {
+    int start = j->window > 0 ? KV_MAX(0, j->ab->pos[it->tok] + 1 - j->window) : 0;
+    int end = j->ab->pos[it->tok + it->ntok - 1] + 1;
+    if (it->chunk >= 0) {
+        start = KV_MAX(start, it->chunk * S);
+        end = KV_MIN(end, (it->chunk + 1) * S);
+    }
+    for (int blk = start / bs; blk * bs < end; blk++) {
+        if (it->chunk < 0 && blk > start / bs && blk * bs % S == 0) rows_fold(j, &R, macc);
         const int phys = table[blk];
-        const int nblk = KV_MIN(bs, ctx_max - blk * bs);
+        const int nblk = KV_MIN(bs, end - blk * bs);
         for (int t0 = 0; t0 < nblk; t0 += tile) {
             const int nt = KV_MIN(tile, nblk - t0), P = blk * bs + t0; /* P: position of the tile's first row */
-            /* the next tile, for prefetching */
-            int pphys = phys, pt0 = t0 + nt, pnt = KV_MIN(tile, nblk - t0 - nt);
-            if (pnt <= 0) {
-                pphys = (blk + 1) * bs < ctx_max ? table[blk + 1] : -1;
-                pt0 = 0;
-                pnt = pphys >= 0 ? KV_MIN(tile, KV_MIN(bs, ctx_max - (blk + 1) * bs)) : 0;
+            /* the next tile, for prefetching: block, offset, length */
+            int pf[3] = {phys, t0 + nt, KV_MIN(tile, nblk - t0 - nt)};
+            if (pf[2] <= 0) {
+                pf[0] = (blk + 1) * bs < end ? table[blk + 1] : -1;
+                pf[1] = 0;
+                pf[2] = pf[0] >= 0 ? KV_MIN(tile, KV_MIN(bs, end - (blk + 1) * bs)) : 0;
             }
-            for (int g = g0; g < g1; g++) {
-                const int e = rb[g - g0 + 1];
-                int a = ra[g - g0];
-                while (a < e && ctx[a] <= P) a++; /* rows whose context ended */
-                ra[g - g0] = a;
-                if (a == e) continue;
-                for (int r = a; r < e; r++) ntr[r] = KV_MIN(nt, ctx[r] - P);
-                if (pnt) prefetch_rows(j, kv->k, pphys, pt0, pnt, g);
-                size_t stride;
-                kv_cache_dtype d;
-                const uint8_t *rk = tile_rows(j, kv->k, phys, t0, ntr[e - 1], g, buf, &stride, &d);
-                for (int r = a; r < e; r += ATTN_HC) {
-                    const int re = KV_MIN(e, r + ATTN_HC);
-                    j->kern->scores(qr + r, re - r, hd, rk, stride, ntr[re - 1], d, j->scale, s + (size_t)r * ATTN_TILE,
-                                    ATTN_TILE);
-                }
-                for (int r = a; r < e; r++) {
-                    float *sr = s + (size_t)r * ATTN_TILE;
-                    if (lo[r] > P && window_mask(sr, ntr[r], lo[r] - P)) continue;
-                    const float mx = j->kern->maxf(sr, ntr[r]);
-                    if (mx > m[r]) {
-                        if (l[r] > 0.0f) {
-                            const float corr = expf(m[r] - mx);
-                            l[r] *= corr;
-                            j->kern->scalev(ar[r], hd, corr);
-                        }
-                        m[r] = mx;
-                    }
-                    l[r] += j->kern->expsum(sr, ntr[r], m[r]);
-                }
-                if (pnt) prefetch_rows(j, kv->v, pphys, pt0, pnt, g);
-                const uint8_t *rv = tile_rows(j, kv->v, phys, t0, ntr[e - 1], g, buf, &stride, &d);
-                accum_rows(j, ar, ntr, a, e, rv, stride, d, s);
-            }
+            for (int g = g0; g < g1; g++) attend_tile(j, &R, g - g0, g, phys, t0, nt, P, pf, buf, s);
         }
     }
-    for (int r = 0; r < nr; r++) {
-        j->kern->scalev(ar[r], hd, l[r] > 0.0f ? 1.0f / l[r] : 0.0f);
+    for (int r = 0; r < R.nr; r++) {
+        if (it->chunk >= 0) {
+            R.ar[r][hd] = R.m[r];
+            R.ar[r][hd + 1] = R.l[r];
+            continue;
+        }
+        if (R.L[r] != 0.0f) { /* more than one chunk: the last one folded in, the merged state out */
+            fold_chunk(&R.M[r], &R.L[r], macc + (size_t)r * hd, R.m[r], R.l[r], R.ar[r], hd);
+            memcpy(R.ar[r], macc + (size_t)r * hd, (size_t)hd * sizeof(float));
+            R.l[r] = R.L[r];
+        }
+        j->kern->scalev(R.ar[r], hd, R.l[r] > 0.0f ? 1.0f / R.l[r] : 0.0f);
+    }
+}
+
+/* After a split: each row's chunks folded in position order into its
+ * output row, then divided by the sum, as attend does within an item. */
+static void attn_merge(const attn_job *j) {
+    const int hd = j->kv->head_dim, S = j->split;
+    for (int t = 0; t < j->ab->n_tokens; t++) {
+        const int ctx = j->ab->pos[t] + 1, lo = j->window > 0 ? KV_MAX(0, ctx - j->window) : 0;
+        for (int h = 0; h < j->n_heads; h++) {
+            const size_t row = (size_t)t * j->n_heads + h;
+            float *o = j->out + row * hd, M = -INFINITY, L = 0.0f;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int k = lo / S; k <= (ctx - 1) / S; k++) {
+                const float *p = j->part + (row * j->n_chunks + k) * (hd + 2);
+                fold_chunk(&M, &L, o, p[hd], p[hd + 1], p, hd);
+            }
+            j->kern->scalev(o, hd, L > 0.0f ? 1.0f / L : 0.0f);
+        }
     }
 }
 
@@ -275,11 +410,11 @@ static void attn_task(void *ctx, int ith, int nth) {
     (void)ith;
     (void)nth;
     attn_job *j = ctx;
-    float buf[ATTN_QBUF];
+    float buf[ATTN_QBUF], macc[ATTN_MACC];
     for (;;) {
         const int k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (k >= j->n_items) break;
-        attend(j, &j->items[k], buf);
+        attend(j, &j->items[k], buf, macc);
     }
 }
 
@@ -294,18 +429,19 @@ static int run_length(const kv_attn_batch *ab, int i, int tmax) {
 }
 
 /* How an item's token count and head range are chosen: at most ATTN_RUN
- * tokens and ATTN_ROWS rows; heads per item `hpi` (whole GQA groups when
- * it reaches one), fewer when the batch has few token groups, so that every
+ * tokens and rmax rows; heads per item `hpi` (whole GQA groups when it
+ * reaches one), fewer when the batch has few token groups, so that every
  * thread gets several items to take. */
 typedef struct attn_plan {
     int tmax; /* tokens per item (at most) */
-    int hpi;  /* query heads per item (at most; fewer when its tokens would exceed ATTN_ROWS rows) */
+    int hpi;  /* query heads per item (at most; fewer when its tokens would exceed rmax rows) */
     int G;    /* query heads per kv head */
+    int rmax; /* rows per item: ATTN_ROWS, fewer when their merged accumulators would not fit ATTN_MACC */
 } attn_plan;
 
 /* Heads per item for an item of nt tokens. */
 static int plan_heads(const attn_plan *pl, int nt) {
-    int h = KV_MIN(pl->hpi, ATTN_ROWS / nt);
+    int h = KV_MIN(pl->hpi, pl->rmax / nt);
     if (h >= pl->G) h = h / pl->G * pl->G;
     return KV_MAX(h, 1);
 }
@@ -316,7 +452,7 @@ static int plan_items(const kv_attn_batch *ab, int n_heads, const attn_plan *pl,
     int n = 0;
     while (n < cap && *tok < ab->n_tokens) {
         const int nt = run_length(ab, *tok, pl->tmax), hpi = plan_heads(pl, nt);
-        it[n++] = (attn_item){*tok, nt, *head, KV_MIN(n_heads, *head + hpi)};
+        it[n++] = (attn_item){*tok, nt, *head, KV_MIN(n_heads, *head + hpi), -1};
         *head += hpi;
         if (*head >= n_heads) {
             *head = 0;
@@ -326,16 +462,47 @@ static int plan_items(const kv_attn_batch *ab, int n_heads, const attn_plan *pl,
     return n;
 }
 
+/* The split of a long context across threads: each of the n items becomes
+ * one item per chunk its span touches, written into out (at most cap).
+ * Returns the count, or 0 when they would not fit. */
+static int split_items(const attn_job *j, const attn_item *base, int n, attn_item *out, int cap) {
+    const int S = j->split;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const attn_item *b = &base[i];
+        const int ctx = j->ab->pos[b->tok + b->ntok - 1] + 1;
+        const int lo = j->window > 0 ? KV_MAX(0, j->ab->pos[b->tok] + 1 - j->window) : 0;
+        for (int k = lo / S; k <= (ctx - 1) / S; k++) {
+            if (m == cap) return 0;
+            out[m] = *b;
+            out[m++].chunk = k;
+        }
+    }
+    return m;
+}
+
 void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                  const float *q, float *out, int n_heads, float scale) {
-    kv_attn_run_window(pool, isa, kv, layer, ab, q, out, n_heads, scale, 0);
+    kv_attn_run_split(pool, isa, kv, layer, ab, q, out, n_heads, scale, 0, NULL, 0);
 }
 
 void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                         const float *q, float *out, int n_heads, float scale, int window) {
+    kv_attn_run_split(pool, isa, kv, layer, ab, q, out, n_heads, scale, window, NULL, 0);
+}
+
+size_t kv_attn_split_floats(const kv_pages *kv, int n_tokens, int n_heads, int max_context) {
+    if (!kv || kv->block_size <= 0 || kv->head_dim <= 0 || n_tokens <= 0 || n_heads <= 0 || max_context <= 0) return 0;
+    const int S = (ATTN_SPLIT + kv->block_size - 1) / kv->block_size * kv->block_size;
+    return (size_t)n_tokens * n_heads * (size_t)((max_context - 1) / S + 1) * (size_t)(kv->head_dim + 2);
+}
+
+int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                      const float *q, float *out, int n_heads, float scale, int window, float *part,
+                      size_t part_floats) {
     if (!kv || !ab || ab->n_tokens <= 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads ||
         kv->head_dim <= 0 || kv->head_dim > KV_ATTN_MAX_HEAD_DIM || layer < 0 || layer >= kv->n_layers)
-        return;
+        return 0;
     attn_job j = {
         .kern = kernels_for(isa),
         .kv = kv,
@@ -347,37 +514,87 @@ void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv,
         .scale = scale,
         .window = window,
         .tile = KV_MAX(1, KV_MIN(ATTN_TILE, ATTN_QBUF / kv->head_dim)),
+        .split = (ATTN_SPLIT + kv->block_size - 1) / kv->block_size * kv->block_size,
     };
+    j.q8 = kv->dtype == KV_CACHE_INT8 && j.kern->scores_q8 != NULL;
     int64_t total = 0; /* context length x heads */
-    for (int i = 0; i < ab->n_tokens; i++)
+    int ctx_max = 0;
+    for (int i = 0; i < ab->n_tokens; i++) {
         total += (window > 0 ? KV_MIN((int64_t)ab->pos[i] + 1, window) : (int64_t)ab->pos[i] + 1) * n_heads;
+        ctx_max = KV_MAX(ctx_max, ab->pos[i] + 1);
+    }
     /* A small job is not worth waking the pool for: little arithmetic and
      * little K/V to stream (a single decode token of a 100M model streams
      * hundreds of KiB per layer, which two threads read faster). */
     const int64_t kv_bytes = total / (n_heads / kv->n_kv_heads) * 2 * (int64_t)kv->row_bytes;
     if (total < 4096 && kv_bytes < 65536) pool = NULL;
     const int nth = kv_threadpool_size(pool);
-    attn_plan pl = {.G = n_heads / kv->n_kv_heads};
-    pl.tmax = KV_MAX(1, KV_MIN(ATTN_RUN, ATTN_ROWS / pl.G));
+    attn_plan pl = {.G = n_heads / kv->n_kv_heads, .rmax = KV_MIN(ATTN_ROWS, ATTN_MACC / kv->head_dim)};
+    pl.tmax = KV_MAX(1, KV_MIN(ATTN_RUN, pl.rmax / pl.G));
     int groups = 0; /* token groups (items if each took every head) */
     for (int i = 0; i < ab->n_tokens; i += run_length(ab, i, pl.tmax)) groups++;
     /* NOTE: 8 items per thread balance well with items taken from a
      * counter; a larger head range per item reads longer contiguous runs. */
     pl.hpi = (int)KV_MAX(1, KV_MIN((int64_t)n_heads, (int64_t)n_heads * groups / (8 * nth)));
+    /* Few items for the threads and long contexts: each item's context is
+     * split into its chunks, one item each (flash-decoding), their states
+     * merged after. The chunks are the ones every path folds (fixed
+     * positions), so this changes the schedule only, as do the GQA groups. */
+    const int64_t split_need = (int64_t)kv_attn_split_floats(kv, ab->n_tokens, n_heads, ctx_max);
+    const int split = nth > 1 && ctx_max > j.split && part && split_need <= (int64_t)part_floats &&
+                      (int64_t)kv->n_kv_heads * groups < 8 * nth;
     /* Whole GQA groups once there is an item per thread: an item then reads
      * and widens each K/V element once for all G query heads of its kv
      * head, instead of G items each reading it (a long-context decode
      * token of SmolLM2, G = 3, did three times the loads and conversions).
      * Only the schedule changes: a row's operations are the same in any item. */
-    if ((int64_t)kv->n_kv_heads * groups >= nth) pl.hpi = KV_MAX(pl.hpi, pl.G);
+    if ((int64_t)kv->n_kv_heads * groups >= nth || split) pl.hpi = KV_MAX(pl.hpi, pl.G);
     attn_item items[ATTN_ITEMS];
     j.items = items;
     int tok = 0, head = 0;
+    if (split) {
+        attn_item base[ATTN_ITEMS / 4];
+        const int nb = plan_items(ab, n_heads, &pl, base, ATTN_ITEMS / 4, &tok, &head);
+        j.n_items = tok >= ab->n_tokens ? split_items(&j, base, nb, items, ATTN_ITEMS) : 0;
+        if (j.n_items > 0) {
+            j.part = part;
+            j.n_chunks = (ctx_max - 1) / j.split + 1;
+            atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+            kv_threadpool_run(pool, attn_task, &j);
+            attn_merge(&j);
+            return 1;
+        }
+        tok = head = 0; /* too many items: the whole-context items below */
+    }
     while (tok < ab->n_tokens) {
         j.n_items = plan_items(ab, n_heads, &pl, items, ATTN_ITEMS, &tok, &head);
         atomic_store_explicit(&j.next, 0, memory_order_relaxed);
         kv_threadpool_run(pool, attn_task, &j);
     }
+    return 0;
+}
+
+int kv_attn_int8_integer(kv_cpu_isa isa) { return kernels_for(isa)->scores_q8 != NULL; }
+
+int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                      float scale, float *s) {
+    const kv_attn_kernels *k = kernels_for(isa);
+    void (*f)(const int8_t *const *, const float *, const int32_t *, int, int, const uint8_t *, size_t, int, float,
+              float *, int) = isa == KV_CPU_ISA_SCALAR ? scores_q8_scalar : k->scores_q8;
+    if (!f || hd <= 0 || hd > KV_ATTN_MAX_HEAD_DIM || nr < 0 || nt < 0) return -1;
+    int8_t qb[ATTN_HC][KV_ATTN_MAX_HEAD_DIM + 4];
+    const int8_t *qq[ATTN_HC];
+    float qd[ATTN_HC];
+    int32_t qs[ATTN_HC];
+    for (int r = 0; r < nr; r += ATTN_HC) {
+        const int n = KV_MIN(ATTN_HC, nr - r);
+        for (int h = 0; h < n; h++) {
+            attn_q8_query(q + (size_t)(r + h) * hd, hd, qb[h], &qd[h], &qs[h], isa != KV_CPU_ISA_SCALAR);
+            qq[h] = qb[h];
+        }
+        if (nt > 0) f(qq, qd, qs, n, hd, rows, stride, nt, scale, s + (size_t)r * nt, nt);
+    }
+    return 0;
 }
 
 /* ---- store ---- */

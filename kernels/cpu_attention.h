@@ -23,6 +23,33 @@ void kv_attn_run(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int la
  * a token group's window are not read. */
 void kv_attn_run_window(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                         const float *q, float *out, int n_heads, float scale, int window);
+/* kv_attn_run_window with `part` (part_floats floats, NULL: none) for
+ * splitting long contexts across the pool's threads: when a batch has few
+ * work items for the threads and a context longer than one chunk, each
+ * item's context is cut into its chunks (fixed positions, independent of the
+ * thread count and of the batch), taken by the threads, and their softmax
+ * states merged after. The results are the same bits with or without part
+ * (every path folds the same chunks in the same order); part only adds
+ * parallelism. Needs kv_attn_split_floats floats, else runs unsplit.
+ * Returns 1 when it split, 0 when not (the tests check both paths ran). */
+int kv_attn_run_split(kv_threadpool *pool, kv_cpu_isa isa, const kv_pages *kv, int layer, const kv_attn_batch *ab,
+                       const float *q, float *out, int n_heads, float scale, int window, float *part,
+                       size_t part_floats);
+/* Floats of part a split of n_tokens tokens with contexts up to max_context
+ * needs (0 for bad arguments). */
+size_t kv_attn_split_floats(const kv_pages *kv, int n_tokens, int n_heads, int max_context);
+/* The integer int8 path on its own (the tests): nr query rows q (nr, hd)
+ * quantized to int8 as the kernels do, scored against nt int8-cache rows
+ * (stride bytes apart) into s (nr, nt) with the kernels of isa; scalar is
+ * the path's reference. Returns 0, or -1 when isa scores int8 keys in
+ * float (no integer path) or the arguments are out of range. */
+/* 1 when the attention kernels of isa (as kv_attn_run picks them) score
+ * int8 keys in integers against int8-quantized queries (AVX-512 VNNI): the
+ * query's rounding then adds ~2e-3 normalised error to the output, next to
+ * the ~4e-3 of the int8 cache itself. 0: in float. */
+int kv_attn_int8_integer(kv_cpu_isa isa);
+int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
+                      float scale, float *s);
 /* kv_cpu_kv_store on `pool` with the kernels of `isa`. */
 void kv_attn_store(kv_threadpool *pool, kv_cpu_isa isa, kv_pages *kv, int layer, const kv_attn_batch *ab,
                    const float *k, const float *v);

@@ -198,7 +198,8 @@ static void scalev_avx2(float *a, int n, float f) {
     for (; i < n; i++) a[i] *= f;
 }
 
-const kv_attn_kernels kv_attn_kernels_avx2 = {scores_avx2, accum_avx2, expsum_avx2, maxf_avx2, scalev_avx2, ATTN_DT_ALL};
+const kv_attn_kernels kv_attn_kernels_avx2 = {scores_avx2, accum_avx2,  expsum_avx2, maxf_avx2,
+                                              scalev_avx2, ATTN_DT_ALL, NULL};
 
 /* ---- kv_store row encoders ---- */
 

@@ -1,6 +1,7 @@
-/* cpu_attention_avx512.c - AVX-512 (F + BW + VL) kernels of the CPU paged
- * attention: cpu_attention_avx2.c's kernels on 16 lanes, the last vector of
- * a row masked instead of a scalar tail. Compiled for that target with a
+/* cpu_attention_avx512.c - AVX-512 (F + BW + VL + VNNI) kernels of the CPU
+ * paged attention: cpu_attention_avx2.c's kernels on 16 lanes, the last
+ * vector of a row masked instead of a scalar tail, and int8 keys scored in
+ * integers (vpdpbusd, 64 codes an instruction) against int8 queries. Compiled for that target with a
  * file-wide pragma, as matmul_avx512.c is; cpu_attention.c calls them only
  * when the CPU has the features. */
 #include "cpu_attention_isa.h"
@@ -11,7 +12,7 @@
 
 #include "simd_x86.h"
 
-KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 
 #define INL static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -168,7 +169,61 @@ static void scalev_512(float *a, int n, float f) {
     }
 }
 
-const kv_attn_kernels kv_attn_kernels_avx512 = {scores_512, accum_512, expsum_512, maxf_512, scalev_512, ATTN_DT_ALL};
+/* The four int32 sums of a0..a3 in one vector (exact in any order). */
+INL __m128i hsum4x16i(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+#define FOLD(a) _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1))
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(FOLD(a0), FOLD(a1)), _mm256_hadd_epi32(FOLD(a2), FOLD(a3)));
+#undef FOLD
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* int8 keys against int8 queries, four keys at a time: a key's 64 codes
+ * become unsigned (x ^ 0x80 = x + 128) and vpdpbusd takes their products
+ * with the signed query codes in four-code groups per int32 lane, so the
+ * sum is the dot plus 128 * qsum. Codes past hd are zero in the query (no
+ * memory past the row is touched). */
+INL void scores_q8_512_nh(const int8_t *const *qq, const float *qd, const int32_t *qsum, int hd,
+                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, const int NH) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int t = 0; t < nt; t += 4) {
+        const uint8_t *r[4];
+        float sk[4], mk[4];
+        key_quad(rows, stride, t, nt, hd, KV_CACHE_INT8, r, sk, mk);
+        __m512i a[ATTN_HC][4];
+        UNROLL for (int h = 0; h < NH; h++)
+            UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_setzero_si512();
+        for (int c = 0; c < hd; c += 64) {
+            const __mmask64 m = hd - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (hd - c)) - 1;
+            __m512i x[4];
+            UNROLL for (int k = 0; k < 4; k++) x[k] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, r[k] + c), bias);
+            UNROLL for (int h = 0; h < NH; h++) {
+                const __m512i qv = _mm512_maskz_loadu_epi8(m, qq[h] + c);
+                UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_dpbusd_epi32(a[h][k], x[k], qv);
+            }
+        }
+        UNROLL for (int h = 0; h < NH; h++) {
+            int32_t d[4];
+            _mm_storeu_si128((__m128i *)d, _mm_sub_epi32(hsum4x16i(a[h][0], a[h][1], a[h][2], a[h][3]),
+                                                         _mm_set1_epi32(128 * qsum[h])));
+            const float f = scale * qd[h];
+            for (int k = 0; k < 4 && t + k < nt; k++) s[h * ss + t + k] = attn_q8_score(d[k], f, sk[k]);
+        }
+    }
+}
+
+static void scores_q8_512(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
+                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss) {
+    switch (nr) {
+    case 1: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 1); break;
+    case 2: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 2); break;
+    case 3: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 3); break;
+    case 4: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 4); break;
+    default: break;
+    }
+}
+
+const kv_attn_kernels kv_attn_kernels_avx512 = {scores_512, accum_512,   expsum_512,   maxf_512,
+                                                scalev_512, ATTN_DT_ALL, scores_q8_512};
 
 KV_SIMD_TARGET_END
 

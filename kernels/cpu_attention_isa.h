@@ -36,7 +36,43 @@ typedef struct kv_attn_kernels {
     /* a[i] *= f for i < n (the rescale of an accumulator row) */
     void (*scalev)(float *a, int n, float f);
     unsigned direct; /* bit d set: dtype d is read in place; others are decoded to f32 first */
+    /* int8 keys against query rows quantized to int8 (attn_q8_query), the
+     * dot in integers: s[r * ss + t] = (float)idot(qq_r, key_t) * (scale *
+     * qd_r * key scale), r < nr, t < nt. NULL: the ISA scores int8 keys in
+     * float (scores). */
+    void (*scores_q8)(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
+                      const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss);
 } kv_attn_kernels;
+
+/* A query row quantized for scores_q8: the int8 cache's own row encoding
+ * (kv_dtype_encode_row: hd codes, then the f32 scale qd), and the sum of
+ * its codes (the VNNI kernels take keys as unsigned k + 128 and subtract
+ * 128 * qsum). Deterministic per row: batch invariance holds. */
+static inline void attn_q8_query(const float *q, int hd, int8_t *qq, float *qd, int32_t *qsum, int simd);
+
+#ifdef KV_HAVE_X86_KERNELS
+void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n);
+#endif
+
+/* simd: the AVX2 encoder (the reference's bits without its libm calls);
+ * only where the CPU has AVX2. */
+static inline void attn_q8_query(const float *q, int hd, int8_t *qq, float *qd, int32_t *qsum, int simd) {
+#ifdef KV_HAVE_X86_KERNELS
+    if (simd)
+        kv_attn_int8_encode_avx2(q, (uint8_t *)qq, hd);
+    else
+#endif
+        kv_dtype_encode_row(KV_CACHE_INT8, q, qq, hd);
+    (void)simd;
+    memcpy(qd, qq + hd, 4);
+    int32_t sum = 0;
+    for (int i = 0; i < hd; i++) sum += qq[i];
+    *qsum = sum;
+}
+
+/* The score of one int8 key from its integer dot: the one float formula
+ * the scalar reference and the SIMD kernels share. */
+static inline float attn_q8_score(int32_t idot, float scale_qd, float ks) { return (float)idot * (scale_qd * ks); }
 
 #define ATTN_DT_BIT(d) (1u << (d))
 #define ATTN_DT_ALL (ATTN_DT_BIT(KV_CACHE_DTYPE_COUNT) - 1u)
@@ -137,7 +173,6 @@ extern const kv_attn_kernels kv_attn_kernels_avx512; /* cpu_attention_avx512.c *
  * the reference's (kv_dtype_encode_row) for hd elements of src. */
 void kv_attn_f16_encode_avx2(const float *src, uint8_t *dst, int n);
 void kv_attn_fp8_encode_avx2(const float *src, uint8_t *dst, int n, int e4);
-void kv_attn_int8_encode_avx2(const float *src, uint8_t *dst, int n);
 #endif
 
 #endif

@@ -61,15 +61,18 @@ static void init_targets(void) {
     printf("\n");
 }
 
-/* Records one comparison and checks it against the op's tolerance. */
-static void judge(target *t, int op, double e, const char *what) {
+/* Records one comparison and checks it against tolerance tol. */
+static void judge_tol(target *t, int op, double e, double tol, const char *what) {
     if (e > t->worst[op] || e != e) t->worst[op] = e;
     t->cases[op]++;
     if (t->exact)
         CHECKF(e == 0.0, "%s %s %s: differs from cpu (normalised error %.3g)", t->name, op_names[op], what, e);
     else
-        CHECKF(e <= op_tol[op], "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, op_tol[op]);
+        CHECKF(e <= tol, "%s %s %s: normalised error %.3g > %.1g", t->name, op_names[op], what, e, tol);
 }
+
+/* The same against the op's own tolerance. */
+static void judge(target *t, int op, double e, const char *what) { judge_tol(t, op, e, op_tol[op], what); }
 
 static void report(int op) {
     for (int i = 0; i < n_targets; i++)

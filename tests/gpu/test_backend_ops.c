@@ -344,7 +344,7 @@ static void one_kv(target *t, kv_cache_dtype dt, kv_case kc) {
             int differ = 0;
             judge(t, OP_KV_STORE, pages_err(&pc, &ph, &ab, l, &differ), what);
             if (differ && !t->exact) printf("  note: %s kv_store %s: %d rows not byte-equal\n", t->name, what, differ);
-            judge(t, OP_ATTENTION, harness_nerr(ot, oc, (size_t)n * nh * hd), what);
+            judge_tol(t, OP_ATTENTION, harness_nerr(ot, oc, (size_t)n * nh * hd), test_attn_tol(cpu, dt, op_tol[OP_ATTENTION]), what);
         }
     }
     /* copy-on-write of a used block into a free one, then compare whole pools */

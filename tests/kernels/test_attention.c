@@ -419,8 +419,8 @@ static void check_case(const attn_case *tc) {
     if (!run_case(tc, &ek, &ed, NULL, NULL)) return;
     worst_kernel[tc->dtype] = fmax(worst_kernel[tc->dtype], ek);
     worst_dtype[tc->dtype] = fmax(worst_dtype[tc->dtype], ed);
-    /* float accumulation + the polynomial exp against a double oracle */
-    CHECKF(ek < 1e-6 && ed < dtype_bound(tc->dtype),
+    /* float accumulation + the polynomial exp against a double oracle (int8 queries: their rounding) */
+    CHECKF(ek < (tc->dtype == KV_CACHE_INT8 && kv_attn_int8_integer(tc->isa) ? 5e-3 : 1e-6) && ed < dtype_bound(tc->dtype),
            "%s %s bs %d hd %d heads %d/%d threads %d%s: kernel err %.3g, vs f32 %.3g", kv_cpu_isa_name(tc->isa),
            kv_cache_dtype_name(tc->dtype), tc->bs, tc->hd, tc->n_heads, tc->n_kv, tc->threads,
            tc->grouped ? " grouped" : "", ek, ed);
