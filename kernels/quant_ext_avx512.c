@@ -139,7 +139,8 @@ float kv_qext_dot_q8_K_avx512(int64_t n, const void *vw, const void *va) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* q4_K (Q5 = 0) and q5_K (Q5 = 1: the 5th bit from qh). 64 quant bytes
+/* q5_K (Q5 = 1: the 5th bit from qh; Q5 = 0 would be q4_K, which
+ * quant_ext_k512.c's tiles compute). 64 quant bytes
  * hold groups 2h and 2h+1; low nibbles are sub-blocks 4h and 4h+2 (elements
  * 128h + 0..31 and 128h + 64..95), high nibbles 4h+1 and 4h+3 (128h +
  * 32..63 and 128h + 96..127). d, dmin and scales lead both layouts. */
@@ -186,53 +187,9 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
     return _mm512_reduce_add_ps(acc) - accm;
 }
 
-float kv_qext_dot_q4_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 0); }
 float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 1); }
 
-/* q6_K: per half h, ql[64h..64h+63] low nibbles are elements 0..63 of the
- * half, high nibbles 64..127; the 2-bit highs come from qh[32h + l] at
- * shifts 0/2 (low) and 4/6 (high). maddubs lane m of a 64-element register
- * covers elements 2m, 2m+1, whose scale is number m/8 of that register. */
-static const int16_t q6_scale_idx[4][32] = {
-#define R4(b) b, b, b, b, b, b, b, b
-    {R4(0), R4(1), R4(2), R4(3)},
-    {R4(4), R4(5), R4(6), R4(7)},
-    {R4(8), R4(9), R4(10), R4(11)},
-    {R4(12), R4(13), R4(14), R4(15)},
-#undef R4
-};
-
-float kv_qext_dot_q6_K_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q6_K *x = vw;
-    const kv_block_q8_K *y = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const __m512i sh_lo = split_epi16(0, 2), sh_hi = split_epi16(4, 6);
-    __m512i idx[4]; /* scale index per int16 lane: register r of the super-block uses 4r + m/8 */
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_loadu_si512((const void *)q6_scale_idx[r]);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales)));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * h));
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
-            const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m2), 4);
-            const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m2), 4);
-            const __m512i qlo = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
-            const __m512i qhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
-            const __m512i ylo = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h));
-            const __m512i yhi = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h + 64));
-            const __m512i slo = _mm512_permutexvar_epi16(idx[2 * h], sc16);
-            const __m512i shi = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(slo, _mm512_maddubs_epi16(qlo, ylo)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(shi, _mm512_maddubs_epi16(qhi, yhi)));
-        }
-        /* quants were used unsigned (q in [0, 63]): take off 32 * sum(a) per sub-block, in lane 0 */
-        sumi = _mm512_mask_add_epi32(sumi, 1, sumi, _mm512_set1_epi32(-32 * q6_bias(x[i].scales, y[i].bsums)));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
+/* q4_K and q6_K: quant_ext_k512.c's tiles. */
 
 KV_SIMD_TARGET_END
 
