@@ -201,6 +201,93 @@ KV_AI void k_tile(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, siz
         for (int j = 0; j < J; j++) y[(size_t)j * ys + (size_t)r] = _mm512_reduce_add_ps(acc[r][j]);
 }
 
+/* The batched tiles (more than TILE_J activation rows) unpack the weight
+ * rows' super-blocks CHUNK_SB at a time and run blocks of ACT_BLOCK
+ * activation rows over them, a pair at a time, the accumulators kept in
+ * memory between chunks: each weight super-block is unpacked once per 16
+ * activation rows instead of once per pair. Same chain per output. */
+#define CHUNK_SB 8
+#define ACT_BLOCK 16
+
+/* Activation rows j, j + 1 (J of them) of an ACT_BLOCK over the nc
+ * unpacked super-blocks from i0 (first: the accumulators start at zero). */
+KV_AI void k_apply(__m512 accb[TILE_R][ACT_BLOCK], int j, const k_wt wt[TILE_R][CHUNK_SB], int nc, const uint8_t *a,
+                   size_t as, int64_t i0, const int R, const int J, const int Q6) {
+    __m512 acc[TILE_R][TILE_J];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) acc[r][jj] = i0 ? accb[r][j + jj] : _mm512_setzero_ps();
+    for (int c = 0; c < nc; c++) {
+        k_act act[TILE_J];
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) {
+            const kv_block_q8_K *yb = (const kv_block_q8_K *)(const void *)(a + (size_t)(j + jj) * as) + i0 + c;
+            if (Q6)
+                q6_act(yb, &act[jj]);
+            else
+                k4_act(yb, &act[jj]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) acc[r][jj] = k_step(acc[r][jj], &wt[r][c], &act[jj], Q6);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int jj = 0; jj < J; jj++) accb[r][j + jj] = acc[r][jj];
+}
+
+KV_AI void k_tile_many(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int na, float *y,
+                       size_t ys, const int R, const int Q6) {
+    const size_t bs = Q6 ? sizeof(kv_block_q6_K) : sizeof(kv_block_q4_K);
+    __m512i idx[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) idx[k] = _mm512_loadu_si512((const void *)(Q6 ? q6_idx[k] : k4_scale_idx[k]));
+    k_wt wt[TILE_R][CHUNK_SB];
+    __m512 accb[TILE_R][ACT_BLOCK];
+    for (int jb = 0; jb < na; jb += ACT_BLOCK) {
+        const int nj = na - jb < ACT_BLOCK ? na - jb : ACT_BLOCK;
+        const uint8_t *ab = a + (size_t)jb * as;
+        for (int64_t i0 = 0; i0 < nb; i0 += CHUNK_SB) {
+            const int nc = nb - i0 < CHUNK_SB ? (int)(nb - i0) : CHUNK_SB;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < nc; c++) {
+                    const uint8_t *blk = w + (size_t)r * ws + (size_t)(i0 + c) * bs;
+                    if (Q6)
+                        q6_wt((const kv_block_q6_K *)(const void *)blk, idx, &wt[r][c]);
+                    else
+                        k4_wt((const kv_block_q4_K *)(const void *)blk, idx, &wt[r][c]);
+                }
+            int j = 0;
+            for (; j + 2 <= nj; j += 2) k_apply(accb, j, wt, nc, ab, as, i0, R, 2, Q6);
+            if (j < nj) k_apply(accb, j, wt, nc, ab, as, i0, R, 1, Q6);
+        }
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < nj; j++) y[(size_t)(jb + j) * ys + (size_t)r] = _mm512_reduce_add_ps(accb[r][j]);
+    }
+}
+
+typedef void (*many_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int na, float *y,
+                        size_t ys);
+#define MANY_FN(name, R, Q6)                                                                                           \
+    static void name(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int na, float *y,         \
+                     size_t ys) {                                                                                      \
+        k_tile_many(nb, w, ws, a, as, na, y, ys, R, Q6);                                                               \
+    }
+MANY_FN(k4m_1, 1, 0)
+MANY_FN(k4m_2, 2, 0)
+MANY_FN(k4m_3, 3, 0)
+MANY_FN(k4m_4, 4, 0)
+MANY_FN(q6m_1, 1, 1)
+MANY_FN(q6m_2, 2, 1)
+MANY_FN(q6m_3, 3, 1)
+MANY_FN(q6m_4, 4, 1)
+static const many_fn k4m_tab[TILE_R] = {k4m_1, k4m_2, k4m_3, k4m_4};
+static const many_fn q6m_tab[TILE_R] = {q6m_1, q6m_2, q6m_3, q6m_4};
+
 /* The tile shapes, compiled apart (R, J constant inside each). */
 typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, size_t ys,
                         const uint8_t *pf);
@@ -223,30 +310,32 @@ typedef void (*tile_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *
 TILE_SET(k4t, 0)
 TILE_SET(q6t, 1)
 
-/* All nr x na outputs in tiles: full 4-row tiles (each prefetching the
- * next), then the leftover rows; activation rows in pairs, then one. */
-static void k_rows(const tile_fn tab[TILE_J][TILE_R], int64_t K, const void *vw, size_t ws, int nr, const void *va,
-                   size_t as, int na, float *y, size_t ys) {
+/* All nr x na outputs in tiles of 4 weight rows (then the leftover rows):
+ * up to TILE_J activation rows stream through k_tile (each full tile
+ * prefetching the next), more go to the batched k_tile_many. */
+static void k_rows(const tile_fn tab[TILE_J][TILE_R], const many_fn many[TILE_R], int64_t K, const void *vw, size_t ws,
+                   int nr, const void *va, size_t as, int na, float *y, size_t ys) {
     const uint8_t *w = vw, *a = va;
     const int64_t nb = K / KV_QK_K;
     for (int r = 0; r < nr; r += TILE_R) {
         const int R = nr - r < TILE_R ? nr - r : TILE_R;
         const uint8_t *wr = w + (size_t)r * ws;
-        const uint8_t *pf = nr - r >= 2 * TILE_R ? wr + (size_t)TILE_R * ws : NULL;
-        for (int j = 0; j < na; j += TILE_J) {
-            const int J = na - j < TILE_J ? na - j : TILE_J;
-            tab[J - 1][R - 1](nb, wr, ws, a + (size_t)j * as, as, y + (size_t)j * ys + (size_t)r, ys, j ? NULL : pf);
+        if (na > TILE_J) {
+            many[R - 1](nb, wr, ws, a, as, na, y + (size_t)r, ys);
+            continue;
         }
+        const uint8_t *pf = nr - r >= 2 * TILE_R ? wr + (size_t)TILE_R * ws : NULL;
+        tab[na - 1][R - 1](nb, wr, ws, a, as, y + (size_t)r, ys, pf);
     }
 }
 
 void kv_qext_rows_q4_K_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int na, float *y,
                               size_t ys) {
-    k_rows(k4t_tab, K, w, ws, nr, a, as, na, y, ys);
+    k_rows(k4t_tab, k4m_tab, K, w, ws, nr, a, as, na, y, ys);
 }
 void kv_qext_rows_q6_K_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int na, float *y,
                               size_t ys) {
-    k_rows(q6t_tab, K, w, ws, nr, a, as, na, y, ys);
+    k_rows(q6t_tab, q6m_tab, K, w, ws, nr, a, as, na, y, ys);
 }
 
 float kv_qext_dot_q4_K_avx512(int64_t n, const void *w, const void *a) {
