@@ -706,7 +706,8 @@ static const kv_qext_dot_fn simd_tab[3][OPS_COUNT] = {
 /* Tiled dots per level (NULL: none; the driver loops over vec_dot). */
 static const kv_qext_rows_fn rows_tab[3][OPS_COUNT] = {
 #ifdef KV_QEXT_HAVE_X86
-    [KV_QEXT_ISA_AVX512] = {[OPS_Q4_K] = kv_qext_rows_q4_K_avx512, [OPS_Q6_K] = kv_qext_rows_q6_K_avx512},
+    [KV_QEXT_ISA_AVX512] = {[OPS_Q5_0] = kv_qext_rows_q5_0_avx512, [OPS_Q4_K] = kv_qext_rows_q4_K_avx512,
+                            [OPS_Q6_K] = kv_qext_rows_q6_K_avx512},
 #else
     {0},
 #endif

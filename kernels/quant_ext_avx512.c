@@ -60,27 +60,7 @@ KV_AI float dot_block32(__m256i qx, const int8_t *a, float d, const int us) {
     return d * kv_hsum256(_mm256_cvtepi32_ps(dp));
 }
 
-float kv_qext_dot_q5_0_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_0 *x = vw;
-    const qx_block_q8_0 *y = va;
-    const int64_t nb = n / 32;
-    const __m512i f0 = _mm512_set1_epi8((char)0xF0);
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __mmask64 hm = (__mmask64)rd32(x[i].qh) | ((__mmask64)rd32(x[i + 1].qh) << 32);
-        __m512i qx = nibbles64(x[i].qs, x[i + 1].qs);
-        qx = _mm512_mask_blend_epi8(hm, _mm512_or_si512(qx, f0), qx); /* clear 5th bit: q - 16 */
-        acc = fma_pair_i8(acc, qx, y[i].qs, y[i + 1].qs, h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
-    }
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) { /* odd block count: one 256-bit step */
-        __m256i qx = nibbles32(x[i].qs);
-        qx = _mm256_mask_blend_epi8(rd32(x[i].qh), _mm256_or_si256(qx, _mm256_set1_epi8((char)0xF0)), qx);
-        sum += dot_block32(qx, y[i].qs, h2f(&x[i].d) * h2f(&y[i].d), 0);
-    }
-    return sum;
-}
+/* q5_0: quant_ext_q5_512.c's tiles. */
 
 float kv_qext_dot_q5_1_avx512(int64_t n, const void *vw, const void *va) {
     const kv_block_q5_1 *x = vw;

@@ -395,7 +395,7 @@ static void test_dot_matches_dequant_and_simd(void) {
  * each output bit-identical to that level's vec_dot whatever the number of
  * weight rows (full 4-row tiles and every leftover) and activation rows
  * (the streaming tiles up to 2, the batched ones past that, across their
- * 16-row blocks and 8-super-block chunks at K = 2304), rows at a padded
+ * 16-row blocks and unpacking chunks), rows at a padded
  * stride, outputs at a stride with the gaps left alone; and within a
  * normalised error of the scalar reference. Fresh random weights
  * (quantized or raw block bytes). */
@@ -440,19 +440,19 @@ static int rows_case_check(kv_type t, kv_qext_isa isa, const rows_case *c, const
 }
 
 static void test_rows_tiles(void) {
-    static const rows_case cases[] = {{768, 9, 5}, {2304, 5, 18}};
+    /* 32-element types: an odd block count, and past two 16-pair chunks */
+    static const rows_case cases[2][2] = {{{768, 9, 5}, {2304, 5, 18}}, {{672, 9, 5}, {2336, 5, 18}}};
     int checked = 0;
     for (int k = 0; k < N_TYPES; k++) {
         kv_type t = new_types[k];
         const kv_qext_ops *o = kv_qext_get(t);
-        if (o->blck_size != 256) continue;
         for (int ci = 0; ci < 2; ci++) {
-            const rows_case *c = &cases[ci];
+            const rows_case *c = &cases[o->blck_size == 32][ci];
             const size_t ws = row_bytes(t, c->K) + 8, as = row_bytes(o->vec_type, c->K) + 4, ys = 16;
             uint8_t *w = malloc(ws * c->nr_max), *a = malloc(as * c->na_max);
             float *tmp = malloc(c->K * sizeof(float)), *y = malloc(ys * c->na_max * sizeof(float));
             REQUIRE(w && a && tmp && y);
-            uint8_t *ascratch = malloc(as);
+            uint8_t *ascratch = malloc(ws > as ? ws : as); /* a weight or an activation row */
             REQUIRE(ascratch);
             for (int r = 0; r < c->nr_max; r++) make_pair(t, c->K, w + r * ws, ascratch, tmp, r & 1);
             for (int j = 0; j < c->na_max; j++) make_pair(t, c->K, ascratch, a + j * as, tmp, 0);
