@@ -138,11 +138,11 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
                                          _mm512_set1_epi8((char)(1 << (bit + 2))));
     }
     __m512 acc = _mm512_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / KV_QK_K; i++) {
         const uint8_t *qs = Q5 ? x5[i].qs : x4[i].qs;
         uint8_t sm[16];
-        accm += Q5 ? k4_min_term(x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_term(x4[i].scales, &x4[i].dmin, &y[i], sm);
+        accm = Q5 ? k4_min_acc(accm, x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_acc(accm, x4[i].scales, &x4[i].dmin, &y[i], sm);
         /* qh[l] serves element l of every group: the same 32 bytes in both halves */
         const __m512i qh =
             Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x5[i].qh)) : _mm512_setzero_si512();
@@ -164,7 +164,7 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
         const float d = h2f(Q5 ? &x5[i].d : &x4[i].d);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
     }
-    return _mm512_reduce_add_ps(acc) - accm;
+    return _mm512_reduce_add_ps(acc) - kv_hsum256(accm);
 }
 
 float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 1); }

@@ -44,19 +44,6 @@ static const int16_t q6_idx[4][32] = {
 #undef R8
 };
 
-/* The 12 packed scale bytes of a q4_K super-block (read as 16, the 4 past
- * them inside the block) -> bytes sc0..sc7, m0..m7, with 32-bit lane
- * shifts and masks (lanes: u0, u2 >> 0, u1, u2 >> 4, then the top 2 bits). */
-KV_AI __m128i k4_scales(const uint8_t *scales) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)scales);
-    const __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
-    const __m128i q = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* .. u0 .. u1 */
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    return _mm_or_si128(lo, hi);
-}
-
 /* One activation super-block in the order a tile reads it. */
 typedef struct k_act {
     __m512i q[4];  /* quants in the weight registers' order */
@@ -107,9 +94,7 @@ KV_AI void k4_wt(const kv_block_q4_K *x, const __m512i idx[4], k_wt *o) {
     }
     #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) o->s[k] = _mm512_permutexvar_epi16(idx[k], s16);
-    /* m0 m0 m1 m1 ... m7 m7: pairs of bsums (16 each) make a sub-block of 32 */
-    const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    o->m = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
+    o->m = k4_mins_dup(sm);
     o->d = h2f(&x->d);
     o->dmin = h2f(&x->dmin);
 }
