@@ -171,7 +171,8 @@ int kv_mm_check(const kv_tensor *w, kv_err *err) {
     return KV_OK;
 }
 
-/* ---- the other GGUF block types (quant_ext.h): one dot per output ------- */
+/* ---- the other GGUF block types (quant_ext.h): tiled dots where the ---- */
+/* ---- level has them (kv_qext_rows_isa), else one dot per output ------ */
 
 /* The dot of ops at our ISA level (the levels are numbered alike). */
 static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {

@@ -4,7 +4,8 @@
  * sub-blocks) per 512-bit register; VNNI dpbusd for the types with one
  * scale per 32, maddubs + madd with per-lane scales for the K-quants (their
  * 6/8-bit sub-block scales must multiply before the sum). Same integer sums
- * as the scalar reference. */
+ * as the scalar reference. Q5_0, Q4_K and Q6_K are not here: their dots
+ * are the 1 x 1 case of the tiles in quant_ext_q5_512.c / quant_ext_k512.c. */
 #include "quant_ext_simd.h"
 
 #ifdef KV_QEXT_HAVE_X86
