@@ -6,21 +6,24 @@
 # bandwidth each run measured (the ceiling of the n = 1 rows).
 #
 #   tools/kernels_ab.sh OLD_KVTOP NEW_KVTOP [REPEATS] [TYPES] [NS] [THREADS]
-#   (defaults: 5 repeats, q4_k,q6_k,q5_0, n = 1,32, 1 thread)
+#   (defaults: 5 repeats, q4_k,q6_k,q5_0, n = 1,32, 1 thread; ISA=avx2 forces
+#   that kernel level in both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 2 ]] || { sed -n 2,9p "$0"; exit 2; }
+[[ $# -ge 2 ]] || { sed -n 2,10p "$0"; exit 2; }
 A=$1 B=$2
 REPS=${3:-5}
 TYPES=${4:-q4_k,q6_k,q5_0}
 NS=${5:-1,32}
 T=${6:-1}
+ISAF=()
+[[ -n ${ISA:-} ]] && ISAF=(--isa "$ISA")
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-echo "threads $T, $REPS repeats, types $TYPES, n $NS, alternating; load before: $(uptime | sed 's/.*load/load/')"
+echo "threads $T, $REPS repeats, types $TYPES, n $NS, isa ${ISA:-best}, alternating; load before: $(uptime | sed 's/.*load/load/')"
 for ((r = 0; r < REPS; r++)); do
-  "$A" bench-kernels -t "$T" --types "$TYPES" --n "$NS" --no-ref --min-time 0.2 >"$OUT/a$r.txt"
-  "$B" bench-kernels -t "$T" --types "$TYPES" --n "$NS" --no-ref --min-time 0.2 >"$OUT/b$r.txt"
+  "$A" bench-kernels -t "$T" --types "$TYPES" --n "$NS" --no-ref --min-time 0.2 "${ISAF[@]}" >"$OUT/a$r.txt"
+  "$B" bench-kernels -t "$T" --types "$TYPES" --n "$NS" --no-ref --min-time 0.2 "${ISAF[@]}" >"$OUT/b$r.txt"
 done
 python3 - "$OUT" "$REPS" <<'EOF'
 import re, statistics as st, sys
