@@ -43,7 +43,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: kvtop bench-kernels [-t N] [--types f32,q8_0,q4_0,...] [--n 1,32,512]\n"
                "                           [--isa scalar|avx2|avx512] [--min-time S] [--no-ref]\n"
                "  -t N         threads (default: all cores)\n"
-               "  --types      weight types (default f32,f16,bf16,q8_0,q4_0,q4_1)\n"
+               "  --types      weight types (default f32,f16,bf16,q8_0,q4_0,q4_1; also q5_0,q4_k,q5_k,q6_k)\n"
                "  --n          activation rows per call (default 1,32,512)\n"
                "  --isa        kernel ISA (default: the best this CPU runs)\n"
                "  --min-time   seconds to time each case (default 0.3)\n"
@@ -166,8 +166,9 @@ static int parse_lists(bk_opts *o) {
         kv_type t;
         if (kv_type_from_name(tnames[i], &t) != 0 || !(tr = kv_type_get((int)t)) || !tr->supported ||
             !(t == KV_TYPE_F32 || t == KV_TYPE_F16 || t == KV_TYPE_BF16 || t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 ||
-              t == KV_TYPE_Q4_1)) {
-            fprintf(stderr, "kvtop bench-kernels: type '%s' is not one of f32,f16,bf16,q8_0,q4_0,q4_1\n", tnames[i]);
+              t == KV_TYPE_Q4_1 || t == KV_TYPE_Q5_0 || t == KV_TYPE_Q4_K || t == KV_TYPE_Q5_K || t == KV_TYPE_Q6_K)) {
+            fprintf(stderr, "kvtop bench-kernels: type '%s' is not one of f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q4_k,q5_k,q6_k\n",
+                    tnames[i]);
             return 2;
         }
         o->types[i] = t;

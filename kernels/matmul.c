@@ -171,7 +171,8 @@ int kv_mm_check(const kv_tensor *w, kv_err *err) {
     return KV_OK;
 }
 
-/* ---- the other GGUF block types (quant_ext.h): one dot per output ------- */
+/* ---- the other GGUF block types (quant_ext.h): tiled dots where the ---- */
+/* ---- level has them (kv_qext_rows_isa), else one dot per output ------ */
 
 /* The dot of ops at our ISA level (the levels are numbered alike). */
 static kv_qext_dot_fn qx_dot(const kv_qext_ops *ops, kv_cpu_isa isa) {
@@ -225,6 +226,7 @@ size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
 typedef struct mm_seg {
     kv_mm_args args;
     kv_qext_dot_fn dot; /* non-NULL: quant_ext type */
+    kv_qext_rows_fn qrows; /* its tiled dots (same results), or NULL */
     const uint8_t *qact; /* (n, arow) its quantized activations */
     size_t arow;
     int64_t c0;          /* its first chunk in the call's numbering */
@@ -244,6 +246,11 @@ static void seg_rows(kv_mm_rows_fn rows, const mm_seg *s, int64_t r0, int64_t r1
     const kv_mm_args *a = &s->args;
     if (!s->dot) {
         rows(a, r0, r1, scratch);
+        return;
+    }
+    if (s->qrows) {
+        s->qrows(a->K, a->w + (size_t)r0 * a->nb1, a->nb1, (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0,
+                 (size_t)a->M);
         return;
     }
     for (int64_t r = r0; r < r1; r++) {
@@ -344,6 +351,7 @@ static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kerne
         fmt[i] = act_fmt_of(a->type, kern, a->n);
         if (fmt[i].kind == ACT_QEXT) {
             s->dot = qx_dot(fmt[i].qx, isa);
+            s->qrows = isa == KV_CPU_ISA_SCALAR ? NULL : kv_qext_rows_isa(a->type, (kv_qext_isa)isa);
             s->arow = kv_type_row_size(fmt[i].qx->vec_type, a->K);
             if (s->arow == 0)
                 return kv_err_set(err, KV_ERR_INVAL, "matmul: row length %lld does not fit %s's activation blocks",

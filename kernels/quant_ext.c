@@ -703,6 +703,16 @@ static const kv_qext_dot_fn simd_tab[3][OPS_COUNT] = {
 #endif
 };
 
+/* Tiled dots per level (NULL: none; the driver loops over vec_dot). */
+static const kv_qext_rows_fn rows_tab[3][OPS_COUNT] = {
+#ifdef KV_QEXT_HAVE_X86
+    [KV_QEXT_ISA_AVX512] = {[OPS_Q5_0] = kv_qext_rows_q5_0_avx512, [OPS_Q4_K] = kv_qext_rows_q4_K_avx512,
+                            [OPS_Q6_K] = kv_qext_rows_q6_K_avx512},
+#else
+    {0},
+#endif
+};
+
 /* ops_tab's row of weight type t, or -1. */
 static int ops_index(kv_type t) {
     for (int i = 0; i < OPS_COUNT; i++)
@@ -710,61 +720,15 @@ static int ops_index(kv_type t) {
     return -1;
 }
 
-#ifdef KV_QEXT_HAVE_X86
-#include <cpuid.h>
-
-/* CPU features from cpuid, plus the OS's consent (XCR0) to save the AVX
- * and AVX-512 register state: a CPU flag alone is not enough. */
-static int x86_level(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
-    if (!osxsave || !avx || !fma || !f16c) return 0;
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    if ((xlo & 0x6) != 0x6) return 0; /* SSE + AVX state */
-    if (__get_cpuid_max(0, NULL) < 7) return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (!((b >> 5) & 1)) return 0; /* AVX2 */
-    const int f512 = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
-    if (f512 && bw && vl && vnni && (xlo & 0xE6) == 0xE6) return 2; /* + opmask, zmm state */
-    return 1;
-}
-#endif
-
-int kv_qext_isa_available(kv_qext_isa isa) {
-    if (isa == KV_QEXT_ISA_SCALAR) return 1;
-#ifdef KV_QEXT_HAVE_X86
-    static int cached = -1; /* every thread computes the same value; atomics keep it race-free */
-    int level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (level < 0) {
-        level = x86_level();
-        __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
-    }
-    return (isa == KV_QEXT_ISA_AVX2 || isa == KV_QEXT_ISA_AVX512) && (int)isa <= level;
-#else
-    return 0;
-#endif
-}
-
-kv_qext_isa kv_qext_isa_best(void) {
-    if (kv_qext_isa_available(KV_QEXT_ISA_AVX512)) return KV_QEXT_ISA_AVX512;
-    if (kv_qext_isa_available(KV_QEXT_ISA_AVX2)) return KV_QEXT_ISA_AVX2;
-    return KV_QEXT_ISA_SCALAR;
-}
-
-const char *kv_qext_isa_name(kv_qext_isa isa) {
-    static const char *const names[] = {"scalar", "avx2", "avx512"};
-    return (unsigned)isa < sizeof names / sizeof names[0] ? names[isa] : "unknown";
-}
-
 static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 
 static void pick_best(void) {
     kv_qext_isa isa = kv_qext_isa_best();
     if (isa == KV_QEXT_ISA_SCALAR) return;
-    for (int i = 0; i < OPS_COUNT; i++)
+    for (int i = 0; i < OPS_COUNT; i++) {
         if (simd_tab[isa][i]) ops_tab[i].vec_dot = simd_tab[isa][i];
+        ops_tab[i].rows = rows_tab[isa][i];
+    }
 }
 
 const kv_qext_ops *kv_qext_get(kv_type t) {
@@ -779,6 +743,12 @@ kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa) {
     if (i < 0 || !kv_qext_isa_available(isa)) return NULL;
     if (isa == KV_QEXT_ISA_SCALAR) return ops_tab[i].vec_dot_ref;
     return simd_tab[isa][i];
+}
+
+kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa) {
+    int i = ops_index(t);
+    if (i < 0 || !kv_qext_isa_available(isa)) return NULL;
+    return rows_tab[isa][i];
 }
 
 void kv_qext_init(void) {

@@ -98,6 +98,14 @@ _Static_assert(sizeof(kv_block_q8_K) == 292, "q8_K block is 292 bytes");
  * activation row a (ops->vec_type). n is a multiple of the weight block size
  * (the caller checks once, outside the hot loop). */
 typedef float (*kv_qext_dot_fn)(int64_t n, const void *w, const void *a);
+/* Many dots at once: nr weight rows (row r at w + r * ws) against na
+ * activation rows (row j at a + j * as), y[j * ys + r] = the dot of row r
+ * with row j, each exactly what that type's vec_dot at the same ISA level
+ * returns (bit for bit, whatever nr and na: batch invariance). Tiled so
+ * that an activation block serves several weight rows and a weight block
+ * several activation rows. K as for kv_qext_dot_fn. */
+typedef void (*kv_qext_rows_fn)(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int na,
+                                float *y, size_t ys);
 /* Row conversions of n elements (n a multiple of the block size). */
 typedef void (*kv_qext_to_f32_fn)(const void *src, float *dst, int64_t n);
 typedef void (*kv_qext_from_f32_fn)(const float *src, void *dst, int64_t n);
@@ -112,6 +120,7 @@ typedef struct kv_qext_ops {
     kv_qext_from_f32_fn quantize_act_row; /* f32 activations -> vec_type blocks */
     kv_qext_dot_fn vec_dot;               /* fastest path this CPU runs */
     kv_qext_dot_fn vec_dot_ref;           /* scalar reference, the test oracle */
+    kv_qext_rows_fn rows;                 /* tiles of vec_dot at its level; NULL: call vec_dot per output */
 } kv_qext_ops;
 
 /* Ops for t (Q5_0, Q5_1, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K), or NULL for any
@@ -144,5 +153,9 @@ const char *kv_qext_isa_name(kv_qext_isa isa);
 /* The dot of type t at exactly level isa (tests, benchmarks, a matmul that
  * forces a level), or NULL when t has no ops or the level is unavailable. */
 kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa);
+/* The tiled dots of type t at exactly level isa (matching
+ * kv_qext_vec_dot_isa(t, isa) bit for bit), or NULL where that level has
+ * none (then loop over the dot). */
+kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa);
 
 #endif

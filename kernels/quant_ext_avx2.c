@@ -77,12 +77,11 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
     const kv_block_q4_K *x4 = vw;
     const kv_block_q5_K *x5 = vw;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / KV_QK_K; i++) {
         const uint8_t *qs = Q5 ? x5[i].qs : x4[i].qs;
         uint8_t sm[16];
-        accm += Q5 ? k4_min_term(x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_term(x4[i].scales, &x4[i].dmin, &y[i], sm);
+        accm = Q5 ? k4_min_acc(accm, x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_acc(accm, x4[i].scales, &x4[i].dmin, &y[i], sm);
         const __m256i hbits = Q5 ? _mm256_loadu_si256((const __m256i *)x5[i].qh) : _mm256_setzero_si256();
         __m256i sumi = _mm256_setzero_si256();
         for (int g = 0; g < 4; g++) {
@@ -101,7 +100,7 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
         const float d = h2f(Q5 ? &x5[i].d : &x4[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * q8k_d(&y[i])), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return kv_hsum256(acc) - accm;
+    return kv_hsum256(acc) - kv_hsum256(accm);
 }
 
 float kv_qext_dot_q4_K_avx2(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 0); }
@@ -135,8 +134,7 @@ float kv_qext_dot_q6_K_avx2(int64_t n, const void *vw, const void *va) {
             }
         }
         /* the quants were used unsigned (q in [0, 63]); take off 32 * sum(a) per sub-block */
-        const __m256i bias = _mm256_setr_epi32(-32 * q6_bias(sc, y[i].bsums), 0, 0, 0, 0, 0, 0, 0);
-        sumi = _mm256_add_epi32(sumi, bias);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(q6_bias8(sc, y[i].bsums), 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(&x[i].d) * q8k_d(&y[i])), _mm256_cvtepi32_ps(sumi), acc);
     }
     return kv_hsum256(acc);

@@ -4,7 +4,8 @@
  * sub-blocks) per 512-bit register; VNNI dpbusd for the types with one
  * scale per 32, maddubs + madd with per-lane scales for the K-quants (their
  * 6/8-bit sub-block scales must multiply before the sum). Same integer sums
- * as the scalar reference. */
+ * as the scalar reference. Q5_0, Q4_K and Q6_K are not here: their dots
+ * are the 1 x 1 case of the tiles in quant_ext_q5_512.c / quant_ext_k512.c. */
 #include "quant_ext_simd.h"
 
 #ifdef KV_QEXT_HAVE_X86
@@ -60,27 +61,7 @@ KV_AI float dot_block32(__m256i qx, const int8_t *a, float d, const int us) {
     return d * kv_hsum256(_mm256_cvtepi32_ps(dp));
 }
 
-float kv_qext_dot_q5_0_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q5_0 *x = vw;
-    const qx_block_q8_0 *y = va;
-    const int64_t nb = n / 32;
-    const __m512i f0 = _mm512_set1_epi8((char)0xF0);
-    __m512 acc = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
-        const __mmask64 hm = (__mmask64)rd32(x[i].qh) | ((__mmask64)rd32(x[i + 1].qh) << 32);
-        __m512i qx = nibbles64(x[i].qs, x[i + 1].qs);
-        qx = _mm512_mask_blend_epi8(hm, _mm512_or_si512(qx, f0), qx); /* clear 5th bit: q - 16 */
-        acc = fma_pair_i8(acc, qx, y[i].qs, y[i + 1].qs, h2f(&x[i].d) * h2f(&y[i].d), h2f(&x[i + 1].d) * h2f(&y[i + 1].d));
-    }
-    float sum = _mm512_reduce_add_ps(acc);
-    if (i < nb) { /* odd block count: one 256-bit step */
-        __m256i qx = nibbles32(x[i].qs);
-        qx = _mm256_mask_blend_epi8(rd32(x[i].qh), _mm256_or_si256(qx, _mm256_set1_epi8((char)0xF0)), qx);
-        sum += dot_block32(qx, y[i].qs, h2f(&x[i].d) * h2f(&y[i].d), 0);
-    }
-    return sum;
-}
+/* q5_0: quant_ext_q5_512.c's tiles. */
 
 float kv_qext_dot_q5_1_avx512(int64_t n, const void *vw, const void *va) {
     const kv_block_q5_1 *x = vw;
@@ -139,7 +120,8 @@ float kv_qext_dot_q8_K_avx512(int64_t n, const void *vw, const void *va) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* q4_K (Q5 = 0) and q5_K (Q5 = 1: the 5th bit from qh). 64 quant bytes
+/* q5_K (Q5 = 1: the 5th bit from qh; Q5 = 0 would be q4_K, which
+ * quant_ext_k512.c's tiles compute). 64 quant bytes
  * hold groups 2h and 2h+1; low nibbles are sub-blocks 4h and 4h+2 (elements
  * 128h + 0..31 and 128h + 64..95), high nibbles 4h+1 and 4h+3 (128h +
  * 32..63 and 128h + 96..127). d, dmin and scales lead both layouts. */
@@ -157,11 +139,11 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
                                          _mm512_set1_epi8((char)(1 << (bit + 2))));
     }
     __m512 acc = _mm512_setzero_ps();
-    float accm = 0;
+    __m256 accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / KV_QK_K; i++) {
         const uint8_t *qs = Q5 ? x5[i].qs : x4[i].qs;
         uint8_t sm[16];
-        accm += Q5 ? k4_min_term(x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_term(x4[i].scales, &x4[i].dmin, &y[i], sm);
+        accm = Q5 ? k4_min_acc(accm, x5[i].scales, &x5[i].dmin, &y[i], sm) : k4_min_acc(accm, x4[i].scales, &x4[i].dmin, &y[i], sm);
         /* qh[l] serves element l of every group: the same 32 bytes in both halves */
         const __m512i qh =
             Q5 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x5[i].qh)) : _mm512_setzero_si512();
@@ -183,56 +165,12 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
         const float d = h2f(Q5 ? &x5[i].d : &x4[i].d);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
     }
-    return _mm512_reduce_add_ps(acc) - accm;
+    return _mm512_reduce_add_ps(acc) - kv_hsum256(accm);
 }
 
-float kv_qext_dot_q4_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 0); }
 float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 1); }
 
-/* q6_K: per half h, ql[64h..64h+63] low nibbles are elements 0..63 of the
- * half, high nibbles 64..127; the 2-bit highs come from qh[32h + l] at
- * shifts 0/2 (low) and 4/6 (high). maddubs lane m of a 64-element register
- * covers elements 2m, 2m+1, whose scale is number m/8 of that register. */
-static const int16_t q6_scale_idx[4][32] = {
-#define R4(b) b, b, b, b, b, b, b, b
-    {R4(0), R4(1), R4(2), R4(3)},
-    {R4(4), R4(5), R4(6), R4(7)},
-    {R4(8), R4(9), R4(10), R4(11)},
-    {R4(12), R4(13), R4(14), R4(15)},
-#undef R4
-};
-
-float kv_qext_dot_q6_K_avx512(int64_t n, const void *vw, const void *va) {
-    const kv_block_q6_K *x = vw;
-    const kv_block_q8_K *y = va;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-    const __m512i sh_lo = split_epi16(0, 2), sh_hi = split_epi16(4, 6);
-    __m512i idx[4]; /* scale index per int16 lane: register r of the super-block uses 4r + m/8 */
-    for (int r = 0; r < 4; r++) idx[r] = _mm512_loadu_si512((const void *)q6_scale_idx[r]);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / KV_QK_K; i++) {
-        const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales)));
-        __m512i sumi = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const __m512i ql = _mm512_loadu_si512((const void *)(x[i].ql + 64 * h));
-            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
-            const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_lo), m2), 4);
-            const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh_hi), m2), 4);
-            const __m512i qlo = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
-            const __m512i qhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
-            const __m512i ylo = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h));
-            const __m512i yhi = _mm512_loadu_si512((const void *)(y[i].qs + 128 * h + 64));
-            const __m512i slo = _mm512_permutexvar_epi16(idx[2 * h], sc16);
-            const __m512i shi = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(slo, _mm512_maddubs_epi16(qlo, ylo)));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(shi, _mm512_maddubs_epi16(qhi, yhi)));
-        }
-        /* quants were used unsigned (q in [0, 63]): take off 32 * sum(a) per sub-block, in lane 0 */
-        sumi = _mm512_mask_add_epi32(sumi, 1, sumi, _mm512_set1_epi32(-32 * q6_bias(x[i].scales, y[i].bsums)));
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(&x[i].d) * q8k_d(&y[i])), _mm512_cvtepi32_ps(sumi), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
+/* q4_K and q6_K: quant_ext_k512.c's tiles. */
 
 KV_SIMD_TARGET_END
 

@@ -60,40 +60,43 @@ static inline float q8k_d(const kv_block_q8_K *b) {
     return d;
 }
 
-/* The 12 packed bytes of q4_K/q5_K -> out[0..7] scales, out[8..15] mins
- * (four 32-bit mask/shift steps instead of eight scalar unpacks). */
-static inline void k4_unpack(const uint8_t *scales, uint8_t out[16]) {
-    uint32_t u[4];
-    memcpy(u, scales, 12);
-    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-    const uint32_t uaux = u[1] & kmask1;
-    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-    u[2] = uaux;
-    u[0] &= kmask1;
-    memcpy(out, u, 16);
+/* The 12 packed scale bytes of a q4_K/q5_K super-block (read as 16: the 4
+ * after them are still inside the block) -> bytes sc0..sc7, m0..m7, with
+ * 32-bit lane shifts and masks (lanes u0, u2, u1, u2 >> 4, then the top 2
+ * bits of u0 and u1): k4_unpack in vector registers. */
+static inline T_AVX2 __m128i k4_scales(const uint8_t *scales) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)scales);
+    const __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+    const __m128i q = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* .. u0 .. u1 */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(q, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
-/* sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j+1]) */
-static inline int k4_min_sum(const uint8_t sm[16], const int16_t *bsums) {
-    int s = 0;
-    for (int j = 0; j < 8; j++) s += sm[8 + j] * (bsums[2 * j] + bsums[2 * j + 1]);
-    return s;
+/* The mins of k4_scales' bytes as int16 m0 m0 m1 m1 ... m7 m7: a
+ * vpmaddwd with q8_K's 16 bsums then gives m_j * (the sum over sub-block j). */
+static inline T_AVX2 __m256i k4_mins_dup(__m128i sm) {
+    const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
 }
 
-/* Unpacks a q4_K/q5_K super-block's scales into sm (k4_unpack) and returns
- * its min term, dmin * d_y * sum_j m_j * (y's sum over sub-block j), which
- * the dot subtracts. */
-static inline T_AVX2 float k4_min_term(const uint8_t *scales, const uint16_t *dmin, const kv_block_q8_K *y, uint8_t sm[16]) {
-    k4_unpack(scales, sm);
-    return h2f(dmin) * q8k_d(y) * (float)k4_min_sum(sm, y->bsums);
+/* Unpacks a q4_K/q5_K super-block's scales and mins into sm (k4_scales)
+ * and adds its min term, dmin * d_y * sum_j m_j * (y's sum over sub-block
+ * j), to accm's lanes (the dot subtracts their sum). */
+static inline T_AVX2 __m256 k4_min_acc(__m256 accm, const uint8_t *scales, const uint16_t *dmin, const kv_block_q8_K *y,
+                                       uint8_t sm[16]) {
+    const __m128i sv = k4_scales(scales);
+    _mm_storeu_si128((__m128i *)(void *)sm, sv);
+    const __m256i mb = _mm256_madd_epi16(k4_mins_dup(sv), _mm256_loadu_si256((const __m256i *)(const void *)y->bsums));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(mb), _mm256_set1_ps(h2f(dmin) * q8k_d(y)), accm);
 }
 
-/* sum_j scales[j] * bsums[j]: the correction for q6_K's offset of 32 */
-static inline int q6_bias(const int8_t *scales, const int16_t *bsums) {
-    int s = 0;
-    for (int j = 0; j < 16; j++) s += scales[j] * bsums[j];
-    return s;
+/* 8 int32 whose sum is sum_j scales[j] * bsums[j]: q6_K's offset of 32
+ * comes off as 32 times this. */
+static inline T_AVX2 __m256i q6_bias8(const int8_t *scales, const int16_t *bsums) {
+    return _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)scales)),
+                             _mm256_loadu_si256((const __m256i *)(const void *)bsums));
 }
 
 #undef T_AVX2

@@ -391,6 +391,79 @@ static void test_dot_matches_dequant_and_simd(void) {
     FREE_ALL(w, a, tmp, wf, af);
 }
 
+/* The tiled dots (kv_qext_rows_isa) of every type and level that has them:
+ * each output bit-identical to that level's vec_dot whatever the number of
+ * weight rows (full 4-row tiles and every leftover) and activation rows
+ * (the streaming tiles up to 2, the batched ones past that, across their
+ * 16-row blocks and unpacking chunks), rows at a padded
+ * stride, outputs at a stride with the gaps left alone; and within a
+ * normalised error of the scalar reference. Fresh random weights
+ * (quantized or raw block bytes). */
+typedef struct rows_case {
+    int64_t K;
+    int nr_max, na_max;
+} rows_case;
+
+/* One case of test_rows_tiles for type t at one level: outputs checked. */
+static int rows_case_check(kv_type t, kv_qext_isa isa, const rows_case *c, const uint8_t *w, size_t ws,
+                           const uint8_t *a, size_t as, float *y, size_t ys) {
+    const kv_qext_ops *o = kv_qext_get(t);
+    kv_qext_rows_fn rows = kv_qext_rows_isa(t, isa);
+    kv_qext_dot_fn dot = kv_qext_vec_dot_isa(t, isa);
+    int checked = 0;
+    if (!rows) return 0;
+    CHECK(dot != NULL);
+    for (int nr = 1; nr <= c->nr_max; nr++) {
+        for (int na = 1; na <= c->na_max; na++) {
+            if (na > 5 && na < c->na_max - 2 && na != 16) continue; /* the block edges are what matter */
+            for (size_t i = 0; i < ys * (size_t)c->na_max; i++) y[i] = -12345.f;
+            rows(c->K, w, ws, nr, a, as, na, y, ys);
+            for (int j = 0; j < c->na_max; j++) {
+                for (int r = 0; r < (int)ys; r++) {
+                    float got = y[j * ys + r];
+                    if (j >= na || r >= nr) {
+                        CHECKF(got == -12345.f, "%s rows wrote outside %dx%d at (%d, %d)", kv_type_name(t), nr, na, r, j);
+                        continue;
+                    }
+                    float want = dot(c->K, w + r * ws, a + j * as);
+                    float ref = o->vec_dot_ref(c->K, w + r * ws, a + j * as);
+                    CHECKF(memcmp(&got, &want, sizeof got) == 0, "%s %s K=%lld rows %dx%d (%d, %d): %.9g, dot %.9g",
+                           kv_type_name(t), kv_qext_isa_name(isa), (long long)c->K, nr, na, r, j, got, want);
+                    CHECKF(fabsf(got - ref) <= 1e-5f * (fabsf(ref) + 1.f) * 64.f, "%s rows (%d, %d): %.7g vs ref %.7g",
+                           kv_type_name(t), r, j, got, ref);
+                    checked++;
+                }
+            }
+        }
+    }
+    return checked;
+}
+
+static void test_rows_tiles(void) {
+    /* 32-element types: an odd block count, and past two 16-pair chunks */
+    static const rows_case cases[2][2] = {{{768, 9, 5}, {2304, 5, 18}}, {{672, 9, 5}, {2336, 5, 18}}};
+    int checked = 0;
+    for (int k = 0; k < N_TYPES; k++) {
+        kv_type t = new_types[k];
+        const kv_qext_ops *o = kv_qext_get(t);
+        for (int ci = 0; ci < 2; ci++) {
+            const rows_case *c = &cases[o->blck_size == 32][ci];
+            const size_t ws = row_bytes(t, c->K) + 8, as = row_bytes(o->vec_type, c->K) + 4, ys = 16;
+            uint8_t *w = malloc(ws * c->nr_max), *a = malloc(as * c->na_max);
+            float *tmp = malloc(c->K * sizeof(float)), *y = malloc(ys * c->na_max * sizeof(float));
+            REQUIRE(w && a && tmp && y);
+            uint8_t *ascratch = malloc(ws > as ? ws : as); /* a weight or an activation row */
+            REQUIRE(ascratch);
+            for (int r = 0; r < c->nr_max; r++) make_pair(t, c->K, w + r * ws, ascratch, tmp, r & 1);
+            for (int j = 0; j < c->na_max; j++) make_pair(t, c->K, ascratch, a + j * as, tmp, 0);
+            for (int isa = 0; isa <= 2; isa++) checked += rows_case_check(t, (kv_qext_isa)isa, c, w, ws, a, as, y, ys);
+            FREE_ALL(w, a, tmp, y, ascratch);
+        }
+    }
+    printf("  %d tiled outputs checked\n", checked);
+    if (kv_qext_isa_available(KV_QEXT_ISA_AVX512)) CHECK(checked > 0);
+}
+
 static void test_determinism(void) {
     const int64_t n = 2048;
     float *x = malloc(n * sizeof *x);
@@ -456,5 +529,6 @@ static void test_bench(void) {
 }
 
 TEST_MAIN(T(test_table), T(test_init_marks_supported), T(test_dequant_matches_layout), T(test_roundtrip_error),
-          T(test_special_inputs), T(test_act_quant), T(test_dot_matches_dequant_and_simd), T(test_determinism),
+          T(test_special_inputs), T(test_act_quant), T(test_dot_matches_dequant_and_simd), T(test_rows_tiles),
+          T(test_determinism),
           T(test_bench))
