@@ -57,6 +57,37 @@ static inline int kv_slot_rows_ok(const kv_pages *pg, int li, int l, int64_t slo
     return 1;
 }
 
+/* The prefix hash after token tok, from the hash ph of what precedes it;
+ * prefix_hashes fills ph[i] for every position of toks. */
+static inline uint64_t prefix_step(uint64_t ph, int32_t tok) {
+    uint64_t z = ph * 0x100000001b3ull ^ (uint64_t)(uint32_t)tok;
+    return z ^ (z >> 29);
+}
+
+static inline void prefix_hashes(const int32_t *toks, int n, uint64_t *ph) {
+    uint64_t h = 0x1234;
+    for (int i = 0; i < n; i++) ph[i] = h = prefix_step(h, toks[i]);
+}
+
+/* A sequence of the randomised workloads: its tokens and their prefix
+ * hashes (a workload caps the length at KV_WSEQ_CAP or below). */
+enum { KV_WSEQ_CAP = 80 };
+typedef struct wseq {
+    kv_seq s;
+    int live;
+    int len; /* tokens known (prompt + generated) */
+    int32_t t[KV_WSEQ_CAP];
+    uint64_t ph[KV_WSEQ_CAP];
+} wseq;
+
+/* The live sequences of w[0..n) into out; how many. */
+static inline int live_list(wseq *w, int n, kv_seq **out) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i].live) out[k++] = &w[i].s;
+    return k;
+}
+
 /* Stores the rows of one slot (layer li of pg) for position p of model
  * layer l: kv_value(ph, l, ...) in every KV head, or noise from garbage
  * != 0 (a rejected draft token's rows), through the CPU kv_store op. */

@@ -92,7 +92,14 @@ sleep 1
 p=$(snap | jget 'd["paused"]')
 check "F2 again resumes it" '[[ $p == False ]]' "paused=$p"
 wait_for a 'finish #' 30 >/dev/null
-sleep 1
+# Both tabs' replies done on the server (bounded): its newest finish
+# decision then stays the newest while the screen catches up (under a
+# sanitizer build on a loaded machine the second reply can still be
+# running when the first finish shows).
+for _ in $(seq 1 150); do
+  [[ $(snap | jget 'len(d["running"]) + len(d["waiting"])' 2>/dev/null) == 0 ]] && break
+  sleep 0.2
+done
 # The server's newest finish decision reaches the screen with the next
 # stream frame: poll (bounded) rather than trust one capture.
 for _ in $(seq 1 50); do

@@ -37,11 +37,6 @@ static kv_cache_params small_params(int bs, int n_blocks) {
     return p;
 }
 
-static uint64_t prefix_step(uint64_t ph, int32_t tok) {
-    uint64_t z = ph * 0x100000001b3ull ^ (uint64_t)(uint32_t)tok;
-    return z ^ (z >> 29);
-}
-
 /* Writes the rows of positions [p0, p1) of a sequence through the CPU
  * kv_store op; garbage != 0 writes noise instead (rejected draft tokens). */
 static void write_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph, int p0, int p1, uint32_t garbage) {
@@ -60,11 +55,6 @@ static int verify_rows(kv_cache *c, const kv_seq *s, const uint64_t *ph) {
             if (!kv_slot_rows_ok(pg, l, l, slot, ph[p], s->id, p)) return 0;
     }
     return 1;
-}
-
-static void prefix_hashes(const int32_t *toks, int n, uint64_t *ph) {
-    uint64_t h = 0x1234;
-    for (int i = 0; i < n; i++) ph[i] = h = prefix_step(h, toks[i]);
 }
 
 static int prefill(kv_cache *c, kv_seq *s, const int32_t *toks, const uint64_t *ph, int n) {
@@ -609,26 +599,11 @@ static void test_again_no_side_effects(void) {
 
 /* ---- the randomised workload ---- */
 
-enum { W_SEQS = 10, W_MAXLEN = 72 };
-
-typedef struct wseq {
-    kv_seq s;
-    int live;
-    int len;                 /* tokens known (prompt + generated) */
-    int32_t t[W_MAXLEN];
-    uint64_t ph[W_MAXLEN];
-} wseq;
+enum { W_SEQS = 10, W_MAXLEN = 72 }; /* W_MAXLEN <= KV_WSEQ_CAP */
 
 typedef struct wstats {
     int ops, again, swaps_out, swaps_in, releases, attaches, hits, rollbacks, truncs_committed;
 } wstats;
-
-static int live_list(wseq *w, kv_seq **out) {
-    int n = 0;
-    for (int i = 0; i < W_SEQS; i++)
-        if (w[i].live) out[n++] = &w[i].s;
-    return n;
-}
 
 static void workload(int bs, int n_blocks, int n_swap, int sharing, int hash_bits, int n_ops, uint64_t seed) {
     kv_backend *b = cpu();
@@ -747,7 +722,7 @@ static void workload(int bs, int n_blocks, int n_swap, int sharing, int hash_bit
                 ws.rollbacks += spec > 0;
             }
         }
-        int nl = live_list(w, live);
+        int nl = live_list(w, W_SEQS, live);
         if (!check_ok(c, live, nl)) {
             fprintf(stderr, "  after op %d\n", op);
             failed = 1;

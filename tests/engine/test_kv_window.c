@@ -37,14 +37,6 @@ static kv_cache_params wparams(int bs, int n_blocks, int n_local, int window) {
     return p;
 }
 
-static void prefix_hashes(const int32_t *toks, int n, uint64_t *ph) {
-    uint64_t h = 0x1234;
-    for (int i = 0; i < n; i++) {
-        uint64_t z = h * 0x100000001b3ull ^ (uint64_t)(uint32_t)toks[i];
-        ph[i] = h = z ^ (z >> 29);
-    }
-}
-
 /* A layer's pages, index in them and the slot of position p (as the
  * forward pass finds them). */
 static kv_pages *layer_pages(kv_cache *c, const kv_seq *s, int l, int p, int *li, int32_t *slot) {
@@ -222,21 +214,7 @@ static void test_cow_copies_part(void) {
 
 /* ---- the randomised workload ---- */
 
-enum { W_SEQS = 8, W_MAXLEN = 80 };
-
-typedef struct wseq {
-    kv_seq s;
-    int live, len;
-    int32_t t[W_MAXLEN];
-    uint64_t ph[W_MAXLEN];
-} wseq;
-
-static int live_list(wseq *w, kv_seq **out) {
-    int n = 0;
-    for (int i = 0; i < W_SEQS; i++)
-        if (w[i].live) out[n++] = &w[i].s;
-    return n;
-}
+enum { W_SEQS = 8, W_MAXLEN = KV_WSEQ_CAP };
 
 /* One step of q: a chunk of known tokens (or one new token) plus up to 3
  * drafts that are written and rejected. */
@@ -327,7 +305,7 @@ static void workload(int bs, int n_blocks, int n_local, int n_swap, int window, 
             kv_cache_seq_release(c, &q->s);
             q->live = 0;
         }
-        int nl = live_list(w, live);
+        int nl = live_list(w, W_SEQS, live);
         if (!check_ok(c, live, nl)) {
             fprintf(stderr, "  after op %d\n", op);
             failed = 1;

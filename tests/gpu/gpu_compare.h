@@ -10,15 +10,19 @@
 #ifndef KVTOP_TESTS_GPU_COMPARE_H
 #define KVTOP_TESTS_GPU_COMPARE_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../../engine/mkmodel.h"
 #include "../../engine/runner.h"
 #include "../../kernels/backend.h"
 #ifdef KV_HAVE_CUDA
 #include "../../kernels/cuda/cuda_backend.h"
 #endif
 #include "../backend_helpers.h"
+#include "../engine_helpers.h"
 #include "../harness.h"
 
 typedef struct target {
@@ -126,6 +130,57 @@ static int run_model(const kv_model *m, kv_backend *b, kv_cache_dtype dt, const 
     if (rc) fprintf(stderr, "  eval on %s: %s\n", b->ops->name, err.msg);
     kv_runner_free(r);
     return rc;
+}
+
+/* The random model files of the forward passes: 256 wide, 600 tokens of
+ * vocabulary, a 512-token context (the caller sets type, arch, seed). */
+static kv_mkmodel_params forward_params(void) {
+    kv_mkmodel_params p = test_tiny_model(256, 512);
+    p.n_vocab = 600;
+    p.ctx_len = 512;
+    return p;
+}
+
+/* One rotation of x (n tokens, H heads of hd; pos on the host, as the
+ * forward passes them) on b: variant v of the op under test. */
+typedef void (*rope_apply_fn)(kv_backend *b, float *x, const int32_t *pos, int n, int H, int hd, int rot, int neox,
+                              int v);
+
+/* The rope battery: fresh rows at positions below max_pos (the first 0),
+ * neox and normal pairing, rot 32 and 64 of 64, n_variants variants, each
+ * target against the cpu by normalised error under op. */
+static void rope_battery(int op, int max_pos, int n_variants, rope_apply_fn apply) {
+    init_targets();
+    REQUIRE(cpu);
+    enum { n = 9, H = 4, hd = 64 };
+    const size_t N = (size_t)n * H * hd, bytes = N * sizeof(float);
+    int32_t pos[n];
+    for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % (uint64_t)max_pos);
+    pos[0] = 0;
+    for (int ti = 0; ti < n_targets; ti++) {
+        target *t = &targets[ti];
+        kv_backend *b = t->b;
+        float *x = malloc(bytes), *xc = malloc(bytes), *xt = malloc(bytes);
+        REQUIRE(x && xc && xt);
+        for (int neox = 0; neox < 2; neox++)
+            for (int rot = 32; rot <= 64; rot += 32)
+                for (int v = 0; v < n_variants; v++) {
+                    harness_fill_rand(x, N, 2.0f);
+                    memcpy(xc, x, bytes);
+                    float *dx = test_put(b, x, bytes);
+                    REQUIRE(dx);
+                    apply(cpu, xc, pos, n, H, hd, rot, neox, v);
+                    apply(b, dx, pos, n, H, hd, rot, neox, v);
+                    get(b, xt, dx, bytes);
+                    char what[64];
+                    snprintf(what, sizeof what, "neox=%d rot=%d variant %d", neox, rot, v);
+                    judge(t, op, harness_nerr(xt, xc, N), what);
+                    b->ops->free(b, dx);
+                }
+        check_status(t, op_names[op]);
+        FREE_ALL(x, xc, xt);
+    }
+    report(op);
 }
 
 static void test_zz_release(void) {

@@ -81,42 +81,18 @@ static void test_gelu_scale_add_rows(void) {
     report(OP_ADD_ROWS);
 }
 
+/* rope_ext at base 500000: variant 0 with Llama 3's frequency factors,
+ * 1 with linear scaling (0.25), 2 plain */
+static float rope_factors[32];
+
+static void apply_rope_ext(kv_backend *b, float *x, const int32_t *pos, int n, int H, int hd, int rot, int neox,
+                           int v) {
+    b->ops->rope_ext(b, x, pos, n, H, hd, rot, 500000.0f, neox, v == 1 ? 0.25f : 1.0f, v == 0 ? rope_factors : NULL);
+}
+
 static void test_rope_ext(void) {
-    init_targets();
-    REQUIRE(cpu);
-    const int n = 9, H = 4, hd = 64;
-    const size_t N = (size_t)n * H * hd, bytes = N * sizeof(float);
-    int32_t pos[9];
-    for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % 9000);
-    pos[0] = 0;
-    float factors[32];
-    for (int i = 0; i < 32; i++) factors[i] = 1.0f + (float)(harness_rand64() % 800) / 100.0f;
-    for (int ti = 0; ti < n_targets; ti++) {
-        target *t = &targets[ti];
-        kv_backend *b = t->b;
-        float *x = malloc(bytes), *xc = malloc(bytes), *xt = malloc(bytes);
-        REQUIRE(x && xc && xt);
-        for (int neox = 0; neox < 2; neox++)
-            for (int rot = 32; rot <= 64; rot += 32)
-                for (int v = 0; v < 3; v++) {
-                    const float fs = v == 1 ? 0.25f : 1.0f; /* 0: factors, 1: linear scaling, 2: plain */
-                    const float *ff = v == 0 ? factors : NULL;
-                    harness_fill_rand(x, N, 2.0f);
-                    memcpy(xc, x, bytes);
-                    float *dx = test_put(b, x, bytes);
-                    REQUIRE(dx);
-                    cpu->ops->rope_ext(cpu, xc, pos, n, H, hd, rot, 500000.0f, neox, fs, ff);
-                    b->ops->rope_ext(b, dx, pos, n, H, hd, rot, 500000.0f, neox, fs, ff);
-                    get(b, xt, dx, bytes);
-                    char what[64];
-                    snprintf(what, sizeof what, "neox=%d rot=%d variant %d", neox, rot, v);
-                    judge(t, OP_ROPE_EXT, harness_nerr(xt, xc, N), what);
-                    b->ops->free(b, dx);
-                }
-        check_status(t, "rope_ext");
-        FREE_ALL(x, xc, xt);
-    }
-    report(OP_ROPE_EXT);
+    for (int i = 0; i < 32; i++) rope_factors[i] = 1.0f + (float)(harness_rand64() % 800) / 100.0f;
+    rope_battery(OP_ROPE_EXT, 9000, 3, apply_rope_ext);
 }
 
 /* ---- attention_window -------------------------------------------------------------- */
@@ -273,11 +249,9 @@ static void test_forward_archs(void) {
     REQUIRE(mkdtemp(dir));
     static const char *const archs[] = {"gemma3", "qwen2", "llama", "qwen3moe"};
     for (size_t a = 0; a < KV_ARRAY_LEN(archs); a++) {
-        kv_mkmodel_params p = test_tiny_model(256, 512);
+        kv_mkmodel_params p = forward_params();
         p.arch = archs[a];
         p.n_layers = 6; /* gemma3: five local layers of window 16, one global */
-        p.n_vocab = 600;
-        p.ctx_len = 512;
         p.type = KV_TYPE_Q8_0;
         p.seed = 11 + (uint64_t)a;
         p.n_swa = !strcmp(archs[a], "gemma3") ? 16 : 0;

@@ -175,40 +175,12 @@ static void test_rmsnorm(void) {
     report(OP_RMSNORM);
 }
 
-static void test_rope(void) {
-    init_targets();
-    REQUIRE(cpu);
-    const int n = 9, H = 4, hd = 64;
-    const size_t N = (size_t)n * H * hd, bytes = N * sizeof(float);
-    int32_t pos[9];
-    for (int i = 0; i < n; i++) pos[i] = (int32_t)(harness_rand64() % 5000);
-    pos[0] = 0;
-    for (int ti = 0; ti < n_targets; ti++) {
-        target *t = &targets[ti];
-        kv_backend *b = t->b;
-        float *x = malloc(bytes), *xc = malloc(bytes), *xt = malloc(bytes);
-        REQUIRE(x && xc && xt);
-        for (int neox = 0; neox < 2; neox++)
-            for (int rot = 32; rot <= 64; rot += 32)
-                for (int bi = 0; bi < 2; bi++) {
-                    const float base = bi ? 100000.0f : 10000.0f;
-                    harness_fill_rand(x, N, 2.0f);
-                    memcpy(xc, x, bytes);
-                    float *dx = test_put(b, x, bytes);
-                    REQUIRE(dx);
-                    cpu->ops->rope(cpu, xc, pos, n, H, hd, rot, base, neox);
-                    b->ops->rope(b, dx, pos, n, H, hd, rot, base, neox); /* host positions, as the forward */
-                    get(b, xt, dx, bytes);
-                    char what[64];
-                    snprintf(what, sizeof what, "neox=%d rot=%d base=%g", neox, rot, base);
-                    judge(t, OP_ROPE, harness_nerr(xt, xc, N), what);
-                    b->ops->free(b, dx);
-                }
-        check_status(t, "rope");
-        FREE_ALL(x, xc, xt);
-    }
-    report(OP_ROPE);
+/* plain rope, base 10000 (variant 0) or 100000 (1) */
+static void apply_rope(kv_backend *b, float *x, const int32_t *pos, int n, int H, int hd, int rot, int neox, int v) {
+    b->ops->rope(b, x, pos, n, H, hd, rot, v ? 100000.0f : 10000.0f, neox);
 }
+
+static void test_rope(void) { rope_battery(OP_ROPE, 5000, 2, apply_rope); }
 
 static void test_silu_mul_add(void) {
     init_targets();
@@ -457,9 +429,7 @@ static void test_forward_random_models(void) {
     REQUIRE(mkdtemp(dir));
     static const kv_type types[] = {KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
     for (size_t ty = 0; ty < KV_ARRAY_LEN(types); ty++) {
-        kv_mkmodel_params p = test_tiny_model(256, 512);
-        p.n_vocab = 600;
-        p.ctx_len = 512;
+        kv_mkmodel_params p = forward_params();
         p.type = types[ty];
         p.seed = 7 + ty;
         char path[256];

@@ -120,6 +120,23 @@ static kv_metrics_adapter *first_scrape(const char *path, kv_source_kind kind, d
     return a;
 }
 
+/* The scrape ten seconds after first_scrape's, every counter and bucket
+ * (and gauge) of the fixture text t doubled, fed into a as *m; the doubled
+ * text (the caller frees it), NULL after a failed CHECK. */
+static char *doubled_scrape(kv_metrics_adapter *a, const char *t, const char *prefix, kv_remote_metrics *m) {
+    char *t2 = scaled(t, prefix, 2.0);
+    CHECKF(t2, "cannot scale %s", prefix);
+    if (t2) CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, m, NULL, 0) == 0);
+    return t2;
+}
+
+/* Frees what a test of two scrapes holds. */
+static void scrapes_free(kv_metrics_adapter *a, char *t, char *t2) {
+    kv_metrics_adapter_free(a);
+    free(t);
+    free(t2);
+}
+
 static void test_vllm(void) {
     char *t;
     kv_remote_metrics m;
@@ -129,11 +146,10 @@ static void test_vllm(void) {
     CHECK((m.have & KV_RM_WAIT_REASON) && m.wait_capacity == 4 && m.wait_deferred == 1);
     CHECK((m.have & KV_RM_CACHE_CFG) && m.block_size == 16 && m.num_blocks == 27000 && !strcmp(m.cache_dtype, "auto"));
     CHECK(!(m.have & KV_RM_TTFT)); /* percentiles need a window: nothing yet */
-    /* ten seconds later every counter and bucket has doubled */
-    char *t2 = scaled(t, "vllm:", 2.0);
+    /* ten seconds later every counter and bucket has doubled; gauges too:
+     * running 24, usage 1.25 (the adapter reports what the server says) */
+    char *t2 = doubled_scrape(a, t, "vllm:", &m);
     REQUIRE(t2);
-    /* gauges doubled too: running 24, usage 1.25 (the adapter reports what the server says) */
-    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
     CHECK(m.running == 24);
     CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 18000 / 10.0) && near(m.prompt_tok_s, 52000 / 10.0));
     CHECK((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 10000.0 / 40000.0));
@@ -156,9 +172,7 @@ static void test_vllm(void) {
     CHECK(s->metrics.ttft_ms.valid && near(s->metrics.ttft_ms.p90, 650) && s->n_blocks == 0 && s->block_size == 16);
     CHECK(near(s->metrics.output_tokens_per_s, 1800) && near(s->metrics.prefix_hit_rate, 0.25));
     kv_snapshot_free(s);
-    free(t2);
-    kv_metrics_adapter_free(a);
-    free(t);
+    scrapes_free(a, t, t2);
 }
 
 static void test_sglang(void) {
@@ -173,9 +187,8 @@ static void test_sglang(void) {
     CHECK(!(m.have & KV_RM_CACHE_CFG));
     /* ten seconds later everything doubled: the hit rate now from the
      * counters (3e6 cached of 8e6 prompt tokens), not the gauge (0.8) */
-    char *t2 = scaled(t, "sglang:", 2.0);
+    char *t2 = doubled_scrape(a, t, "sglang:", &m);
     REQUIRE(t2);
-    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
     CHECKF((m.have & KV_RM_PREFIX) && near(m.prefix_hit_rate, 0.375), "%g", m.prefix_hit_rate);
     CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 755757.2) && near(m.prompt_tok_s, 800000));
     CHECK((m.have & KV_RM_PREEMPT) && near(m.preempt_per_s, 0.4));
@@ -188,9 +201,7 @@ static void test_sglang(void) {
      * (95 in all): P50 (rank 47.5) in (0, 0.1]: 0.1 * 7.5 / 30 */
     CHECKF((m.have & KV_RM_QUEUE_TIME) && near(m.queue_ms[0], 100 * 7.5 / 30), "queue %g", m.queue_ms[0]);
     CHECK((m.have & KV_RM_ITL) && (m.have & KV_RM_E2E));
-    free(t2);
-    free(t);
-    kv_metrics_adapter_free(a);
+    scrapes_free(a, t, t2);
     CHECK(kv_metrics_detect_kind("tgi_queue_size 3\n", 17) == KV_SOURCE_TGI);
     CHECK(kv_metrics_detect_kind("garbage\n", 8) == KV_SOURCE_AUTO);
     CHECK(kv_metrics_adapter_new(KV_SOURCE_KVTOP, 60) == NULL);
@@ -206,9 +217,8 @@ static void test_tgi(void) {
     REQUIRE(a);
     CHECK((m.have & KV_RM_BATCH) && m.batch_size == 8);
     CHECK(!(m.have & KV_RM_KV_USAGE) && !(m.have & KV_RM_PREFIX) && !(m.have & KV_RM_TTFT));
-    char *t2 = scaled(t, "tgi_", 2.0);
+    char *t2 = doubled_scrape(a, t, "tgi_", &m);
     REQUIRE(t2);
-    CHECK(kv_metrics_adapter_feed(a, t2, strlen(t2), 10, &m, NULL, 0) == 0);
     CHECK((m.have & KV_RM_TOKS) && near(m.gen_tok_s, 2560) && near(m.prompt_tok_s, 6144));
     CHECK(!(m.have & KV_RM_TTFT)); /* TGI has no time-to-first-token metric */
     /* queue: cumulative 20, 60 at le b10, b11 (b_i = 0.0001 * 1.5^(i+1)), 100 in
@@ -220,9 +230,7 @@ static void test_tgi(void) {
     double b9 = 0.0001 * pow(1.5, 10);
     CHECKF((m.have & KV_RM_ITL) && near(m.itl_ms[0], 1000 * (b9 + (b10 - b9) * 10 / 50)), "itl %g", m.itl_ms[0]);
     CHECK((m.have & KV_RM_E2E) && m.e2e_ms[2] >= m.e2e_ms[0]);
-    free(t2);
-    free(t);
-    kv_metrics_adapter_free(a);
+    scrapes_free(a, t, t2);
 }
 
 /* What F7 keeps of a metrics source: the KV cache in use as block counts
