@@ -52,6 +52,26 @@ static inline void test_text_params(const kv_engine *e, kv_request_params *p, co
     p->max_tokens = max_tokens;
 }
 
+/* p: a request for the token ids (n of them) for max_tokens, ignore_eos
+ * as given, the engine's default sampling. */
+static inline void test_token_params(const kv_engine *e, kv_request_params *p, const int32_t *ids, int n,
+                                     int max_tokens, int ignore_eos) {
+    kv_engine_request_defaults(e, p);
+    p->tokens = ids;
+    p->n_tokens = n;
+    p->max_tokens = max_tokens;
+    p->ignore_eos = ignore_eos;
+}
+
+/* An engine of config c and, in p, a request for the prompt text (NULL,
+ * the reason printed, when the engine cannot be made). */
+static inline kv_engine *test_engine_text(const kv_config *c, kv_request_params *p, const char *text,
+                                          int max_tokens) {
+    kv_engine *e = test_engine_new(c);
+    if (e) test_text_params(e, p, text, max_tokens);
+    return e;
+}
+
 /* Submits the prompt `text`, or when it is NULL the n_ids token ids, for
  * max_tokens tokens (ignore_eos: exactly that many) tagged with `session`,
  * with the engine's default sampling. Returns the id, or <= 0 with the
@@ -59,12 +79,8 @@ static inline void test_text_params(const kv_engine *e, kv_request_params *p, co
 static inline int64_t test_submit(kv_engine *e, const char *text, const int32_t *ids, int n_ids, int max_tokens,
                                   int ignore_eos, int session) {
     kv_request_params p;
-    kv_engine_request_defaults(e, &p);
+    test_token_params(e, &p, text ? NULL : ids, text ? 0 : n_ids, max_tokens, ignore_eos);
     p.text = text;
-    p.tokens = text ? NULL : ids;
-    p.n_tokens = text ? 0 : n_ids;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = ignore_eos;
     p.session = session;
     kv_err err;
     int64_t id = kv_engine_submit(e, &p, &err);

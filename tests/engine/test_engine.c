@@ -127,10 +127,9 @@ static void test_golden_greedy(void) {
 static void test_text_prompt(void) {
     kv_config c;
     base_config(&c);
-    kv_engine *e = test_engine_new(&c);
-    REQUIRE(e);
     kv_request_params p;
-    test_text_params(e, &p, "Once upon a time", 40);
+    kv_engine *e = test_engine_text(&c, &p, "Once upon a time", 40);
+    REQUIRE(e);
     seen s;
     REQUIRE(run_alone(e, &p, &s) == 0);
     /* the text prompt tokenizes to the golden ids: same continuation */

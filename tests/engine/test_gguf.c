@@ -102,18 +102,22 @@ static void build_full(kv_gguf_writer *w) {
     uint64_t a_u64[] = {0, 18446744073709551615ull};
     int64_t a_i64[] = {INT64_MIN, INT64_MAX};
     double a_f64[] = {-0.1, 2.5e-300};
-    CHECK(kv_gguf_writer_add_arr(w, "a.u8", KV_GGUF_UINT8, a_u8, 3) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.i8", KV_GGUF_INT8, a_i8, 3) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.u16", KV_GGUF_UINT16, a_u16, 2) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.i16", KV_GGUF_INT16, a_i16, 2) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.u32", KV_GGUF_UINT32, a_u32, 4) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.i32", KV_GGUF_INT32, a_i32, 3) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.f32", KV_GGUF_FLOAT32, a_f32, 3) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.bool", KV_GGUF_BOOL, a_bool, 4) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.u64", KV_GGUF_UINT64, a_u64, 2) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.i64", KV_GGUF_INT64, a_i64, 2) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.f64", KV_GGUF_FLOAT64, a_f64, 2) == 0);
-    CHECK(kv_gguf_writer_add_arr(w, "a.empty", KV_GGUF_UINT32, NULL, 0) == 0);
+    const struct {
+        const char *key;
+        kv_gguf_vtype type;
+        const void *data;
+        uint64_t n;
+    } arrays[] = {
+        {"a.u8", KV_GGUF_UINT8, a_u8, 3},      {"a.i8", KV_GGUF_INT8, a_i8, 3},
+        {"a.u16", KV_GGUF_UINT16, a_u16, 2},   {"a.i16", KV_GGUF_INT16, a_i16, 2},
+        {"a.u32", KV_GGUF_UINT32, a_u32, 4},   {"a.i32", KV_GGUF_INT32, a_i32, 3},
+        {"a.f32", KV_GGUF_FLOAT32, a_f32, 3},  {"a.bool", KV_GGUF_BOOL, a_bool, 4},
+        {"a.u64", KV_GGUF_UINT64, a_u64, 2},   {"a.i64", KV_GGUF_INT64, a_i64, 2},
+        {"a.f64", KV_GGUF_FLOAT64, a_f64, 2},  {"a.empty", KV_GGUF_UINT32, NULL, 0},
+    };
+    for (size_t i = 0; i < KV_ARRAY_LEN(arrays); i++)
+        CHECKF(kv_gguf_writer_add_arr(w, arrays[i].key, arrays[i].type, arrays[i].data, arrays[i].n) == 0, "%s",
+               arrays[i].key);
     CHECK(kv_gguf_writer_add_arr_str(w, "a.str", g_strs, g_strs_lens, 5) == 0);
     const char *nul_str[] = {"a\0b", "cd"};
     const uint64_t nul_lens[] = {3, 2};

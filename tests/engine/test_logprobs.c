@@ -89,11 +89,7 @@ static int run_one(const kv_config *c, const int32_t *ids, int n_ids, int max_to
     kv_engine *e = test_engine_new(c);
     if (!e) return -1;
     kv_request_params p;
-    kv_engine_request_defaults(e, &p);
-    p.tokens = ids;
-    p.n_tokens = n_ids;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = 1;
+    test_token_params(e, &p, ids, n_ids, max_tokens, 1);
     p.logprobs = want;
     p.top_logprobs = want ? 5 : 0;
     kv_err err;
@@ -228,10 +224,9 @@ static void test_spec_logprobs(void) {
 static void test_bad_top_logprobs(void) {
     kv_config c;
     stories_config(&c);
-    kv_engine *e = test_engine_new(&c);
-    REQUIRE(e);
     kv_request_params p;
-    test_text_params(e, &p, "Once", 2);
+    kv_engine *e = test_engine_text(&c, &p, "Once", 2);
+    REQUIRE(e);
     p.logprobs = 1;
     p.top_logprobs = KV_MAX_TOP_LOGPROBS + 1;
     kv_err err;
