@@ -430,7 +430,10 @@ static int read_experts(const kv_json *root, kv_snapshot *s, kv_err *err) {
     return 0;
 }
 
-static int read_decisions(const kv_json *root, kv_snapshot *s, kv_err *err) {
+/* Decisions; a delta frame appends its (newer steps') decisions to those
+ * old held, the newest KV_SNAPSHOT_PARSE_KEEP_DECISIONS kept, so a reader
+ * that takes only every other frame of a stream loses none. */
+static int read_decisions(const kv_json *root, int delta, const kv_snapshot *old, kv_snapshot *s, kv_err *err) {
     static const char *const kinds[KV_DEC_KIND_COUNT] = {"admit", "chunk", "preempt", "swap_out", "swap_in",
                                                          "evict", "share", "cow",     "finish",   "reject",
                                                          "wait",  "cancel", "spec"};
@@ -438,11 +441,14 @@ static int read_decisions(const kv_json *root, kv_snapshot *s, kv_err *err) {
     const kv_json *a;
     size_t n;
     if (get_array(root, "decisions", 1 << 20, &a, &n, err)) return err->code;
-    if (kv_grow((void **)&s->decisions, &s->cap_decisions, (int)n, sizeof *s->decisions))
+    const int keep = delta ? old->n_decisions : 0;
+    if (kv_grow((void **)&s->decisions, &s->cap_decisions, keep + (int)n, sizeof *s->decisions))
         return kv_err_set(err, KV_ERR_NOMEM, "out of memory");
+    if (keep) memcpy(s->decisions, old->decisions, (size_t)keep * sizeof *s->decisions);
+    int m = keep;
     for (size_t i = 0; i < n; i++) {
         const kv_json *d = kv_json_at(a, i);
-        kv_decision *o = &s->decisions[i];
+        kv_decision *o = &s->decisions[m];
         char where[40];
         snprintf(where, sizeof where, "decisions[%zu]", i);
         memset(o, 0, sizeof *o);
@@ -452,8 +458,15 @@ static int read_decisions(const kv_json *root, kv_snapshot *s, kv_err *err) {
             read_str(d, "text", o->text, sizeof o->text, where, err))
             return err->code;
         o->kind = (kv_decision_kind)k;
+        if (keep && o->step <= old->decisions[keep - 1].step) continue; /* a step old already had */
+        m++;
     }
-    s->n_decisions = (int)n;
+    if (m > KV_SNAPSHOT_PARSE_KEEP_DECISIONS) {
+        memmove(s->decisions, s->decisions + (m - KV_SNAPSHOT_PARSE_KEEP_DECISIONS),
+                KV_SNAPSHOT_PARSE_KEEP_DECISIONS * sizeof *s->decisions);
+        m = KV_SNAPSHOT_PARSE_KEEP_DECISIONS;
+    }
+    s->n_decisions = m;
     return 0;
 }
 
@@ -495,7 +508,7 @@ static int read_all(const kv_json *root, const kv_snapshot *old, kv_snapshot *s,
         read_metrics(kv_json_get(root, "metrics"), &s->metrics, err) ||
         read_fields(kv_json_get(root, "memory"), mem_fields, NF(mem_fields), &s->mem, "memory", err) ||
         read_blocks(kv_json_get(root, "blocks"), s, err) || read_requests(root, s, err) ||
-        read_queues(root, s, err) || read_steps(root, delta, old, s, err) || read_decisions(root, s, err) ||
+        read_queues(root, s, err) || read_steps(root, delta, old, s, err) || read_decisions(root, delta, old, s, err) ||
         read_experts(root, s, err))
         return err->code;
     if (s->blocks_free < 0 || s->blocks_used < 0 || s->blocks_cached < 0 || s->blocks_shared < 0)

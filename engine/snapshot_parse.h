@@ -14,15 +14,18 @@
 
 /* Step records kept across delta frames (a stream sends only new ones). */
 #define KV_SNAPSHOT_PARSE_KEEP_STEPS 256
+/* Decisions kept across delta frames likewise. */
+#define KV_SNAPSHOT_PARSE_KEEP_DECISIONS 512
 /* Largest block map, request list and queue accepted from a peer. */
 #define KV_SNAPSHOT_PARSE_MAX_BLOCKS (1 << 22)
 #define KV_SNAPSHOT_PARSE_MAX_REQUESTS (1 << 16)
 
 /* Parses text[0..len) into s. A full frame replaces everything in s; a
  * delta frame ("delta": true) replaces everything but appends its step
- * records to those s holds (the newest KV_SNAPSHOT_PARSE_KEEP_STEPS kept,
- * older or repeated steps dropped) and carries only the decisions of its
- * new steps. model (may be NULL, else cap bytes) receives config.model, the
+ * records and decisions to those s holds (the newest
+ * KV_SNAPSHOT_PARSE_KEEP_STEPS / _DECISIONS kept, older or repeated steps
+ * dropped; a delta frame carries only its new steps' decisions, so a reader
+ * that skips frames still sees every decision). model (may be NULL, else cap bytes) receives config.model, the
  * served model name. Missing members keep their neutral value (0, "", -1
  * for ttft/e2e); a member of the wrong type, an unknown enum name, a count
  * out of range or a block id outside the map rejects the whole frame.

@@ -91,6 +91,12 @@ static void test_round_trip(void) {
     CHECKF(r->n_steps == KV_MIN(had + 3, KV_SNAPSHOT_PARSE_KEEP_STEPS), "%d steps after the delta (had %d)",
            r->n_steps, had);
     CHECK(r->steps[r->n_steps - 1].step == s->step);
+    /* and its decisions (only the new steps') after those held: every
+     * decision the engine made so far, in order, none twice, so a reader
+     * that takes only the latest of several frames misses none */
+    CHECKF(r->n_decisions == s->n_decisions && r->n_decisions > 0 &&
+               !memcmp(r->decisions, s->decisions, (size_t)s->n_decisions * sizeof *s->decisions),
+           "%d decisions after the delta, the engine has %d", r->n_decisions, s->n_decisions);
     /* the stream carries each block's fill (attach's F9 marks and gauge): 19 tokens: a block part full */
     int partial = 0;
     for (int i = 0; i < r->n_blocks; i++)
@@ -101,6 +107,7 @@ static void test_round_trip(void) {
     /* the same delta again adds nothing */
     CHECK(kv_snapshot_parse(text, len, r, NULL, 0, &err) == 0);
     CHECK(r->steps[r->n_steps - 1].step == s->step && r->n_steps == KV_MIN(had + 3, KV_SNAPSHOT_PARSE_KEEP_STEPS));
+    CHECK(r->n_decisions == s->n_decisions);
     /* copy */
     kv_snapshot *c = kv_snapshot_new();
     REQUIRE(c);
