@@ -205,7 +205,11 @@ void sched_schedule_waiting(kv_sched *s) {
         int first = !r->admitted;
         if (first) {
             r->admitted = 1;
-            r->first_admit_ms = s->now_ms;
+            /* the step's clock was read at its start; a request that came
+             * in during the step is admitted no earlier than it arrived
+             * (else its queue time is negative and drops out of the
+             * server's histogram: test_hub saw it under the sanitizer) */
+            r->first_admit_ms = s->now_ms > r->arrival_ms ? s->now_ms : r->arrival_ms;
         }
         r->state = KV_REQ_RUNNING;
         sched_put_reason(s, r, (why){W_NONE, 0, 0});
