@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../base/common.h"
 #include "../base/vec.h"
@@ -341,7 +342,18 @@ int kv_engine_snapshot(kv_engine *e, kv_snapshot *s) {
     int stale = t - e->last_reader_ms >= 1000;
     e->last_reader_ms = t;
     pthread_mutex_unlock(&e->pub_mu);
-    if ((stale ? pthread_mutex_lock(&e->state_mu) : pthread_mutex_trylock(&e->state_mu)) == 0) {
+    /* A stale reader waits for the running step, but boundedly: the engine
+     * thread re-takes state_mu the moment a step ends, and an unfair mutex
+     * can starve a blocked reader until the engine goes idle (a slow UI
+     * frame under a sanitizer froze the tour for the whole workload). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 200 * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if ((stale ? pthread_mutex_timedlock(&e->state_mu, &until) : pthread_mutex_trylock(&e->state_mu)) == 0) {
         int rc = engine_build_snapshot(e, s);
         /* A published copy older than this one (no reader was around when
          * the steps ran) is replaced, so the next reader that finds a step
