@@ -26,8 +26,10 @@ double engine_now_ms(const kv_engine *e) {
     return e->virt ? atomic_load(&e->v_offset_ms) + engine_device_s(e) * 1000.0 : engine_wall_ms(e);
 }
 
-void engine_deadline_after(struct timespec *ts, int ms) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
+void engine_deadline_after(struct timespec *ts, int ms) { engine_deadline_on(CLOCK_MONOTONIC, ts, ms); }
+
+void engine_deadline_on(clockid_t clock, struct timespec *ts, int ms) {
+    clock_gettime(clock, ts);
     ts->tv_sec += ms / 1000;
     ts->tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts->tv_nsec >= 1000000000L) {

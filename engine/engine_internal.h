@@ -202,6 +202,8 @@ uint64_t engine_activation_bytes(const kv_engine *e);
 /* Sets *ts to ms milliseconds from now on CLOCK_MONOTONIC (the clock the
  * engine's condition variables wait on). */
 void engine_deadline_after(struct timespec *ts /* OUT: */, int ms);
+/* The same on another clock (pthread_mutex_timedlock wants CLOCK_REALTIME). */
+void engine_deadline_on(clockid_t clock, struct timespec *ts /* OUT */, int ms);
 /* Frees a request record (NULL is a no-op); its cache blocks must already
  * be back. */
 void engine_ereq_free(ereq *r);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../base/common.h"
 #include "../base/vec.h"
@@ -347,12 +346,7 @@ int kv_engine_snapshot(kv_engine *e, kv_snapshot *s) {
      * can starve a blocked reader until the engine goes idle (a slow UI
      * frame under a sanitizer froze the tour for the whole workload). */
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 200 * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    if (stale) engine_deadline_on(CLOCK_REALTIME, &until, 200);
     if ((stale ? pthread_mutex_timedlock(&e->state_mu, &until) : pthread_mutex_trylock(&e->state_mu)) == 0) {
         int rc = engine_build_snapshot(e, s);
         /* A published copy older than this one (no reader was around when

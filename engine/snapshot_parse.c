@@ -430,6 +430,14 @@ static int read_experts(const kv_json *root, kv_snapshot *s, kv_err *err) {
     return 0;
 }
 
+/* Keeps the newest max of the n elements at a (moved to the front);
+ * returns how many are left. */
+static int keep_newest(void *a, int n, int max, size_t elem) {
+    if (n <= max) return n;
+    memmove(a, (char *)a + (size_t)(n - max) * elem, (size_t)max * elem);
+    return max;
+}
+
 /* Decisions; a delta frame appends its (newer steps') decisions to those
  * old held, the newest KV_SNAPSHOT_PARSE_KEEP_DECISIONS kept, so a reader
  * that takes only every other frame of a stream loses none. */
@@ -461,12 +469,7 @@ static int read_decisions(const kv_json *root, int delta, const kv_snapshot *old
         if (keep && o->step <= old->decisions[keep - 1].step) continue; /* a step old already had */
         m++;
     }
-    if (m > KV_SNAPSHOT_PARSE_KEEP_DECISIONS) {
-        memmove(s->decisions, s->decisions + (m - KV_SNAPSHOT_PARSE_KEEP_DECISIONS),
-                KV_SNAPSHOT_PARSE_KEEP_DECISIONS * sizeof *s->decisions);
-        m = KV_SNAPSHOT_PARSE_KEEP_DECISIONS;
-    }
-    s->n_decisions = m;
+    s->n_decisions = keep_newest(s->decisions, m, KV_SNAPSHOT_PARSE_KEEP_DECISIONS, sizeof *s->decisions);
     return 0;
 }
 
@@ -489,12 +492,7 @@ static int read_steps(const kv_json *root, int delta, const kv_snapshot *old, kv
         if (m && r.step <= s->steps[m - 1].step) continue; /* repeated or out of order */
         s->steps[m++] = r;
     }
-    if (m > KV_SNAPSHOT_PARSE_KEEP_STEPS) {
-        memmove(s->steps, s->steps + (m - KV_SNAPSHOT_PARSE_KEEP_STEPS),
-                KV_SNAPSHOT_PARSE_KEEP_STEPS * sizeof *s->steps);
-        m = KV_SNAPSHOT_PARSE_KEEP_STEPS;
-    }
-    s->n_steps = m;
+    s->n_steps = keep_newest(s->steps, m, KV_SNAPSHOT_PARSE_KEEP_STEPS, sizeof *s->steps);
     return 0;
 }
 

@@ -172,12 +172,19 @@ static void battery_on(kv_mkmodel_params *p, const char *name, unsigned mask) {
     unlink(path);
 }
 
-static void test_random_gemma3(void) {
+/* A random gemma3 file: 6 layers (five local of window 16, one global),
+ * heads of 48. */
+static kv_mkmodel_params gemma3_params(void) {
     kv_mkmodel_params p = test_tiny_model(128, 256);
     p.arch = "gemma3";
     p.head_dim = 48;
     p.n_swa = 16;
     p.n_layers = 6;
+    return p;
+}
+
+static void test_random_gemma3(void) {
+    kv_mkmodel_params p = gemma3_params();
     p.untied = 1;
     battery_on(&p, "gemma3", ~0u);
 }
@@ -195,11 +202,7 @@ static void test_all_layers_windowed(void) {
 /* Admission counts the smaller footprint: in the same kv.memory more
  * sequences run at once with release on (and their output is the same). */
 static void test_more_fit(void) {
-    kv_mkmodel_params p = test_tiny_model(128, 256);
-    p.arch = "gemma3";
-    p.head_dim = 48;
-    p.n_swa = 16;
-    p.n_layers = 6;
+    kv_mkmodel_params p = gemma3_params();
     const char *path = harness_tmp_path("window", "fit", ".gguf");
     kv_err err;
     if (kv_mkmodel_write(&p, path, &err) != 0) {
