@@ -1,9 +1,10 @@
-/* common.c - error reporting and clocks. */
+/* common.c - error reporting, clocks and a median. */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -52,3 +53,19 @@ uint64_t kv_now_ns(void) {
 }
 
 double kv_now_s(void) { return (double)kv_now_ns() * 1e-9; }
+
+double kv_cpu_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double kv_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -47,6 +47,11 @@ void kv_copy_str(char *dst /* OUT: (cap) */, size_t cap, const char *src);
 /* Monotonic clock in nanoseconds / seconds. */
 uint64_t kv_now_ns(void);
 double kv_now_s(void);
+/* The process's CPU time (all threads) in seconds. */
+double kv_cpu_time_s(void);
+
+/* The median of v[0..n) (n >= 1), sorting v in place. */
+double kv_median(double *v, int n);
 
 /* Overflow-checked arithmetic: return 0 on success, -1 on overflow. */
 static inline int kv_add_overflow(uint64_t a, uint64_t b, uint64_t *out) {

@@ -208,8 +208,11 @@ static int open_backend(const bk_opts *o, kv_backend **be /* OUT: */, kv_cpu_isa
  * prints the table's legend and heading. Returns the bandwidth in GB/s. */
 static double print_header(kv_backend *be, kv_cpu_isa isa) {
     int nth = be->n_threads;
-    printf("kvtop bench-kernels: cpu backend, %d thread%s, kernels %s (best here: %s)\n", nth, nth == 1 ? "" : "s",
-           kv_cpu_isa_name(isa), kv_cpu_isa_name(kv_cpu_isa_best()));
+    printf("kvtop bench-kernels: cpu backend, %d thread%s, kernels %s%s (best here: %s)\n", nth, nth == 1 ? "" : "s",
+           kv_cpu_isa_name(isa),
+           isa == KV_CPU_ISA_AVX512 && kv_cpu_uses_amx(be) ? " + AMX-INT8 tiles for batched q8_0/q4_0/q4_1 (KVTOP_CPU_AMX=0: off)"
+                                                           : "",
+           kv_cpu_isa_name(kv_cpu_isa_best()));
     double bw = kv_membw_measure_gbs(kv_cpu_pool(be), (size_t)512 << 20, 7);
     printf("memory read bandwidth: %.1f GB/s (%d thread%s summing a 512 MiB buffer, median of 7)\n", bw, nth,
            nth == 1 ? "" : "s");

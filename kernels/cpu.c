@@ -79,6 +79,8 @@ int kv_cpu_set_isa(kv_backend *b, kv_cpu_isa isa) {
 
 kv_cpu_isa kv_cpu_get_isa(const kv_backend *b) { return b ? ctx_of(b)->isa : KV_CPU_ISA_SCALAR; }
 
+int kv_cpu_uses_amx(const kv_backend *b) { return kv_cpu_get_isa(b) == KV_CPU_ISA_AVX512 && kv_mm_amx_on(); }
+
 /* ---- memory -------------------------------------------------------------- */
 
 /* Buffers carry a 64-byte header holding their size, so free() can account

@@ -39,6 +39,9 @@ void *kv_cpu_act_scratch(kv_backend *b, size_t bytes);
  * or KV_ERR_UNSUPPORTED (and changes nothing) when the CPU lacks isa. */
 int kv_cpu_set_isa(kv_backend *b, kv_cpu_isa isa);
 kv_cpu_isa kv_cpu_get_isa(const kv_backend *b);
+/* 1 when b's batched q8_0/q4_0/q4_1 matmuls run on AMX-INT8 tiles (its
+ * ISA is avx512, the CPU has them, KVTOP_CPU_AMX is not "0"). */
+int kv_cpu_uses_amx(const kv_backend *b);
 
 /* ---- ops (the table's entries, also callable directly) ---- */
 void kv_cpu_matmul(kv_backend *b, const kv_tensor *w, const float *x, float *y, int n);

@@ -7,9 +7,37 @@
 #ifdef KV_HAVE_X86_KERNELS
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static int isa_ok[KV_CPU_ISA_COUNT]; /* written once under isa_once */
+static int amx_ok;                   /* likewise */
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+#ifdef KV_HAVE_X86_KERNELS
+/* AMX-INT8 needs three things: the CPU has it (cpuid leaf 7: AMX-TILE, EDX
+ * bit 24; AMX-INT8, bit 25), the OS saves the tile state (XCR0 bits 17-18,
+ * read with xgetbv once cpuid says OSXSAVE), and, on Linux, this process
+ * asked for the 8 KiB tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA: the permission is the whole process's, so any thread
+ * may ask once before any uses a tile). Elsewhere AMX stays off. */
+static int amx_probe(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
+}
+#endif
 
 static void isa_probe(void) {
     isa_ok[KV_CPU_ISA_SCALAR] = 1;
@@ -21,6 +49,7 @@ static void isa_probe(void) {
     isa_ok[KV_CPU_ISA_AVX512] = isa_ok[KV_CPU_ISA_AVX2] && __builtin_cpu_supports("avx512f") &&
                                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    amx_ok = isa_ok[KV_CPU_ISA_AVX512] && amx_probe();
 #endif
 }
 
@@ -28,6 +57,11 @@ int kv_cpu_isa_supported(kv_cpu_isa isa) {
     if ((int)isa < 0 || isa >= KV_CPU_ISA_COUNT) return 0;
     pthread_once(&isa_once, isa_probe);
     return isa_ok[isa];
+}
+
+int kv_cpu_amx_supported(void) {
+    pthread_once(&isa_once, isa_probe);
+    return amx_ok;
 }
 
 kv_cpu_isa kv_cpu_isa_best(void) {

@@ -22,6 +22,10 @@ typedef enum kv_cpu_isa {
 /* 1 when this build and this CPU can run isa. The CPU is probed once per
  * process (cpuid traps to the hypervisor in a VM); thread-safe. */
 int kv_cpu_isa_supported(kv_cpu_isa isa);
+/* 1 when the AVX-512 level can also use AMX-INT8 tiles (the batched
+ * quantized matmul, matmul_amx.c): the CPU has them, the OS saves their
+ * state and this process has been granted it. Probed with the levels. */
+int kv_cpu_amx_supported(void);
 /* The fastest supported ISA. */
 kv_cpu_isa kv_cpu_isa_best(void);
 /* isa, or the best level below it this CPU has (out-of-range values are

@@ -146,13 +146,14 @@ KV_AI void pf_slice(const pf_plan *p, int64_t s) {
     for (int i = 0; i < p->lines; i++) _mm_prefetch(q + 64 * i, KV_PF_HINT);
 }
 
-/* Rows i and i+8 of a panel as one zmm of unsigned quants: 256-bit half 0
- * = row i's 32 elements, half 1 = row i+8's. */
-KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi) {
+/* Rows i and i+8 of a panel as one zmm of unsigned quants (q8_0 kept
+ * signed when `keep_sign`: the AMX tiles take signed weights): 256-bit half
+ * 0 = row i's 32 elements, half 1 = row i+8's. */
+KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi, int keep_sign) {
     if (t == KV_TYPE_Q8_0) {
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(lo + 2))),
                                        _mm256_loadu_si256((const __m256i *)(const void *)(hi + 2)), 1);
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+        return keep_sign ? v : _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
     }
     size_t qo = t == KV_TYPE_Q4_1 ? 4 : 2;
     __m512i v = _mm512_inserti64x4(
@@ -167,7 +168,8 @@ KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi) {
  * bytes: zmm g holds elements 4g..4g+3 of every row), pd (nb, 16) scales and
  * pm (nb, 16) minimums (q4_1). Missing rows repeat row r0: their lanes are
  * masked off when y is stored. */
-static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t *pq, float *pd, float *pm) {
+static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t *pq, float *pd, float *pm,
+                   int keep_sign) {
     const int64_t nb = a->K / KV_QK;
     const size_t bs = qblk_bytes(t);
     const uint8_t *base[16];
@@ -186,7 +188,7 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
         __m512 z[8];
         __m512i u[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) z[i] = _mm512_castsi512_ps(q_pair(t, base[i] + bo, base[i + 8] + bo));
+        for (int i = 0; i < 8; i++) z[i] = _mm512_castsi512_ps(q_pair(t, base[i] + bo, base[i + 8] + bo, keep_sign));
         /* 8x8 dword transpose inside each 256-bit half: 4x4 inside lanes, then
          * the permutes below */
         tr4x4_lanes(z, 2);
@@ -207,9 +209,10 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
     }
 }
 
-/* y[j0..j0+J][r0..r0+16) from a packed panel. */
+/* y[j0..j0+J][r0..r0+16) from a packed panel (q8_0 packed signed when
+ * `signed_w`: made unsigned here). */
 KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                     __mmask16 mask, int j0, const int J) {
+                     __mmask16 mask, int j0, const int J, int signed_w) {
     const int64_t nb = a->K / KV_QK;
     const size_t n = (size_t)a->n;
     __m512 acc[12];
@@ -223,6 +226,9 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
         __m512i wg[8]; /* group g: elements 4g..4g+3 of the 16 rows */
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
+        if (t == KV_TYPE_Q8_0 && signed_w)
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) wg[g] = _mm512_xor_si512(wg[g], _mm512_set1_epi8((char)0x80));
         __m512 dw = _mm512_load_ps(pd + b * 16);
         __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
@@ -243,24 +249,25 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
 
 #define QP_FN(t)                                                                                                       \
     static void qp_##t(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,           \
-                       __mmask16 mask) {                                                                               \
-        int j0 = 0;                                                                                                    \
-        for (; j0 + 12 <= a->n; j0 += 12) qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 12);                               \
+                       __mmask16 mask, int amx) {                                                                      \
+        int j0 = amx ? a->n / 16 * 16 : 0;                                                                             \
+        if (j0) kv_mm_amx_panel(a, t, pq, pd, pm, r0, mask, j0);                                                       \
+        for (; j0 + 12 <= a->n; j0 += 12) qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 12, amx);                               \
         int left = a->n - j0;                                                                                          \
         if (left >= 8) {                                                                                               \
-            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 8);                                                              \
+            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 8, amx);                                                              \
             j0 += 8;                                                                                                   \
             left -= 8;                                                                                                 \
         }                                                                                                              \
         if (left >= 4) {                                                                                               \
-            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 4);                                                              \
+            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 4, amx);                                                              \
             j0 += 4;                                                                                                   \
             left -= 4;                                                                                                 \
         }                                                                                                              \
         switch (left) {                                                                                                \
-        case 3: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 3); break;                                                   \
-        case 2: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 2); break;                                                   \
-        case 1: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 1); break;                                                   \
+        case 3: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 3, amx); break;                                                   \
+        case 2: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 2, amx); break;                                                   \
+        case 1: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 1, amx); break;                                                   \
         default: break;                                                                                                \
         }                                                                                                              \
     }
@@ -268,18 +275,24 @@ QP_FN(KV_TYPE_Q8_0)
 QP_FN(KV_TYPE_Q4_0)
 QP_FN(KV_TYPE_Q4_1)
 
-typedef void (*qp_fn)(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0, __mmask16 mask);
+typedef void (*qp_fn)(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
+                      __mmask16 mask, int amx);
 
+/* The AMX tiles take every full group of 16 activation rows of a panel
+ * (matmul_amx.c, the same arithmetic), qp_kernel the rest. */
 static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qp_fn f) {
     const int64_t nb = a->K / KV_QK;
     uint8_t *pq = scratch;                                   /* nb * 512 bytes */
     float *pd = (float *)(void *)(pq + (size_t)nb * 512);    /* nb * 16 */
     float *pm = pd + nb * 16;                                /* nb * 16 */
+    const int amx = a->n >= 16 && kv_mm_amx_on();
+    if (amx) kv_mm_amx_begin();
     for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
         int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
-        pack_q(a, t, r, rows, pq, pd, pm);
-        f(a, pq, pd, pm, r, kv_tail16(rows));
+        pack_q(a, t, r, rows, pq, pd, pm, amx);
+        f(a, pq, pd, pm, r, kv_tail16(rows), amx);
     }
+    if (amx) kv_mm_amx_end();
 }
 
 /* ---- direct quantized tiles (small n) ------------------------------------ */

@@ -6,6 +6,7 @@
 #define KV_TEST_BACKEND_HELPERS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -30,6 +31,16 @@ static inline kv_backend *test_reserve(kv_backend *b, const kv_backend_limits *l
         kv_backend_free(b);
         return NULL;
     }
+    return b;
+}
+
+/* Backend `name` with `threads` threads reserved for matmuls of up to
+ * max_rows rows of max_k; NULL (the reason on stderr) when that fails. */
+static inline kv_backend *test_backend_for_rows(const char *name, int threads, int max_rows, int64_t max_k) {
+    kv_err err = {0};
+    kv_backend_limits lim = {.max_rows = max_rows, .max_k = max_k};
+    kv_backend *b = test_reserve(kv_backend_create(name, threads, &err), &lim, &err);
+    if (!b) fprintf(stderr, "  %s backend: %s\n", name, err.msg);
     return b;
 }
 

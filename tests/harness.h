@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -126,6 +127,18 @@ static inline int harness_write_file(const char *path, const void *p, size_t n) 
 static inline uint64_t *harness_rng(void) {
     static uint64_t state = 0x9E3779B97F4A7C15ull;
     return &state;
+}
+
+/* Seeds the generator from the clock once per program and prints the seed
+ * (a failure can then be repeated by setting it): fresh data every run. */
+static inline void harness_seed_fresh(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    uint64_t s = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
+    if (!s) s = 1;
+    *harness_rng() = s;
+    printf("  seed %llu\n", (unsigned long long)s);
 }
 
 static inline uint64_t harness_rand64(void) {

@@ -23,13 +23,7 @@
 
 enum { MAXN = 13, MAXK = 2100 };
 
-static kv_backend *make(int threads) {
-    kv_err err = {0};
-    kv_backend_limits lim = {.max_rows = MAXN, .max_k = MAXK};
-    kv_backend *b = test_reserve(kv_backend_create("cpu", threads, &err), &lim, &err);
-    if (!b) fprintf(stderr, "  cpu backend: %s\n", err.msg);
-    return b;
-}
+static kv_backend *make(int threads) { return test_backend_for_rows("cpu", threads, MAXN, MAXK); }
 
 /* The documented arithmetic of one output, in scalar C (fmaf is fused). */
 static float lane_dot(const float *w, const float *x, int64_t K) {

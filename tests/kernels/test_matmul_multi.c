@@ -16,23 +16,8 @@
 
 enum { K = 256, MAXN = 17 };
 
-static kv_backend *make(const char *name, int threads) {
-    kv_err err = {0};
-    kv_backend_limits lim = {.max_rows = MAXN, .max_k = K};
-    kv_backend *b = test_reserve(kv_backend_create(name, threads, &err), &lim, &err);
-    if (!b) fprintf(stderr, "  %s backend: %s\n", name, err.msg);
-    return b;
-}
+static kv_backend *make(const char *name, int threads) { return test_backend_for_rows(name, threads, MAXN, K); }
 
-static void seed_once(void) {
-    static int done;
-    if (done) return;
-    done = 1;
-    uint64_t s = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)clock();
-    if (!s) s = 1;
-    *harness_rng() = s;
-    printf("  seed %llu\n", (unsigned long long)s);
-}
 
 /* Runs w[0..nw) on x both ways with isa on b; 0 when every output's bits
  * agree, else prints the first difference. */
@@ -112,7 +97,7 @@ static void check_sets(const type_set *sets, int nsets) {
 
 /* Three weights of each type the cpu matmul takes, and two (gate/up). */
 static void test_multi_every_type(void) {
-    seed_once();
+    harness_seed_fresh();
     const kv_type types[] = {KV_TYPE_F32,  KV_TYPE_F16,  KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0,
                              KV_TYPE_Q4_1, KV_TYPE_Q5_0, KV_TYPE_Q5_1, KV_TYPE_Q4_K, KV_TYPE_Q6_K};
     type_set sets[2 * KV_ARRAY_LEN(types)];
@@ -127,7 +112,7 @@ static void test_multi_every_type(void) {
  * three different q8a zero points (three activation formats side by side
  * in the reserved buffer), float beside quantized, one weight alone. */
 static void test_multi_mixed_types(void) {
-    seed_once();
+    harness_seed_fresh();
     const type_set sets[] = {
         {3, {KV_TYPE_Q4_K, KV_TYPE_Q4_K, KV_TYPE_Q6_K}}, {3, {KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1}},
         {3, {KV_TYPE_F16, KV_TYPE_Q5_0, KV_TYPE_Q8_0}},  {3, {KV_TYPE_Q4_K, KV_TYPE_F32, KV_TYPE_Q5_1}},
@@ -140,7 +125,7 @@ static void test_multi_mixed_types(void) {
 /* Phi-3's fused QKV: three row views of one matrix (data offset, the
  * fused matrix's row stride). */
 static void test_multi_row_views(void) {
-    seed_once();
+    harness_seed_fresh();
     const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q4_1, KV_TYPE_Q4_K, KV_TYPE_F16};
     kv_backend *b = make("cpu", 2);
     REQUIRE(b);
@@ -172,7 +157,7 @@ static void test_multi_row_views(void) {
 /* The sim backend: the cpu's bits, and the clock charged what the
  * separate matmuls charge. */
 static void test_multi_sim_cost(void) {
-    seed_once();
+    harness_seed_fresh();
     kv_backend *s1 = make("sim", 2), *s2 = make("sim", 2);
     REQUIRE(s1 && s2 && s1->ops->matmul_multi);
     void *owned[3];
@@ -207,7 +192,7 @@ static void test_multi_sim_cost(void) {
 /* Weights of different row lengths, or too many: NaN out and a failure
  * naming the op, no crash. */
 static void test_multi_rejects(void) {
-    seed_once();
+    harness_seed_fresh();
     kv_backend *b = make("cpu", 2);
     REQUIRE(b);
     void *o1 = NULL, *o2 = NULL;
