@@ -287,6 +287,11 @@ models/rand-1b-%.gguf: | $(KVTOP_BIN)
 	@mkdir -p models
 	./$(KVTOP_BIN) mkmodel --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 \
 	  --ctx 2048 --untied --type $* -o $@
+# SmolLM2's shape with a 32K context, for long-context rows past SmolLM2's
+# own 8K (tools/speed_table.sh LONG_MODEL=smol32k); not in bench-models.
+models/rand-smol32k-q8_0.gguf: $(SMOLLM2_GGUF) | $(KVTOP_BIN)
+	./$(KVTOP_BIN) mkmodel --dim 576 --layers 30 --heads 9 --kv-heads 3 --ffn 1536 --vocab-from $< \
+	  --ctx 32768 --rope-base 100000 --type q8_0 -o $@
 models/rand-110m-q4_k_m.gguf: models/rand-110m-f32.gguf | $(KVTOP_BIN)
 	./$(KVTOP_BIN) quantize $< $@ q4_k_m
 models/rand-1b-q4_k_m.gguf: models/rand-1b-q8_0.gguf | $(KVTOP_BIN)

@@ -142,7 +142,7 @@ def conc_table(runs):
 
 
 def long_table(runs):
-    print('| SmolLM2 decode after D tokens (tok/s) | llama.cpp FA, f16 KV | llama.cpp FA, q8_0 KV | '
+    print('| decode after D tokens of context (tok/s; the model: run.txt) | llama.cpp FA, f16 KV | llama.cpp FA, q8_0 KV | '
           'kvtop f16 KV | kvtop int8 KV | kvtop fp8_e4m3 KV | kvtop f16 / llama.cpp f16 | '
           'kvtop int8 / kvtop f16 |')
     print('|---|---|---|---|---|---|---|---|')

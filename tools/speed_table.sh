@@ -23,7 +23,10 @@
 #   long     SmolLM2 decode after 2,048 and 8,000 tokens of context:
 #            llama-bench -d D -n 32 -fa 1 with f16 and q8_0 K/V vs kvtop
 #            bench with one D-token request, 64 output tokens, 1000 / TPOT
-#            p50, kv f16, int8 and fp8_e4m3
+#            p50, kv f16, int8 and fp8_e4m3. LONG_MODEL=smol32k and
+#            LONG_DEPTHS="16384" run it past SmolLM2's 8K context on a
+#            random SmolLM2-shaped Q8_0 model with a 32K context
+#            (`make models/rand-smol32k-q8_0.gguf`).
 # Raw outputs go to DIR (default build/speed/DATE-TIME), with `uptime`
 # before and after the run; tools/speed_table.py DIR prints the tables.
 set -euo pipefail
@@ -62,6 +65,7 @@ declare -A PATHS=(
   [1b-q8_0]=models/rand-1b-q8_0.gguf [1b-q4_0]=models/rand-1b-q4_0.gguf
   [1b-q4_k_m]=models/rand-1b-q4_k_m.gguf
   [smollm2]=models/SmolLM2-135M-Instruct.Q4_1.gguf [gemma3]=models/gemma-3-270m-Q4_K_M.gguf
+  [smol32k]=models/rand-smol32k-q8_0.gguf
   [stories260k]=${STORIES_GGUF:-../shared/models/stories260K.gguf}
 )
 DECODE_SET=110m-f32,110m-f16,110m-q8_0,110m-q4_0,110m-q4_1,110m-q4_k_m,1b-q8_0,1b-q4_0,1b-q4_k_m,smollm2,gemma3
@@ -85,7 +89,8 @@ sys.stdout.write((t * (n // len(t) + 1))[:n])" "$chars" > "$f"
 }
 
 uptime > "$OUT/uptime-start.txt"
-{ echo "threads $T"; echo "repeats $REPS"; echo "rows $ROWS"; git log -1 --format='kvtop %h %s'; } > "$OUT/run.txt"
+{ echo "threads $T"; echo "repeats $REPS"; echo "rows $ROWS"; echo "long-context model ${LONG_MODEL:-smollm2}"
+  git log -1 --format='kvtop %h %s'; } > "$OUT/run.txt"
 for ((r = 1; r <= REPS; r++)); do
   if has_row decode; then
     for id in ${DECODE_SET//,/ }; do
@@ -125,9 +130,13 @@ for ((r = 1; r <= REPS; r++)); do
         --json "$OUT/conc__kvtop__c${c}__r$r.json" --quiet
     done
   fi
-  if has_row long && wanted smollm2; then
-    m=${PATHS[smollm2]}
-    for d in 2048 8000; do
+  LONG_ID=${LONG_MODEL:-smollm2}
+  if has_row long && wanted "$LONG_ID"; then
+    m=${PATHS[$LONG_ID]}
+    for d in ${LONG_DEPTHS:-2048 8000}; do
+      [[ $d =~ ^[1-9][0-9]*$ ]] || { echo "speed_table: LONG_DEPTHS wants token counts" >&2; exit 2; }
+      mem=512MiB
+      ((d > 12000)) && mem=1GiB
       for kt in f16 q8_0; do
         log "[$r/$REPS] long llama.cpp depth $d kv $kt"
         "$B/llama-bench" -m "$m" -t "$T" -p 0 -n 32 -d "$d" -fa 1 -ctk "$kt" -ctv "$kt" -r 1 -o json \
@@ -135,7 +144,7 @@ for ((r = 1; r <= REPS; r++)); do
       done
       for kv in f16 int8 fp8_e4m3; do
         log "[$r/$REPS] long kvtop depth $d kv $kv"
-        "$K" bench profiles/bench-concurrency.yaml --set model.path="$m" --set kv.memory=512MiB \
+        "$K" bench profiles/bench-concurrency.yaml --set model.path="$m" --set kv.memory="$mem" \
           --set threads="$T" --set kv.dtype="$kv" --set workload.concurrency=1 --set workload.requests=1 \
           --set workload.prompt_len="$d" --set workload.output_len=64 --set scheduler.prefill_chunk=512 \
           --json "$OUT/long__kvtop__d${d}-${kv}__r$r.json" --quiet
