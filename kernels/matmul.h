@@ -171,6 +171,10 @@ void kv_mm_amx_begin(void);
 void kv_mm_amx_end(void);
 void kv_mm_amx_panel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
                      uint16_t mask, int j1);
+/* q8_0 rows [r0, r1) for every activation row (n >= 16) on the tiles with
+ * the weights read in place (no panel repacking), bit-identical to the
+ * AVX-512 kernels; scratch: the usual kv_mm_scratch_bytes(K). */
+void kv_mm_amx_q8_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 #endif
 /* 1 when the AVX-512 batched quantized kernels use AMX tiles: the CPU
  * supports them (kv_cpu_amx_supported) and KVTOP_CPU_AMX is not "0". */

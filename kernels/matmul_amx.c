@@ -70,20 +70,21 @@ void kv_mm_amx_begin(void) {
 
 void kv_mm_amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
-/* C tile `c` = A (activations at a, rows 32 bytes apart) x B (the panel's
- * block at b, rows 64 bytes apart), stored to buf. */
-#define AMX_BLOCK(op, c, a, b, buf)                                                                               \
+/* C tile `c` = A (16 rows of 32 bytes at a, `as` bytes apart) x B (8 rows
+ * of 64 bytes at b), stored to buf (rows 64 bytes apart). */
+#define AMX_BLOCK(op, c, a, as, b, buf)                                                                           \
     __asm__ volatile("tilezero %%tmm" #c "\n\t"                                                                     \
                      "tileloadd (%0,%1,1), %%tmm2\n\t"                                                              \
                      "tileloadd (%2,%3,1), %%tmm3\n\t"                                                              \
                      #op " %%tmm3, %%tmm2, %%tmm" #c "\n\t"                                                          \
                      "tilestored %%tmm" #c ", (%4,%3,1)"                                                           \
                      :                                                                                              \
-                     : "r"(a), "r"((long)KV_QK), "r"(b), "r"(64L), "r"(buf)                                         \
+                     : "r"(a), "r"((long)(as)), "r"(b), "r"(64L), "r"(buf)                                          \
                      : "memory")
 
 #define AI static inline __attribute__((always_inline))
 #define AMX_DEPTH 4 /* C tiles (0, 1, 4, 5) in flight */
+#define AMX_Q8_GROUPS 8 /* activation groups of 16 rows packed at once (q8_0) */
 
 /* The weight kinds: q8_0's panel is packed signed (tdpbssd: the sum is the
  * dot itself, no zero-point correction); q4's nibbles are unsigned
@@ -111,10 +112,10 @@ AI void amx_issue(const int8_t *aq, const uint8_t *pq, size_t n, int64_t b, int3
     const uint8_t *bb = pq + (size_t)b * 512;
 #define AMX_CASES(op)                                                                                                  \
     switch (b & 3) {                                                                                                   \
-    case 0: AMX_BLOCK(op, 0, ab, bb, cbuf[0]); break;                                                                  \
-    case 1: AMX_BLOCK(op, 1, ab, bb, cbuf[1]); break;                                                                  \
-    case 2: AMX_BLOCK(op, 4, ab, bb, cbuf[2]); break;                                                                  \
-    default: AMX_BLOCK(op, 5, ab, bb, cbuf[3]); break;                                                                 \
+    case 0: AMX_BLOCK(op, 0, ab, KV_QK, bb, cbuf[0]); break;                                                           \
+    case 1: AMX_BLOCK(op, 1, ab, KV_QK, bb, cbuf[1]); break;                                                           \
+    case 2: AMX_BLOCK(op, 4, ab, KV_QK, bb, cbuf[2]); break;                                                           \
+    default: AMX_BLOCK(op, 5, ab, KV_QK, bb, cbuf[3]); break;                                                          \
     }
     if (KIND == AMX_Q8_0) {
         AMX_CASES(tdpbssd)
@@ -159,6 +160,208 @@ void kv_mm_amx_panel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
         else
             amx_rows16(a, pq, pd, pm, r0, mask, j0, AMX_Q4_1);
     }
+}
+
+/* ---- q8_0 with the weights read in place ------------------------------- */
+
+/* For q8_0 the tiles take the weights straight from the file: tile A is
+ * 16 weight rows' block b (32 signed bytes each, a row stride apart), so
+ * nothing is repacked per panel; tile B is 16 activation rows' block b in
+ * the tiles' 4-byte-interleaved order, made once per group of 16 rows for
+ * the whole call (act_group_pack). C is then (weight row, activation row)
+ * and the float step runs along activation rows: per weight row m,
+ *     acc[m] = fma(float(isum), dw[m] * da, acc[m])
+ * the same products and the same chain as the other kernels (a product of
+ * two floats does not depend on their order), so the bits do not change;
+ * acc is transposed once per panel and group to store y's rows. A tail
+ * group (n % 16 rows) runs on the tiles with its missing rows zero. */
+
+/* Index vectors of the 16 x 8 -> 8 x 16 dword transpose (three levels of
+ * vpermt2d; see act_group_pack). */
+typedef struct amx_tr_idx {
+    __m512i l1[2], l2[2], l3[2];
+} amx_tr_idx;
+
+static amx_tr_idx amx_tr_index(void) {
+    int32_t v[6][16];
+    for (int l = 0; l < 16; l++) {
+        const int c = l / 4, r = l % 4, c2 = l / 8, r8 = l % 8;
+        for (int h = 0; h < 2; h++) v[h][l] = r * 8 + 4 * h + c;                          /* level 1 */
+        for (int e = 0; e < 2; e++)                                                        /* level 2 */
+            v[2 + e][l] = r8 < 4 ? (2 * e + c2) * 4 + r8 : 16 + (2 * e + c2) * 4 + (r8 - 4);
+        for (int c1 = 0; c1 < 2; c1++) v[4 + c1][l] = l < 8 ? c1 * 8 + l : 16 + c1 * 8 + (l - 8); /* level 3 */
+    }
+    amx_tr_idx t;
+    for (int i = 0; i < 2; i++) {
+        t.l1[i] = _mm512_loadu_si512((const void *)v[i]);
+        t.l2[i] = _mm512_loadu_si512((const void *)v[2 + i]);
+        t.l3[i] = _mm512_loadu_si512((const void *)v[4 + i]);
+    }
+    return t;
+}
+
+/* The activation rows j0.. (at most 16; the rest zero) of every block into
+ * dst (nb x 512 bytes): dst[b][k][jj] = dword k (elements 4k..4k+3) of row
+ * j0 + jj's block b. R[jj][k] is the group's 16 x 8 dword block; level 1
+ * makes A[p][h] (rows 4p..4p+3, columns 4h..4h+3, lane 4c + r), level 2
+ * B[s][h][e] (rows 8s..8s+7, columns 4h+2e, 4h+2e+1, lane 8c + r), level 3
+ * the columns. */
+static void act_group_pack(const kv_mm_args *a, int j0, const amx_tr_idx *ix, uint8_t *dst) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t n = (size_t)a->n;
+    const int rows = (int)KV_MIN((int64_t)16, (int64_t)a->n - j0);
+    __mmask16 mk[8];
+    for (int i = 0; i < 8; i++)
+        mk[i] = (__mmask16)((2 * i < rows ? 0x00FF : 0) | (2 * i + 1 < rows ? 0xFF00 : 0));
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *src = a->a.qs + ((size_t)b * n + (size_t)j0) * KV_QK;
+        __m512i z[8], A[4][2], B[2][2][2];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) z[i] = _mm512_maskz_loadu_epi32(mk[i], src + 64 * i);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+            for (int h = 0; h < 2; h++) A[p][h] = _mm512_permutex2var_epi32(z[2 * p], ix->l1[h], z[2 * p + 1]);
+#pragma GCC unroll 2
+        for (int sh = 0; sh < 2; sh++)
+            for (int h = 0; h < 2; h++)
+                for (int e = 0; e < 2; e++)
+                    B[sh][h][e] = _mm512_permutex2var_epi32(A[2 * sh][h], ix->l2[e], A[2 * sh + 1][h]);
+        uint8_t *o = dst + (size_t)b * 512;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++)
+                for (int c = 0; c < 2; c++)
+                    _mm512_store_si512((void *)(o + 64 * (4 * h + 2 * e + c)),
+                                       _mm512_permutex2var_epi32(B[0][h][e], ix->l3[c], B[1][h][e]));
+    }
+}
+
+/* r[i] = column i of the 16 x 16 matrix whose rows r held. */
+AI void tr16x16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    /* r[4i + q] now holds, per 128-bit lane L, rows 4L..4L+3 of... column
+     * 4L' + q of row group i: finish with the 128-bit lane transpose */
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD);
+        const __m512 a2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+                     a3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
+        t[q] = _mm512_shuffle_f32x4(a0, a2, 0x88);
+        t[8 + q] = _mm512_shuffle_f32x4(a0, a2, 0xDD);
+        t[4 + q] = _mm512_shuffle_f32x4(a1, a3, 0x88);
+        t[12 + q] = _mm512_shuffle_f32x4(a1, a3, 0xDD);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* Block b of weight rows at wp (`ws` apart) x the packed activations av
+ * into C tile (b % AMX_DEPTH). */
+AI void q8_issue(const uint8_t *wp, size_t ws, const uint8_t *av, int64_t b, int32_t (*cbuf)[256]) {
+    const uint8_t *ab = wp + (size_t)b * 34 + 2;
+    const uint8_t *bb = av + (size_t)b * 512;
+    switch (b & 3) {
+    case 0: AMX_BLOCK(tdpbssd, 0, ab, ws, bb, cbuf[0]); break;
+    case 1: AMX_BLOCK(tdpbssd, 1, ab, ws, bb, cbuf[1]); break;
+    case 2: AMX_BLOCK(tdpbssd, 4, ab, ws, bb, cbuf[2]); break;
+    default: AMX_BLOCK(tdpbssd, 5, ab, ws, bb, cbuf[3]); break;
+    }
+}
+
+/* y[j0..j0+16)[r0..r0+16) (rows past n and the panel's `rmask` not stored)
+ * from weight rows at wp and group j0's packed activations av; pd: the
+ * panel's scales (nb, 16). pf: the next panel's bytes to prefetch, NULL. */
+static void q8_panel_group(const kv_mm_args *a, const uint8_t *wp, size_t ws, const float *pd, const uint8_t *av,
+                           int64_t r0, __mmask16 rmask, int j0, const uint8_t *pf) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t n = (size_t)a->n;
+    const __mmask16 jm = kv_tail16((int64_t)a->n - j0);
+    const size_t pstep = pf ? (16 * a->nb1 + (size_t)nb - 1) / (size_t)nb : 0;
+    int32_t cbuf[AMX_DEPTH][256] __attribute__((aligned(64)));
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb && b < AMX_DEPTH - 1; b++) q8_issue(wp, ws, av, b, cbuf);
+    for (int64_t b = 0; b < nb; b++) {
+        if (b + AMX_DEPTH - 1 < nb) q8_issue(wp, ws, av, b + AMX_DEPTH - 1, cbuf);
+        if (pf)
+            for (size_t o = 0; o < pstep; o += 64) _mm_prefetch((const char *)pf + (size_t)b * pstep + o, _MM_HINT_T1);
+        const __m512 da = _mm512_maskz_loadu_ps(jm, a->a.d + (size_t)b * n + (size_t)j0);
+        const int32_t *cs = cbuf[b & (AMX_DEPTH - 1)];
+        const float *dw = pd + b * 16;
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; m++) {
+            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dw[m]), da);
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cs + 16 * m))), sc, acc[m]);
+        }
+    }
+    tr16x16(acc);
+    const int left = (int)KV_MIN((int64_t)16, (int64_t)a->n - j0);
+    for (int jj = 0; jj < left; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, rmask, acc[jj]);
+}
+
+/* The panel's 16 rows' block scales (rows `ws` apart from wp) as floats. */
+static void q8_panel_scales(const uint8_t *wp, size_t ws, int64_t nb, float *pd) {
+    int32_t offs[16];
+    for (int m = 0; m < 16; m++) offs[m] = (int32_t)((size_t)m * ws);
+    const __m512i vofs = _mm512_loadu_si512((const void *)offs);
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i g = _mm512_i32gather_epi32(vofs, (const void *)(wp + (size_t)b * 34), 1);
+        _mm512_store_ps(pd + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+    }
+}
+
+/* Activation groups packed at once: as many as the per-thread scratch
+ * (kv_mm_scratch_bytes) holds beside a partial panel and its scales, at
+ * most AMX_Q8_GROUPS. */
+static int q8_groups_fit(int64_t K) {
+    const size_t nb = (size_t)(K / KV_QK), fixed = ((16 * nb * 34 + 63) & ~(size_t)63) + nb * 64;
+    const size_t have = kv_mm_scratch_bytes(K);
+    const size_t g = have > fixed ? (have - fixed) / (nb * 512) : 0;
+    return (int)KV_MAX((size_t)1, KV_MIN(g, (size_t)AMX_Q8_GROUPS));
+}
+
+void kv_mm_amx_q8_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t rb = (size_t)nb * 34;
+    uint8_t *tw = scratch;                                          /* a partial panel's rows */
+    float *pd = (float *)(void *)(tw + ((16 * rb + 63) & ~(size_t)63)); /* (nb, 16) */
+    uint8_t *av = (uint8_t *)(pd + nb * 16);                        /* up to AMX_Q8_GROUPS groups */
+    const int groups = (a->n + 15) / 16, G = q8_groups_fit(a->K);
+    const amx_tr_idx ix = amx_tr_index();
+    kv_mm_amx_begin();
+    for (int g0 = 0; g0 < groups; g0 += G) {
+        const int g1 = KV_MIN(groups, g0 + G);
+        for (int g = g0; g < g1; g++) act_group_pack(a, 16 * g, &ix, av + (size_t)(g - g0) * (size_t)nb * 512);
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int rows = (int)KV_MIN(r1 - r, (int64_t)16);
+            const uint8_t *wp = a->w + (size_t)r * a->nb1;
+            size_t ws = a->nb1;
+            if (rows < 16) { /* missing rows repeat row r; their lanes are not stored */
+                kv_mm_copy_tile(a, r, rows, 16, rb, tw);
+                wp = tw;
+                ws = rb;
+            }
+            q8_panel_scales(wp, ws, nb, pd);
+            const uint8_t *pf = r + 32 <= r1 ? a->w + (size_t)(r + 16) * a->nb1 : NULL;
+            for (int g = g0; g < g1; g++)
+                q8_panel_group(a, wp, ws, pd, av + (size_t)(g - g0) * (size_t)nb * 512, r, kv_tail16(rows), 16 * g,
+                               g == g0 ? pf : NULL);
+        }
+    }
+    kv_mm_amx_end();
 }
 
 KV_SIMD_TARGET_END

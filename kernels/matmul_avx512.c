@@ -37,7 +37,11 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 
 #define KV_AI static inline __attribute__((always_inline))
 
-/* n at which the packed kernels take over from the direct ones. */
+/* n at which q8_0 goes to the AMX tiles (matmul_amx.c; a group of 16
+ * activation rows with its missing rows zero already beats the VNNI panel
+ * kernel at 6-8 rows: tools/amx_ab), and at which the packed kernels take
+ * over from the direct ones. */
+#define KV_AMX_MIN_N_Q8 8
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
 /* Direct tiles prefetch the tile this many tiles ahead (quantized, float),
  * into L2. NOTE: measured single-thread on cold weights (Zen 4): quantized
@@ -533,7 +537,9 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
         if (j0 < a->n) qd16(a, t, w, ws, sc, r0, mask, j0, 1, pf);                                                     \
     }                                                                                                                  \
     static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
-        if (a->n >= KV_PACK_MIN_Q)                                                                                     \
+        if (t == KV_TYPE_Q8_0 && a->n >= KV_AMX_MIN_N_Q8 && kv_mm_amx_on())                                                         \
+            kv_mm_amx_q8_rows(a, r0, r1, scratch);                                                                     \
+        else if (a->n >= KV_PACK_MIN_Q)                                                                                \
             q_packed(a, t, r0, r1, scratch, qp_##t);                                                                   \
         else                                                                                                           \
             q_direct(a, t, r0, r1, scratch, qd_##t);                                                                   \
