@@ -405,9 +405,14 @@ static kv_finish emit_tokens(kv_engine *e, ereq *r, const int32_t *toks, int n, 
     return fin;
 }
 
-/* Hands the step's events to readers, all at once (state_mu held). Called
- * after engine_publish() so a reader who saw an event gets a snapshot at
- * least as new as the step that made it. */
+/* Hands the step's events to readers, all at once, after the step has
+ * released state_mu (only the stepping thread touches e->lev and writes
+ * e->step): a reader woken by an event then finds no step running unless
+ * the next one has begun, and builds a snapshot at least as new as the
+ * step that made the event; one that finds the next step running takes the
+ * published copy, at most max(a step, KV_PUBLISH_MS) old (engine_publish).
+ * Flushing while state_mu was held made a single-stepping reader take a
+ * copy a step behind the events it had seen. */
 static void flush_events(kv_engine *e) {
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < e->n_lev; i++) kv_ring_push(&e->ev, &e->lev[i]);
@@ -655,9 +660,9 @@ int engine_step_cycle(kv_engine *e, int publish_copy) {
     uint64_t before = e->step;
     int rc = step_locked(e);
     if (publish_copy) engine_publish(e);
-    flush_events(e);
     int hooked = hook_prepare(e, before);
     pthread_mutex_unlock(&e->state_mu);
+    flush_events(e);
     if (hooked) hook_call(e);
     return rc;
 }
