@@ -163,18 +163,14 @@ void kv_mm_rows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratc
 void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, float *d, int32_t *ioff, float *ds,
                        int zp);
 void kv_mm_frows_avx512(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch); /* float weights */
-/* AMX-INT8 (matmul_amx.c): the packed q8_0/q4_0/q4_1 panel's activation
- * rows [0, j1), j1 a multiple of 16, on tiles, bit-identical to the AVX-512
- * packed kernel; between kv_mm_amx_begin and kv_mm_amx_end on the calling
- * thread (tile configuration, release). */
+/* AMX-INT8 (matmul_amx.c): q8_0 / q4_0 / q4_1 rows [r0, r1) for every
+ * activation row on the tiles (any n; worth it from ~8 rows), bit-identical
+ * to the AVX-512 kernels; scratch: kv_mm_scratch_bytes(K). The tile
+ * configuration is loaded and released on the calling thread
+ * (kv_mm_amx_begin / kv_mm_amx_end). */
 void kv_mm_amx_begin(void);
 void kv_mm_amx_end(void);
-void kv_mm_amx_panel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                     uint16_t mask, int j1);
-/* q8_0 rows [r0, r1) for every activation row (n >= 16) on the tiles with
- * the weights read in place (no panel repacking), bit-identical to the
- * AVX-512 kernels; scratch: the usual kv_mm_scratch_bytes(K). */
-void kv_mm_amx_q8_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
+void kv_mm_amx_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch);
 #endif
 /* 1 when the AVX-512 batched quantized kernels use AMX tiles: the CPU
  * supports them (kv_cpu_amx_supported) and KVTOP_CPU_AMX is not "0". */

@@ -1,6 +1,6 @@
-/* matmul_amx.c - the batched quantized matmul's inner product on AMX-INT8
- * tiles (q8_0, q4_0, q4_1 weights), called by matmul_avx512.c's packed
- * kernel for every full group of 16 activation rows.
+/* matmul_amx.c - the batched q8_0 / q4_0 / q4_1 matmul on AMX-INT8 tiles,
+ * which matmul_avx512.c's row functions call from KV_AMX_MIN_N rows on
+ * where the CPU and OS give the tiles (kv_mm_amx_on).
  *
  * The arithmetic is the AVX-512 kernels', bit for bit, so a row's output
  * does not depend on the batch (or on whether this CPU has AMX): per
@@ -8,15 +8,12 @@
  *     acc = fma(float(isum_b + ioff_b), dw_b * da_b, acc)
  *     q4_1 then: acc = fma(mw_b, ds_b, acc)
  * Only isum_b, the exact integer dot of a block, comes from the tiles: one
- * tdpbsud per block multiplies 16 activation rows (signed int8, tile A: 16
- * rows x 32 bytes, read in place from the block-major q8a arrays) by the
- * panel of 16 weight rows pack_q made (unsigned: q8_0 as w ^ 0x80, q4 the
- * raw nibble; tile B: 8 rows of 16 x 4 bytes, which is already the layout
- * tdpbsud wants) into 16 x 16 int32 sums, exact in any order. The sums go
- * through L1 (a tile has no path to the vector registers) and the float
- * chain above runs on them as it does in qp_kernel, one zmm of 16 weight
- * rows per activation row. Two C tiles alternate so the next block's tile
- * product overlaps this block's float work. */
+ * tdpbssd per block multiplies 16 weight rows (tile A, 16 x 32 signed
+ * bytes) by 16 activation rows (tile B, 8 rows of 16 x 4 bytes) into 16 x
+ * 16 int32 sums, exact in any order. The sums go through L1 (a tile has no
+ * path to the vector registers) and the float chain runs on them; four C
+ * tiles rotate so later blocks' tile products are under way while a block's
+ * floats run. */
 #include "matmul.h"
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -84,91 +81,15 @@ void kv_mm_amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
 #define AI static inline __attribute__((always_inline))
 #define AMX_DEPTH 4 /* C tiles (0, 1, 4, 5) in flight */
-#define AMX_Q8_GROUPS 8 /* activation groups of 16 rows packed at once (q8_0) */
+#define AMX_Q8_GROUPS 8 /* activation groups of 16 rows packed at once */
 
-/* The weight kinds: q8_0's panel is packed signed (tdpbssd: the sum is the
- * dot itself, no zero-point correction); q4's nibbles are unsigned
- * (tdpbsud), q4_0 then adds ioff = -8 sum(q_act), q4_1 its min term. */
-enum { AMX_Q8_0, AMX_Q4_0, AMX_Q4_1 };
+/* ---- the tiles' rows function -------------------------------------------- */
 
-/* Block b's float step for the 16 activation rows: acc[jj] (16 weight rows
- * each) from the integer sums at cs (row jj at cs + 16 jj), as qp_kernel. */
-AI void amx_float_step(__m512 acc[16], const int32_t *cs, __m512 dw, __m512 mw, const float *ad, const int32_t *io,
-                       const float *ads, const int KIND) {
-#pragma GCC unroll 16
-    for (int jj = 0; jj < 16; jj++) {
-        __m512i s = _mm512_load_si512((const void *)(cs + 16 * jj));
-        if (KIND == AMX_Q4_0) s = _mm512_add_epi32(s, _mm512_set1_epi32(io[jj]));
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj]));
-        acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[jj]);
-        if (KIND == AMX_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
-    }
-}
-
-/* Block b of the 16 activation rows at aq into C tile (b % AMX_DEPTH) and
- * its buffer. */
-AI void amx_issue(const int8_t *aq, const uint8_t *pq, size_t n, int64_t b, int32_t (*cbuf)[256], const int KIND) {
-    const int8_t *ab = aq + (size_t)b * n * KV_QK;
-    const uint8_t *bb = pq + (size_t)b * 512;
-#define AMX_CASES(op)                                                                                                  \
-    switch (b & 3) {                                                                                                   \
-    case 0: AMX_BLOCK(op, 0, ab, KV_QK, bb, cbuf[0]); break;                                                           \
-    case 1: AMX_BLOCK(op, 1, ab, KV_QK, bb, cbuf[1]); break;                                                           \
-    case 2: AMX_BLOCK(op, 4, ab, KV_QK, bb, cbuf[2]); break;                                                           \
-    default: AMX_BLOCK(op, 5, ab, KV_QK, bb, cbuf[3]); break;                                                          \
-    }
-    if (KIND == AMX_Q8_0) {
-        AMX_CASES(tdpbssd)
-    } else {
-        AMX_CASES(tdpbsud)
-    }
-#undef AMX_CASES
-}
-
-/* y[j0..j0+16)[r0..r0+16) from the packed panel (pq, pd, pm). */
-AI void amx_rows16(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                   __mmask16 mask, int j0, const int KIND) {
-    const int64_t nb = a->K / KV_QK;
-    const size_t n = (size_t)a->n;
-    int32_t cbuf[AMX_DEPTH][256] __attribute__((aligned(64)));
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int jj = 0; jj < 16; jj++) acc[jj] = _mm512_setzero_ps();
-    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    /* tile sums travel through L1, and a load cannot take a tile store's
-     * data before it reaches the cache: blocks are issued AMX_DEPTH - 1
-     * ahead of the floats that read them */
-    for (int64_t b = 0; b < nb && b < AMX_DEPTH - 1; b++) amx_issue(aq, pq, n, b, cbuf, KIND);
-    for (int64_t b = 0; b < nb; b++) {
-        if (b + AMX_DEPTH - 1 < nb) amx_issue(aq, pq, n, b + AMX_DEPTH - 1, cbuf, KIND);
-        const size_t o = (size_t)b * n + (size_t)j0;
-        amx_float_step(acc, cbuf[b & (AMX_DEPTH - 1)], _mm512_load_ps(pd + b * 16),
-                       KIND == AMX_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps(), a->a.d + o,
-                       a->a.ioff + o, a->a.ds + o, KIND);
-    }
-#pragma GCC unroll 16
-    for (int jj = 0; jj < 16; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
-}
-
-void kv_mm_amx_panel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                     uint16_t mask, int j1) {
-    for (int j0 = 0; j0 + 16 <= j1; j0 += 16) {
-        if (t == KV_TYPE_Q8_0)
-            amx_rows16(a, pq, pd, pm, r0, mask, j0, AMX_Q8_0);
-        else if (t == KV_TYPE_Q4_0)
-            amx_rows16(a, pq, pd, pm, r0, mask, j0, AMX_Q4_0);
-        else
-            amx_rows16(a, pq, pd, pm, r0, mask, j0, AMX_Q4_1);
-    }
-}
-
-/* ---- q8_0 with the weights read in place ------------------------------- */
-
-/* For q8_0 the tiles take the weights straight from the file: tile A is
- * 16 weight rows' block b (32 signed bytes each, a row stride apart), so
- * nothing is repacked per panel; tile B is 16 activation rows' block b in
- * the tiles' 4-byte-interleaved order, made once per group of 16 rows for
- * the whole call (act_group_pack). C is then (weight row, activation row)
+/* The tiles take q8_0 weights straight from the file: tile A is 16 weight
+ * rows' block b (32 signed bytes each, a row stride apart), so nothing is
+ * repacked per panel (q4: the panel's nibbles are unpacked to bytes once);
+ * tile B is 16 activation rows' block b in the tiles' 4-byte-interleaved
+ * order, made once per group of 16 rows (act_group_pack). C is then (weight row, activation row)
  * and the float step runs along activation rows: per weight row m,
  *     acc[m] = fma(float(isum), dw[m] * da, acc[m])
  * the same products and the same chain as the other kernels (a product of
@@ -267,24 +188,38 @@ AI void tr16x16(__m512 r[16]) {
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* Block b of weight rows at wp (`ws` apart) x the packed activations av
- * into C tile (b % AMX_DEPTH). */
-AI void q8_issue(const uint8_t *wp, size_t ws, const uint8_t *av, int64_t b, int32_t (*cbuf)[256]) {
-    const uint8_t *ab = wp + (size_t)b * 34 + 2;
+/* The weight types on the tiles: q8_0's signed quants straight from the
+ * file; q4's nibbles (0-15, valid signed bytes too) unpacked per panel, then
+ * q4_0 adds ioff = -8 sum(q_act), q4_1 its min term. */
+enum { AMX_Q8_0, AMX_Q4_0, AMX_Q4_1 };
+
+/* A panel's weights as the tiles read them: block b of row m at
+ * q + m * qs + b * qb (32 signed bytes); its scales (nb, 16) and q4_1's
+ * minimums. */
+typedef struct amx_panel {
+    const uint8_t *q;
+    size_t qs, qb;
+    const float *pd, *pm;
+} amx_panel;
+
+/* Block b of the panel x the packed activations av into C tile
+ * (b % AMX_DEPTH). */
+AI void amx_issue(const amx_panel *p, const uint8_t *av, int64_t b, int32_t (*cbuf)[256]) {
+    const uint8_t *ab = p->q + (size_t)b * p->qb;
     const uint8_t *bb = av + (size_t)b * 512;
     switch (b & 3) {
-    case 0: AMX_BLOCK(tdpbssd, 0, ab, ws, bb, cbuf[0]); break;
-    case 1: AMX_BLOCK(tdpbssd, 1, ab, ws, bb, cbuf[1]); break;
-    case 2: AMX_BLOCK(tdpbssd, 4, ab, ws, bb, cbuf[2]); break;
-    default: AMX_BLOCK(tdpbssd, 5, ab, ws, bb, cbuf[3]); break;
+    case 0: AMX_BLOCK(tdpbssd, 0, ab, p->qs, bb, cbuf[0]); break;
+    case 1: AMX_BLOCK(tdpbssd, 1, ab, p->qs, bb, cbuf[1]); break;
+    case 2: AMX_BLOCK(tdpbssd, 4, ab, p->qs, bb, cbuf[2]); break;
+    default: AMX_BLOCK(tdpbssd, 5, ab, p->qs, bb, cbuf[3]); break;
     }
 }
 
 /* y[j0..j0+16)[r0..r0+16) (rows past n and the panel's `rmask` not stored)
- * from weight rows at wp and group j0's packed activations av; pd: the
- * panel's scales (nb, 16). pf: the next panel's bytes to prefetch, NULL. */
-static void q8_panel_group(const kv_mm_args *a, const uint8_t *wp, size_t ws, const float *pd, const uint8_t *av,
-                           int64_t r0, __mmask16 rmask, int j0, const uint8_t *pf) {
+ * from the panel and group j0's packed activations av. pf: the next
+ * panel's bytes to prefetch, or NULL. */
+AI void amx_panel_group(const kv_mm_args *a, const amx_panel *p, const uint8_t *av, int64_t r0, __mmask16 rmask,
+                        int j0, const uint8_t *pf, const int KIND) {
     const int64_t nb = a->K / KV_QK;
     const size_t n = (size_t)a->n;
     const __mmask16 jm = kv_tail16((int64_t)a->n - j0);
@@ -293,18 +228,26 @@ static void q8_panel_group(const kv_mm_args *a, const uint8_t *wp, size_t ws, co
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb && b < AMX_DEPTH - 1; b++) q8_issue(wp, ws, av, b, cbuf);
+    /* tile sums travel through L1: blocks are issued AMX_DEPTH - 1 ahead
+     * of the floats that read them */
+    for (int64_t b = 0; b < nb && b < AMX_DEPTH - 1; b++) amx_issue(p, av, b, cbuf);
     for (int64_t b = 0; b < nb; b++) {
-        if (b + AMX_DEPTH - 1 < nb) q8_issue(wp, ws, av, b + AMX_DEPTH - 1, cbuf);
+        if (b + AMX_DEPTH - 1 < nb) amx_issue(p, av, b + AMX_DEPTH - 1, cbuf);
         if (pf)
             for (size_t o = 0; o < pstep; o += 64) _mm_prefetch((const char *)pf + (size_t)b * pstep + o, _MM_HINT_T1);
-        const __m512 da = _mm512_maskz_loadu_ps(jm, a->a.d + (size_t)b * n + (size_t)j0);
+        const size_t o = (size_t)b * n + (size_t)j0;
+        const __m512 da = _mm512_maskz_loadu_ps(jm, a->a.d + o);
+        const __m512i io = KIND == AMX_Q4_0 ? _mm512_maskz_loadu_epi32(jm, a->a.ioff + o) : _mm512_setzero_si512();
+        const __m512 ds = KIND == AMX_Q4_1 ? _mm512_maskz_loadu_ps(jm, a->a.ds + o) : _mm512_setzero_ps();
         const int32_t *cs = cbuf[b & (AMX_DEPTH - 1)];
-        const float *dw = pd + b * 16;
+        const float *dw = p->pd + b * 16, *mw = p->pm + b * 16;
 #pragma GCC unroll 16
         for (int m = 0; m < 16; m++) {
+            __m512i isum = _mm512_load_si512((const void *)(cs + 16 * m));
+            if (KIND == AMX_Q4_0) isum = _mm512_add_epi32(isum, io);
             const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dw[m]), da);
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cs + 16 * m))), sc, acc[m]);
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, acc[m]);
+            if (KIND == AMX_Q4_1) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(mw[m]), ds, acc[m]);
         }
     }
     tr16x16(acc);
@@ -312,34 +255,62 @@ static void q8_panel_group(const kv_mm_args *a, const uint8_t *wp, size_t ws, co
     for (int jj = 0; jj < left; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, rmask, acc[jj]);
 }
 
-/* The panel's 16 rows' block scales (rows `ws` apart from wp) as floats. */
-static void q8_panel_scales(const uint8_t *wp, size_t ws, int64_t nb, float *pd) {
+/* The panel's 16 rows' block scales (f16 at wp + b * bs, rows `ws` apart)
+ * as floats into pd, and q4_1's minimums (the next f16) into pm. */
+static void amx_panel_scales(const uint8_t *wp, size_t ws, int64_t nb, size_t bs, float *pd, float *pm) {
     int32_t offs[16];
     for (int m = 0; m < 16; m++) offs[m] = (int32_t)((size_t)m * ws);
     const __m512i vofs = _mm512_loadu_si512((const void *)offs);
     for (int64_t b = 0; b < nb; b++) {
-        const __m512i g = _mm512_i32gather_epi32(vofs, (const void *)(wp + (size_t)b * 34), 1);
+        const __m512i g = _mm512_i32gather_epi32(vofs, (const void *)(wp + (size_t)b * bs), 1);
         _mm512_store_ps(pd + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+        if (pm) _mm512_store_ps(pm + b * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))));
     }
 }
 
-/* Activation groups packed at once: as many as the per-thread scratch
- * (kv_mm_scratch_bytes) holds beside a partial panel and its scales, at
- * most AMX_Q8_GROUPS. */
-static int q8_groups_fit(int64_t K) {
-    const size_t nb = (size_t)(K / KV_QK), fixed = ((16 * nb * 34 + 63) & ~(size_t)63) + nb * 64;
-    const size_t have = kv_mm_scratch_bytes(K);
+/* q4 rows at wp (`ws` apart) as signed bytes: element i of block b of row
+ * m at dst + m * K + b * 32 + i (a block's low nibbles are elements 0-15,
+ * its high ones 16-31). */
+static void amx_unpack_q4(const uint8_t *wp, size_t ws, int64_t nb, size_t bs, size_t qoff, uint8_t *dst) {
+    const __m128i lo4 = _mm_set1_epi8(0x0F);
+    const size_t K = (size_t)nb * KV_QK;
+    for (int m = 0; m < 16; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(wp + (size_t)m * ws + (size_t)b * bs + qoff));
+            const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), lo4), _mm_and_si128(x, lo4));
+            _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)m * K + (size_t)b * KV_QK), v);
+        }
+}
+
+/* Bytes of a block, and of its header before the quants. */
+static size_t amx_block_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
+static size_t amx_block_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
+
+/* Scratch: a panel's rows (a partial panel's copy; q4: unpacked, 16 x K
+ * bytes, which is no more than a q8_0 copy), the scales and minimums, then
+ * packed activation groups, as many as kv_mm_scratch_bytes(K) holds (at
+ * most AMX_Q8_GROUPS). */
+static size_t amx_fixed_bytes(int64_t K) {
+    const size_t nb = (size_t)(K / KV_QK);
+    return ((16 * nb * 34 + 63) & ~(size_t)63) + ((16 * (size_t)K + 63) & ~(size_t)63) + nb * 128;
+}
+
+static int amx_groups_fit(int64_t K) {
+    const size_t nb = (size_t)(K / KV_QK), fixed = amx_fixed_bytes(K), have = kv_mm_scratch_bytes(K);
     const size_t g = have > fixed ? (have - fixed) / (nb * 512) : 0;
     return (int)KV_MAX((size_t)1, KV_MIN(g, (size_t)AMX_Q8_GROUPS));
 }
 
-void kv_mm_amx_q8_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
+AI void amx_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, const int KIND) {
+    const kv_type t = a->type;
     const int64_t nb = a->K / KV_QK;
-    const size_t rb = (size_t)nb * 34;
+    const size_t bs = amx_block_bytes(t), rb = (size_t)nb * bs;
     uint8_t *tw = scratch;                                          /* a partial panel's rows */
-    float *pd = (float *)(void *)(tw + ((16 * rb + 63) & ~(size_t)63)); /* (nb, 16) */
-    uint8_t *av = (uint8_t *)(pd + nb * 16);                        /* up to AMX_Q8_GROUPS groups */
-    const int groups = (a->n + 15) / 16, G = q8_groups_fit(a->K);
+    uint8_t *tq = tw + ((16 * (size_t)nb * 34 + 63) & ~(size_t)63); /* q4: the unpacked panel */
+    float *pd = (float *)(void *)(tq + ((16 * (size_t)a->K + 63) & ~(size_t)63));
+    float *pm = pd + nb * 16;
+    uint8_t *av = (uint8_t *)(pm + nb * 16);
+    const int groups = (a->n + 15) / 16, G = amx_groups_fit(a->K);
     const amx_tr_idx ix = amx_tr_index();
     kv_mm_amx_begin();
     for (int g0 = 0; g0 < groups; g0 += G) {
@@ -354,14 +325,28 @@ void kv_mm_amx_q8_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratc
                 wp = tw;
                 ws = rb;
             }
-            q8_panel_scales(wp, ws, nb, pd);
+            amx_panel_scales(wp, ws, nb, bs, pd, KIND == AMX_Q4_1 ? pm : NULL);
+            amx_panel p = {wp + 2, ws, 34, pd, pm};
+            if (KIND != AMX_Q8_0) {
+                amx_unpack_q4(wp, ws, nb, bs, amx_block_qoff(t), tq);
+                p = (amx_panel){tq, (size_t)a->K, KV_QK, pd, pm};
+            }
             const uint8_t *pf = r + 32 <= r1 ? a->w + (size_t)(r + 16) * a->nb1 : NULL;
             for (int g = g0; g < g1; g++)
-                q8_panel_group(a, wp, ws, pd, av + (size_t)(g - g0) * (size_t)nb * 512, r, kv_tail16(rows), 16 * g,
-                               g == g0 ? pf : NULL);
+                amx_panel_group(a, &p, av + (size_t)(g - g0) * (size_t)nb * 512, r, kv_tail16(rows), 16 * g,
+                                g == g0 ? pf : NULL, KIND);
         }
     }
     kv_mm_amx_end();
+}
+
+void kv_mm_amx_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {
+    if (a->type == KV_TYPE_Q8_0)
+        amx_rows(a, r0, r1, scratch, AMX_Q8_0);
+    else if (a->type == KV_TYPE_Q4_0)
+        amx_rows(a, r0, r1, scratch, AMX_Q4_0);
+    else
+        amx_rows(a, r0, r1, scratch, AMX_Q4_1);
 }
 
 KV_SIMD_TARGET_END

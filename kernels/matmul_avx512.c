@@ -19,7 +19,8 @@
  *    rows) while the next panel is prefetched. The inner loop broadcasts 4
  *    activation bytes per vpdpbusd and keeps 12 activation rows'
  *    accumulators in registers: every weight byte loaded feeds 12
- *    activation rows, compute-bound.
+ *    activation rows, compute-bound. Where the CPU has AMX-INT8 tiles,
+ *    n >= KV_AMX_MIN_N(type) goes to matmul_amx.c instead (same arithmetic).
  * Quantized weights are made unsigned for vpdpbusd (q8_0: w ^ 0x80, q4:
  * the raw nibble) and the zero point comes back through the per-block
  * correction -zp * sum(q_act) (kv_q8a.ioff), exact in integers. */
@@ -37,11 +38,12 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 
 #define KV_AI static inline __attribute__((always_inline))
 
-/* n at which q8_0 goes to the AMX tiles (matmul_amx.c; a group of 16
- * activation rows with its missing rows zero already beats the VNNI panel
- * kernel at 6-8 rows: tools/amx_ab), and at which the packed kernels take
- * over from the direct ones. */
-#define KV_AMX_MIN_N_Q8 8
+/* n at which the AMX tiles take over (matmul_amx.c, the same arithmetic;
+ * tools/amx_ab): q8_0 from 8 rows (a group of 16 with its missing rows
+ * zero beats the VNNI panel kernel at 6-8), q4 from 32 (its panel's
+ * nibbles are unpacked first: 0.7x at 8 rows, ~1.0x at 16); and at which
+ * the packed kernels take over from the direct ones. */
+#define KV_AMX_MIN_N(t) ((t) == KV_TYPE_Q8_0 ? 8 : 32)
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
 /* Direct tiles prefetch the tile this many tiles ahead (quantized, float),
  * into L2. NOTE: measured single-thread on cold weights (Zen 4): quantized
@@ -150,14 +152,13 @@ KV_AI void pf_slice(const pf_plan *p, int64_t s) {
     for (int i = 0; i < p->lines; i++) _mm_prefetch(q + 64 * i, KV_PF_HINT);
 }
 
-/* Rows i and i+8 of a panel as one zmm of unsigned quants (q8_0 kept
- * signed when `keep_sign`: the AMX tiles take signed weights): 256-bit half
- * 0 = row i's 32 elements, half 1 = row i+8's. */
-KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi, int keep_sign) {
+/* Rows i and i+8 of a panel as one zmm of unsigned quants: 256-bit half 0
+ * = row i's 32 elements, half 1 = row i+8's. */
+KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi) {
     if (t == KV_TYPE_Q8_0) {
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(lo + 2))),
                                        _mm256_loadu_si256((const __m256i *)(const void *)(hi + 2)), 1);
-        return keep_sign ? v : _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
     }
     size_t qo = t == KV_TYPE_Q4_1 ? 4 : 2;
     __m512i v = _mm512_inserti64x4(
@@ -172,8 +173,7 @@ KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi, int keep_s
  * bytes: zmm g holds elements 4g..4g+3 of every row), pd (nb, 16) scales and
  * pm (nb, 16) minimums (q4_1). Missing rows repeat row r0: their lanes are
  * masked off when y is stored. */
-static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t *pq, float *pd, float *pm,
-                   int keep_sign) {
+static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t *pq, float *pd, float *pm) {
     const int64_t nb = a->K / KV_QK;
     const size_t bs = qblk_bytes(t);
     const uint8_t *base[16];
@@ -192,7 +192,7 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
         __m512 z[8];
         __m512i u[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) z[i] = _mm512_castsi512_ps(q_pair(t, base[i] + bo, base[i + 8] + bo, keep_sign));
+        for (int i = 0; i < 8; i++) z[i] = _mm512_castsi512_ps(q_pair(t, base[i] + bo, base[i + 8] + bo));
         /* 8x8 dword transpose inside each 256-bit half: 4x4 inside lanes, then
          * the permutes below */
         tr4x4_lanes(z, 2);
@@ -213,10 +213,9 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
     }
 }
 
-/* y[j0..j0+J][r0..r0+16) from a packed panel (q8_0 packed signed when
- * `signed_w`: made unsigned here). */
+/* y[j0..j0+J][r0..r0+16) from a packed panel. */
 KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                     __mmask16 mask, int j0, const int J, int signed_w) {
+                     __mmask16 mask, int j0, const int J) {
     const int64_t nb = a->K / KV_QK;
     const size_t n = (size_t)a->n;
     __m512 acc[12];
@@ -230,9 +229,6 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
         __m512i wg[8]; /* group g: elements 4g..4g+3 of the 16 rows */
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
-        if (t == KV_TYPE_Q8_0 && signed_w)
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) wg[g] = _mm512_xor_si512(wg[g], _mm512_set1_epi8((char)0x80));
         __m512 dw = _mm512_load_ps(pd + b * 16);
         __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
@@ -253,25 +249,24 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
 
 #define QP_FN(t)                                                                                                       \
     static void qp_##t(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,           \
-                       __mmask16 mask, int amx) {                                                                      \
-        int j0 = amx ? a->n / 16 * 16 : 0;                                                                             \
-        if (j0) kv_mm_amx_panel(a, t, pq, pd, pm, r0, mask, j0);                                                       \
-        for (; j0 + 12 <= a->n; j0 += 12) qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 12, amx);                               \
+                       __mmask16 mask) {                                                                               \
+        int j0 = 0;                                                                                                    \
+        for (; j0 + 12 <= a->n; j0 += 12) qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 12);                               \
         int left = a->n - j0;                                                                                          \
         if (left >= 8) {                                                                                               \
-            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 8, amx);                                                              \
+            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 8);                                                              \
             j0 += 8;                                                                                                   \
             left -= 8;                                                                                                 \
         }                                                                                                              \
         if (left >= 4) {                                                                                               \
-            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 4, amx);                                                              \
+            qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 4);                                                              \
             j0 += 4;                                                                                                   \
             left -= 4;                                                                                                 \
         }                                                                                                              \
         switch (left) {                                                                                                \
-        case 3: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 3, amx); break;                                                   \
-        case 2: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 2, amx); break;                                                   \
-        case 1: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 1, amx); break;                                                   \
+        case 3: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 3); break;                                                   \
+        case 2: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 2); break;                                                   \
+        case 1: qp_kernel(a, t, pq, pd, pm, r0, mask, j0, 1); break;                                                   \
         default: break;                                                                                                \
         }                                                                                                              \
     }
@@ -279,24 +274,18 @@ QP_FN(KV_TYPE_Q8_0)
 QP_FN(KV_TYPE_Q4_0)
 QP_FN(KV_TYPE_Q4_1)
 
-typedef void (*qp_fn)(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
-                      __mmask16 mask, int amx);
+typedef void (*qp_fn)(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0, __mmask16 mask);
 
-/* The AMX tiles take every full group of 16 activation rows of a panel
- * (matmul_amx.c, the same arithmetic), qp_kernel the rest. */
 static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qp_fn f) {
     const int64_t nb = a->K / KV_QK;
     uint8_t *pq = scratch;                                   /* nb * 512 bytes */
     float *pd = (float *)(void *)(pq + (size_t)nb * 512);    /* nb * 16 */
     float *pm = pd + nb * 16;                                /* nb * 16 */
-    const int amx = a->n >= 16 && kv_mm_amx_on();
-    if (amx) kv_mm_amx_begin();
     for (int64_t r = r0; r < r1; r += KV_MM_PANEL) {
         int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
-        pack_q(a, t, r, rows, pq, pd, pm, amx);
-        f(a, pq, pd, pm, r, kv_tail16(rows), amx);
+        pack_q(a, t, r, rows, pq, pd, pm);
+        f(a, pq, pd, pm, r, kv_tail16(rows));
     }
-    if (amx) kv_mm_amx_end();
 }
 
 /* ---- direct quantized tiles (small n) ------------------------------------ */
@@ -537,8 +526,8 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
         if (j0 < a->n) qd16(a, t, w, ws, sc, r0, mask, j0, 1, pf);                                                     \
     }                                                                                                                  \
     static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
-        if (t == KV_TYPE_Q8_0 && a->n >= KV_AMX_MIN_N_Q8 && kv_mm_amx_on())                                                         \
-            kv_mm_amx_q8_rows(a, r0, r1, scratch);                                                                     \
+        if (a->n >= KV_AMX_MIN_N(t) && kv_mm_amx_on())                                                                 \
+            kv_mm_amx_rows(a, r0, r1, scratch);                                                                        \
         else if (a->n >= KV_PACK_MIN_Q)                                                                                \
             q_packed(a, t, r0, r1, scratch, qp_##t);                                                                   \
         else                                                                                                           \

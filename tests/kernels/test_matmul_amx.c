@@ -3,8 +3,8 @@
  * for bit, and against the scalar reference by normalised error: q8_0,
  * q4_0 and q4_1 weights, full and partial 16-row panels, K from one block
  * to many, batches with and without a tail past the last full group of 16
- * rows (q8_0: a group of the tiles with its missing rows zero, from 8 rows
- * on; q4: the AVX-512 kernel over the same panel),
+ * rows (a group of the tiles with its missing rows zero; the tiles take
+ * q8_0 from 8 rows, q4 from 32),
  * 1 and 2 threads, fresh random data each run (the seed is printed), with
  * activation rows of very different magnitudes. Skipped where the CPU or
  * the OS gives no AMX tiles. */
@@ -47,7 +47,7 @@ static void test_amx_same_bits(void) {
     const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
     const int64_t Ks[] = {32, 256, 800};
     const int Ms[] = {16, 37, 300};
-    const int ns[] = {8, 9, 13, 16, 17, 31, 32, 48, 65, 80};
+    const int ns[] = {8, 9, 13, 16, 17, 31, 32, 33, 48, 65, 80};
     float *x = malloc((size_t)MAXN * MAXK * sizeof(float));
     float *y0 = malloc((size_t)MAXN * 300 * sizeof(float)), *y1 = malloc((size_t)MAXN * 300 * sizeof(float));
     float *yr = malloc((size_t)MAXN * 300 * sizeof(float));
