@@ -52,10 +52,27 @@ int kv_sampling_validate(const kv_sampling *p, kv_err *err) {
     return 0;
 }
 
+/* The first index of the largest value; NaNs are never taken (a NaN at 0
+ * stays the answer). Blocks of 64 are first asked whether any value beats
+ * the best so far (a compare-and-or loop of fixed length, which compilers
+ * vectorise at -O2) and scanned only then: a greedy step runs this over
+ * the whole vocabulary of every sequence (64 x 32,000 values a step at 64
+ * concurrent), and the plain scan was ~1.5% of such a step. */
 int32_t kv_argmax(const float *logits, int n) {
     int32_t best = 0;
     float bv = logits[0];
-    for (int i = 1; i < n; i++)
+    int i = 1;
+    for (; i + 64 <= n; i += 64) {
+        int any = 0;
+        for (int j = 0; j < 64; j++) any |= logits[i + j] > bv;
+        if (!any) continue;
+        for (int j = 0; j < 64; j++)
+            if (logits[i + j] > bv) {
+                bv = logits[i + j];
+                best = i + j;
+            }
+    }
+    for (; i < n; i++)
         if (logits[i] > bv) {
             bv = logits[i];
             best = i;

@@ -336,8 +336,21 @@ static int spec_plan(kv_engine *e) {
 static int logits_finite(const kv_engine *e, const kv_sreq *s) {
     const float *lg = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
     size_t n = (size_t)s->n_logits * (size_t)e->n_vocab;
-    uint32_t bad = 0; /* all exponent bits set: NaN or Inf (an integer test the compiler vectorises) */
-    for (size_t i = 0; i < n; i++) {
+    /* all exponent bits set: NaN or Inf. An integer test in blocks of a
+     * fixed 64, which compilers vectorise at -O2 (a loop of unknown length
+     * stayed scalar: ~3 ms of a 64-concurrent step) */
+    uint32_t bad = 0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint32_t m = 0;
+        for (int j = 0; j < 64; j++) {
+            uint32_t u;
+            memcpy(&u, lg + i + (size_t)j, sizeof u);
+            m |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        bad |= m;
+    }
+    for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, lg + i, sizeof u);
         bad |= (u & 0x7f800000u) == 0x7f800000u;

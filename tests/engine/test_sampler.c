@@ -32,6 +32,37 @@ static void test_greedy(void) {
     kv_sampler_free(s);
 }
 
+/* kv_argmax against the plain first-index scan: random rows of lengths
+ * around its 64-blocks, ties, NaNs (never taken, except at index 0), -inf. */
+static int32_t argmax_plain(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_argmax_blocks(void) {
+    const int lens[] = {1, 2, 63, 64, 65, 127, 128, 129, 1000, 32000};
+    float *x = malloc(32000 * sizeof *x);
+    REQUIRE(x);
+    int bad = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int trial = 0; trial < 40 && !bad; trial++) {
+            const int n = lens[li];
+            for (int i = 0; i < n; i++) x[i] = (float)(rand() % 50) - 25.0f; /* many ties */
+            if (trial % 4 == 1) x[rand() % n] = NAN;
+            if (trial % 4 == 2) x[0] = NAN;
+            if (trial % 4 == 3)
+                for (int i = 0; i < n; i++) x[i] = -INFINITY;
+            int32_t want = isnan(x[0]) ? 0 : argmax_plain(x, n), got = kv_argmax(x, n);
+            if (got != want) {
+                CHECKF(0, "n %d trial %d: kv_argmax %d, the plain scan %d", n, trial, got, want);
+                bad = 1;
+            }
+        }
+    free(x);
+}
+
 static void test_dist_filters(void) {
     enum { N = 8 };
     float l[N];
@@ -115,4 +146,4 @@ static void test_validate(void) {
     CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL);
 }
 
-TEST_MAIN(T(test_greedy), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
+TEST_MAIN(T(test_greedy), T(test_argmax_blocks), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
