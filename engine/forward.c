@@ -198,16 +198,6 @@ static void rope_layer(const kv_forward *f, const kv_layer *L, float *x, const i
         b->ops->rope(b, x, pos, n, heads, hp->head_dim, hp->rot_dim, L->rope_base, hp->rope_neox);
 }
 
-/* y[i] = x . w[i]^T for i < nw, one input: one matmul_multi call (x
- * quantized once, one dispatch) where the backend has the op, else nw
- * matmul calls; the same bits either way. */
-static void matmul_same_x(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n) {
-    if (b->ops->matmul_multi)
-        b->ops->matmul_multi(b, w, nw, x, y, n);
-    else
-        for (int i = 0; i < nw; i++) b->ops->matmul(b, w[i], x, y[i], n);
-}
-
 /* Layer l's attention: norm, Q/K/V (+ biases), per-head Q/K norms, RoPE,
  * K/V into the cache, attention (windowed on local layers), output
  * projection (+ post norm), residual. */
@@ -221,7 +211,7 @@ static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *
     o->rmsnorm(b, f->x, L->attn_norm, f->xb, n, dim, hp->rms_eps);
     const kv_tensor *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[3] = {f->q, f->k, f->v};
-    matmul_same_x(b, qkv_w, 3, f->xb, qkv_y, n);
+    kv_backend_matmul_same_x(b, qkv_w, 3, f->xb, qkv_y, n);
     if (L->bq) {
         o->add_rows(b, f->q, L->bq, n, hp->n_heads * hp->head_dim);
         o->add_rows(b, f->k, L->bk, n, hp->n_kv_heads * hp->head_dim);
@@ -267,7 +257,7 @@ static void ffn_block(kv_forward *f, int l, int n) {
     }
     const kv_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
     float *gu_y[2] = {f->gate, f->up};
-    matmul_same_x(b, gu_w, 2, f->xb, gu_y, n);
+    kv_backend_matmul_same_x(b, gu_w, 2, f->xb, gu_y, n);
     if (hp->act == KV_ACT_GELU_TANH)
         o->gelu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
     else

@@ -145,8 +145,9 @@ void kv_moe_ffn(kv_moe *mo, const kv_layer *L, const float *xb, float *x, int n)
         const int r0 = mo->off[e], c = mo->off[e + 1] - r0;
         if (c == 0) continue;
         o->get_rows(b, &xs, mo->rows + r0, mo->xe, c);
-        o->matmul(b, &L->exp_gate[e], mo->xe, mo->gate, c);
-        o->matmul(b, &L->exp_up[e], mo->xe, mo->up, c);
+        const kv_tensor *gu[2] = {&L->exp_gate[e], &L->exp_up[e]};
+        float *gy[2] = {mo->gate, mo->up};
+        kv_backend_matmul_same_x(b, gu, 2, mo->xe, gy, c); /* gate and up: one dispatch */
         o->silu_mul(b, mo->gate, mo->up, (int64_t)c * ff);
         o->matmul(b, &L->exp_down[e], mo->gate, mo->ye, c);
         o->scatter_add(b, x, mo->ye, mo->rows + r0, mo->rw + r0, c, dim);

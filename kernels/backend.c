@@ -97,3 +97,10 @@ void kv_backend_set_kv_share(kv_backend *b, double share) {
 kv_backend *kv_backend_create_model(const struct kv_sim_device *d, int n_threads, kv_err *err) {
     return kv_sim_backend_create_custom(d, n_threads, err);
 }
+
+void kv_backend_matmul_same_x(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n) {
+    if (b->ops->matmul_multi)
+        b->ops->matmul_multi(b, w, nw, x, y, n);
+    else
+        for (int i = 0; i < nw; i++) b->ops->matmul(b, w[i], x, y[i], n);
+}

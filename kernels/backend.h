@@ -281,6 +281,11 @@ const char *const *kv_backend_names(void);
 
 /* ops.status, NULL-safe: 0 for a NULL backend or one without the entry. */
 int kv_backend_status(kv_backend *b, kv_err *err);
+/* y[i] = x . w[i]^T for i < nw (<= KV_MATMUL_MULTI_MAX), one input: one
+ * matmul_multi call (x prepared once, one dispatch) where b has the op, else
+ * nw matmul calls; the same bits either way. */
+void kv_backend_matmul_same_x(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n);
+
 /* ops.reserve, NULL-safe: 0 when the backend needs no reservation. */
 int kv_backend_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err);
 /* 1 and *out (OUT) filled when b models a device clock (ops.clock), else 0
