@@ -90,7 +90,13 @@ INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_
 static void scores_512(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                              kv_cache_dtype d, float scale, float *s, int ss, attn_pf *pf) {
 #define CALL(NH, DT) scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, pf, NH, DT)
-    ATTN_SWITCH(nr, d, CALL)
+#define CALL64(NH, DT) scores_512_nh(q, 64, rows, stride, nt, scale, s, ss, pf, NH, DT)
+    if (hd == 64) {
+        ATTN_SWITCH(nr, d, CALL64)
+    } else {
+        ATTN_SWITCH(nr, d, CALL)
+    }
+#undef CALL64
 #undef CALL
 }
 
@@ -127,7 +133,13 @@ INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t str
 static void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                             kv_cache_dtype d, const float *p, int ps, attn_pf *pf) {
 #define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT)
-    ATTN_SWITCH(nr, d, CALL)
+#define CALL64(NH, DT) accum_512_nh(acc, 64, rows, stride, nt, p, ps, pf, NH, DT)
+    if (hd == 64) {
+        ATTN_SWITCH(nr, d, CALL64)
+    } else {
+        ATTN_SWITCH(nr, d, CALL)
+    }
+#undef CALL64
 #undef CALL
 }
 

@@ -15,7 +15,8 @@
  *   tools/attn_ab.sh REV [--batch N] [--ctx LO:HI] [--heads H --kv-heads K] [--dtype D]
  *                        [--threads T] [--reps R] [--shared]
  * --shared: every sequence reads the same blocks (K/V in cache: the
- * arithmetic alone).
+ * arithmetic alone). KVTOP_CPU_ISA=avx2 (or scalar) caps the kernel level
+ * as it does for the cpu backend.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,9 @@ int main(int argc, char **argv) {
     const size_t qn = o.qn;
     kv_threadpool *pool = kv_threadpool_new(threads);
     if (!pool) return 1;
-    const kv_cpu_isa isa = kv_cpu_isa_best();
+    kv_cpu_isa isa = kv_cpu_isa_best(), want;
+    const char *env = getenv("KVTOP_CPU_ISA"); /* a cap, as the cpu backend takes it */
+    if (env && *env && kv_cpu_isa_from_name(env, &want) == 0 && want < isa) isa = want;
     printf("%d sequences, contexts %d-%d, %d heads over %d of %d, %s, %d threads, isa %s%s; median of %d\n", ns, lo,
            hi, nh, nkv, HD, kv_cache_dtype_name(d), kv_threadpool_size(pool), kv_cpu_isa_name(isa),
            shared ? ", shared blocks (in cache)" : "", reps);
