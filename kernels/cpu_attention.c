@@ -177,14 +177,8 @@ static const uint8_t *tile_rows(const attn_job *j, const uint8_t *pool, int phys
  * offset, rows; one contiguous range, the block layout groups rows by
  * head), for the kernels to prefetch as they go (attn_pf). */
 static attn_pf pf_span(const attn_job *j, const uint8_t *pool, const int pf[3], int g, int ntot) {
-    attn_pf sp = {NULL, 0, 0, 0, 0};
-    if (pf[2] <= 0) return sp;
-    const kv_pages *kv = j->kv;
-    const uint8_t *p = block_row(j, pool, pf[0], pf[1], g);
-    sp.p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
-    sp.n = (size_t)(p - sp.p) + (size_t)pf[2] * kv->row_bytes;
-    sp.per_key = (sp.n << 16) / (size_t)KV_MAX(ntot, 1);
-    return sp;
+    if (pf[2] <= 0) return (attn_pf){NULL, 0, 0, 0, 0};
+    return attn_pf_init(block_row(j, pool, pf[0], pf[1], g), (size_t)pf[2] * j->kv->row_bytes, ntot);
 }
 
 /* accum over a tile for rows [r0, r1) whose valid tile lengths nt[] do not

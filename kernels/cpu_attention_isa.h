@@ -24,18 +24,31 @@
  * lines at a time as a kernel goes through its keys, so the prefetches
  * overlap the arithmetic. Issued as one burst (32 lines a tile for f16
  * head_dim 64) they stalled the core on its fill buffers and the tile's
- * arithmetic waited behind them; spread out, 64 sequences' decode attention
- * read its K/V ~16-20% faster (tools/attn_bench --batch, README "Where
- * decode time goes"). A kernel's call covers keys [t0, t0 + nt) of a tile
- * of ntot keys; after key t of the call the first n * (t0 + t) / ntot bytes
- * are due (in fixed point: no division per step). Into L2: a tile ahead
- * across an item's heads is more than L1 holds. */
+ * arithmetic waited behind them (out of cache, the attention took the
+ * sum of its in-cache time and a plain read of its K/V); spread out, the
+ * 64-sequence decode step's attention takes 0.73-0.78 of the time, the
+ * same bits (tools/attn_ab.sh, README "Where decode time goes"). A
+ * kernel's call covers keys [t0, t0 + nt) of a tile of ntot keys; after key
+ * t of the call the first n * (t0 + t) / ntot bytes are due (in fixed
+ * point: no division per step). Into L1 (T0): with K/V in cache an L2-only
+ * hint cost ~10% of the time. */
 typedef struct attn_pf {
     const uint8_t *p; /* the range's first line */
     size_t n, done;   /* bytes from p to the range's end; bytes asked for so far */
     size_t per_key;   /* bytes due per key of the tile, x 65536 (n * 65536 / the tile's keys) */
     int t0;           /* the call's first key in the tile */
 } attn_pf;
+
+/* The span of `bytes` bytes at p (any alignment) for a tile of ntot keys. */
+static inline attn_pf attn_pf_init(const uint8_t *p, size_t bytes, int ntot) {
+    attn_pf pf;
+    pf.p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
+    pf.n = (size_t)(p - pf.p) + bytes;
+    pf.done = 0;
+    pf.per_key = (pf.n << 16) / (size_t)(ntot > 1 ? ntot : 1);
+    pf.t0 = 0;
+    return pf;
+}
 
 static inline void attn_pf_upto(attn_pf *pf, size_t upto) {
     if (upto > pf->n) upto = pf->n;
