@@ -33,9 +33,10 @@
 /* ---- scalar reference ---- */
 
 static void scores_scalar(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                          kv_cache_dtype d, float scale, float *s, int ss) {
+                          kv_cache_dtype d, float scale, float *s, int ss, attn_pf *pf) {
     const int f16 = d == KV_CACHE_F16;
     for (int t = 0; t < nt; t++) {
+        attn_pf_step(pf, t);
         const uint8_t *r = rows + (size_t)t * stride;
         for (int h = 0; h < nr; h++) {
             float acc = 0.0f;
@@ -46,9 +47,10 @@ static void scores_scalar(const float *const *q, int nr, int hd, const uint8_t *
 }
 
 static void accum_scalar(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                         kv_cache_dtype d, const float *p, int ps) {
+                         kv_cache_dtype d, const float *p, int ps, attn_pf *pf) {
     const int f16 = d == KV_CACHE_F16;
     for (int t = 0; t < nt; t++) {
+        attn_pf_step(pf, t);
         const uint8_t *r = rows + (size_t)t * stride;
         for (int h = 0; h < nr; h++) {
             float w = p[h * ps + t];
@@ -81,9 +83,10 @@ static void scalev_scalar(float *a, int n, float f) {
  * int32 dot, then the shared score formula; the SIMD kernels match it bit
  * for bit. Not in k_scalar's table: the scalar path stays the float one. */
 static void scores_q8_scalar(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
-                             const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss) {
+                             const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf) {
     (void)qsum;
     for (int t = 0; t < nt; t++) {
+        attn_pf_step(pf, t);
         const uint8_t *r = rows + (size_t)t * stride;
         const float ks = row_scale(r, hd, KV_CACHE_INT8);
         for (int h = 0; h < nr; h++) {
@@ -144,13 +147,21 @@ typedef struct attn_job {
     _Alignas(64) atomic_int next; /* the next item not yet taken (own cache line: every thread bumps it) */
 } attn_job;
 
+/* Row t0 of kv head g in block `phys` of the job's layer: kv_pages_row_offset
+ * with the block known (no division: it ran for every tile and head). */
+static const uint8_t *block_row(const attn_job *j, const uint8_t *pool, int phys, int t0, int g) {
+    const kv_pages *kv = j->kv;
+    return pool + (size_t)j->layer * kv->layer_bytes +
+           (((size_t)phys * (size_t)kv->n_kv_heads + (size_t)g) * (size_t)kv->block_size + (size_t)t0) * kv->row_bytes;
+}
+
 /* The nt rows of kv head g at block position t0 of block `phys`, readable
  * by the kernels: in place when they read the dtype, else decoded into buf
  * (*d becomes f32). */
 static const uint8_t *tile_rows(const attn_job *j, const uint8_t *pool, int phys, int t0, int nt, int g,
                                 float *buf, size_t *stride, kv_cache_dtype *d) {
     const kv_pages *kv = j->kv;
-    const uint8_t *base = pool + kv_pages_row_offset(kv, j->layer, (int64_t)phys * kv->block_size + t0, g);
+    const uint8_t *base = block_row(j, pool, phys, t0, g);
     if (j->kern->direct & ATTN_DT_BIT(kv->dtype)) {
         *stride = kv->row_bytes;
         *d = kv->dtype;
@@ -162,33 +173,33 @@ static const uint8_t *tile_rows(const attn_job *j, const uint8_t *pool, int phys
     return (const uint8_t *)buf;
 }
 
-/* Asks for the nt rows of kv head g at block position t0 of block phys:
- * one contiguous range (the block layout groups rows by head). The rows of
- * the next tile are requested while this tile is computed, since a
- * sequence's blocks lie anywhere in the pool. */
-static void prefetch_rows(const attn_job *j, const uint8_t *pool, int phys, int t0, int nt, int g) {
-    const kv_pages *kv = j->kv;
-    const uint8_t *p = pool + kv_pages_row_offset(kv, j->layer, (int64_t)phys * kv->block_size + t0, g);
-    const size_t n = (size_t)nt * kv->row_bytes;
-    for (size_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, 3);
+/* The span of the next tile's rows of kv head g in K or V (pf: block,
+ * offset, rows; one contiguous range, the block layout groups rows by
+ * head), for the kernels to prefetch as they go (attn_pf). */
+static attn_pf pf_span(const attn_job *j, const uint8_t *pool, const int pf[3], int g, int ntot) {
+    if (pf[2] <= 0) return (attn_pf){NULL, 0, 0, 0, 0};
+    return attn_pf_init(block_row(j, pool, pf[0], pf[1], g), (size_t)pf[2] * j->kv->row_bytes, ntot);
 }
 
 /* accum over a tile for rows [r0, r1) whose valid tile lengths nt[] do not
  * decrease: rows past their length take no more terms, so each row sees
- * exactly the additions it would see alone. */
+ * exactly the additions it would see alone. The calls of the first rows
+ * prefetch the span sp as they go. */
 static void accum_rows(const attn_job *j, float *const *acc, const int *nt, int r0, int r1, const uint8_t *rows,
-                       size_t stride, kv_cache_dtype d, const float *s) {
+                       size_t stride, kv_cache_dtype d, const float *s, attn_pf *sp) {
     const int hd = j->kv->head_dim;
     for (int c = r0; c < r1; c += ATTN_HC) {
         const int ce = KV_MIN(r1, c + ATTN_HC);
         int done = 0;
         for (int k = c; k < ce; k++) {
             if (nt[k] <= done) continue;
+            sp->t0 = done;
             j->kern->accum(acc + k, ce - k, hd, rows + (size_t)done * stride, stride, nt[k] - done, d,
-                           s + (size_t)k * ATTN_TILE + done, ATTN_TILE);
+                           s + (size_t)k * ATTN_TILE + done, ATTN_TILE, c == r0 ? sp : NULL);
             done = nt[k];
         }
     }
+    attn_pf_upto(sp, sp->n);
 }
 
 /* Sliding window: the first `below` scores of a tile row lie before the
@@ -298,19 +309,21 @@ static void attend_tile(const attn_job *j, attn_rows *R, int gi, int g, int phys
     R->ra[gi] = a;
     if (a == e) return;
     for (int r = a; r < e; r++) R->ntr[r] = KV_MIN(nt, R->ctx[r] - P);
-    if (pf[2]) prefetch_rows(j, kv->k, pf[0], pf[1], pf[2], g);
+    attn_pf sp = pf_span(j, kv->k, pf, g, R->ntr[e - 1]);
     size_t stride;
     kv_cache_dtype d;
     const uint8_t *rk = tile_rows(j, kv->k, phys, t0, R->ntr[e - 1], g, buf, &stride, &d);
     for (int r = a; r < e; r += ATTN_HC) {
         const int re = KV_MIN(e, r + ATTN_HC);
+        attn_pf *p = r == a ? &sp : NULL; /* the first rows' call prefetches as it goes */
         if (j->q8)
             j->kern->scores_q8(R->qq + r, R->qd + r, R->qsum + r, re - r, hd, rk, stride, R->ntr[re - 1], j->scale,
-                               s + (size_t)r * ATTN_TILE, ATTN_TILE);
+                               s + (size_t)r * ATTN_TILE, ATTN_TILE, p);
         else
             j->kern->scores(R->qr + r, re - r, hd, rk, stride, R->ntr[re - 1], d, j->scale,
-                            s + (size_t)r * ATTN_TILE, ATTN_TILE);
+                            s + (size_t)r * ATTN_TILE, ATTN_TILE, p);
     }
+    attn_pf_upto(&sp, sp.n);
     for (int r = a; r < e; r++) {
         float *sr = s + (size_t)r * ATTN_TILE;
         if (R->lo[r] > P && window_mask(sr, R->ntr[r], R->lo[r] - P)) continue;
@@ -325,9 +338,9 @@ static void attend_tile(const attn_job *j, attn_rows *R, int gi, int g, int phys
         }
         R->l[r] += j->kern->expsum(sr, R->ntr[r], R->m[r]);
     }
-    if (pf[2]) prefetch_rows(j, kv->v, pf[0], pf[1], pf[2], g);
     const uint8_t *rv = tile_rows(j, kv->v, phys, t0, R->ntr[e - 1], g, buf, &stride, &d);
-    accum_rows(j, R->ar, R->ntr, a, e, rv, stride, d, s);
+    sp = pf_span(j, kv->v, pf, g, R->ntr[e - 1]);
+    accum_rows(j, R->ar, R->ntr, a, e, rv, stride, d, s, &sp);
 }
 
 /* One item: one pass over its context span with a running max and sum per
@@ -580,7 +593,7 @@ int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint
                       float scale, float *s) {
     const kv_attn_kernels *k = kernels_for(isa);
     void (*f)(const int8_t *const *, const float *, const int32_t *, int, int, const uint8_t *, size_t, int, float,
-              float *, int) = isa == KV_CPU_ISA_SCALAR ? scores_q8_scalar : k->scores_q8;
+              float *, int, attn_pf *) = isa == KV_CPU_ISA_SCALAR ? scores_q8_scalar : k->scores_q8;
     if (!f || hd <= 0 || hd > KV_ATTN_MAX_HEAD_DIM || nr < 0 || nt < 0) return -1;
     int8_t qb[ATTN_HC][KV_ATTN_MAX_HEAD_DIM + 4];
     const int8_t *qq[ATTN_HC];
@@ -592,7 +605,7 @@ int kv_attn_scores_q8(kv_cpu_isa isa, const float *q, int nr, int hd, const uint
             attn_q8_query(q + (size_t)(r + h) * hd, hd, qb[h], &qd[h], &qs[h], isa != KV_CPU_ISA_SCALAR);
             qq[h] = qb[h];
         }
-        if (nt > 0) f(qq, qd, qs, n, hd, rows, stride, nt, scale, s + (size_t)r * nt, nt);
+        if (nt > 0) f(qq, qd, qs, n, hd, rows, stride, nt, scale, s + (size_t)r * nt, nt, NULL);
     }
     return 0;
 }

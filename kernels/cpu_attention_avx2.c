@@ -62,9 +62,10 @@ INL __m128 hsum4x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
  * NH * 4 independent accumulator chains, and one 4-way horizontal sum per
  * head instead of four. Keys past nt repeat the last one (not stored). */
 INL void scores_avx2_nh(const float *const *q, int hd, const uint8_t *rows, size_t stride, int nt,
-                               float scale, float *s, int ss, const int NH, const int DT) {
+                               float scale, float *s, int ss, attn_pf *pf, const int NH, const int DT) {
     const int hd8 = hd & ~7;
     for (int t = 0; t < nt; t += 4) {
+        attn_pf_step(pf, t);
         const uint8_t *r[4];
         float sk[4], mk[4];
         key_quad(rows, stride, t, nt, hd, DT, r, sk, mk);
@@ -94,8 +95,8 @@ INL void scores_avx2_nh(const float *const *q, int hd, const uint8_t *rows, size
 }
 
 static void scores_avx2(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                               kv_cache_dtype d, float scale, float *s, int ss) {
-#define CALL(NH, DT) scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT)
+                               kv_cache_dtype d, float scale, float *s, int ss, attn_pf *pf) {
+#define CALL(NH, DT) scores_avx2_nh(q, hd, rows, stride, nt, scale, s, ss, pf, NH, DT)
     ATTN_SWITCH(nr, d, CALL)
 #undef CALL
 }
@@ -103,7 +104,7 @@ static void scores_avx2(const float *const *q, int nr, int hd, const uint8_t *ro
 /* Column groups of CV vectors keep NH * CV independent accumulator chains
  * in registers (16 ymm: CV = 4 up to 2 heads, 2 beyond). */
 INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt,
-                              const float *p, int ps, const int NH, const int DT) {
+                              const float *p, int ps, attn_pf *pf, const int NH, const int DT) {
     const int CV = NH <= 2 ? 4 : 2;
     const int hd8 = hd & ~7;
     for (int c0 = 0; c0 < hd8; c0 += 8 * CV) {
@@ -112,6 +113,7 @@ INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t st
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int v = 0; v < CV; v++) a[h][v] = v < nv ? _mm256_loadu_ps(acc[h] + c0 + 8 * v) : _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
+            if (c0 == 0 && !(t & 3)) attn_pf_step(pf, t);
             const uint8_t *r = rows + (size_t)t * stride;
             float sc, mn;
             row_factors(r, hd, DT, &sc, &mn);
@@ -138,8 +140,8 @@ INL void accum_avx2_nh(float *const *acc, int hd, const uint8_t *rows, size_t st
 }
 
 static void accum_avx2(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                              kv_cache_dtype d, const float *p, int ps) {
-#define CALL(NH, DT) accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, NH, DT)
+                              kv_cache_dtype d, const float *p, int ps, attn_pf *pf) {
+#define CALL(NH, DT) accum_avx2_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT)
     ATTN_SWITCH(nr, d, CALL)
 #undef CALL
 }

@@ -53,8 +53,9 @@ INL __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 
 /* As scores_avx2_nh, 16 lanes; the last vector of a row is masked. */
 INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_t stride, int nt,
-                             float scale, float *s, int ss, const int NH, const int DT) {
+                             float scale, float *s, int ss, attn_pf *pf, const int NH, const int DT) {
     for (int t = 0; t < nt; t += 4) {
+        attn_pf_step(pf, t);
         const uint8_t *r[4];
         float sk[4], mk[4];
         key_quad(rows, stride, t, nt, hd, DT, r, sk, mk);
@@ -87,16 +88,22 @@ INL void scores_512_nh(const float *const *q, int hd, const uint8_t *rows, size_
 }
 
 static void scores_512(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                             kv_cache_dtype d, float scale, float *s, int ss) {
-#define CALL(NH, DT) scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, NH, DT)
-    ATTN_SWITCH(nr, d, CALL)
+                             kv_cache_dtype d, float scale, float *s, int ss, attn_pf *pf) {
+#define CALL(NH, DT) scores_512_nh(q, hd, rows, stride, nt, scale, s, ss, pf, NH, DT)
+#define CALL64(NH, DT) scores_512_nh(q, 64, rows, stride, nt, scale, s, ss, pf, NH, DT)
+    if (hd == 64) {
+        ATTN_SWITCH(nr, d, CALL64)
+    } else {
+        ATTN_SWITCH(nr, d, CALL)
+    }
+#undef CALL64
 #undef CALL
 }
 
 /* Column groups of 4 vectors (64 floats): NH * 4 independent accumulator
  * chains; lanes past head_dim are masked off (no memory is touched). */
 INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
-                            int ps, const int NH, const int DT) {
+                            int ps, attn_pf *pf, const int NH, const int DT) {
     for (int c0 = 0; c0 < hd; c0 += 64) {
         __mmask16 m[4];
         UNROLL for (int v = 0; v < 4; v++) {
@@ -107,6 +114,7 @@ INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t str
         UNROLL for (int h = 0; h < NH; h++)
             UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
         for (int t = 0; t < nt; t++) {
+            if (c0 == 0 && !(t & 3)) attn_pf_step(pf, t);
             const uint8_t *r = rows + (size_t)t * stride;
             float sc, mn;
             row_factors(r, hd, DT, &sc, &mn);
@@ -123,9 +131,15 @@ INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t str
 }
 
 static void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                            kv_cache_dtype d, const float *p, int ps) {
-#define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, NH, DT)
-    ATTN_SWITCH(nr, d, CALL)
+                            kv_cache_dtype d, const float *p, int ps, attn_pf *pf) {
+#define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT)
+#define CALL64(NH, DT) accum_512_nh(acc, 64, rows, stride, nt, p, ps, pf, NH, DT)
+    if (hd == 64) {
+        ATTN_SWITCH(nr, d, CALL64)
+    } else {
+        ATTN_SWITCH(nr, d, CALL)
+    }
+#undef CALL64
 #undef CALL
 }
 
@@ -183,9 +197,11 @@ INL __m128i hsum4x16i(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
  * sum is the dot plus 128 * qsum. Codes past hd are zero in the query (no
  * memory past the row is touched). */
 INL void scores_q8_512_nh(const int8_t *const *qq, const float *qd, const int32_t *qsum, int hd,
-                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, const int NH) {
+                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf,
+                          const int NH) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int t = 0; t < nt; t += 4) {
+        attn_pf_step(pf, t);
         const uint8_t *r[4];
         float sk[4], mk[4];
         key_quad(rows, stride, t, nt, hd, KV_CACHE_INT8, r, sk, mk);
@@ -212,12 +228,12 @@ INL void scores_q8_512_nh(const int8_t *const *qq, const float *qd, const int32_
 }
 
 static void scores_q8_512(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
-                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss) {
+                          const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf) {
     switch (nr) {
-    case 1: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 1); break;
-    case 2: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 2); break;
-    case 3: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 3); break;
-    case 4: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, 4); break;
+    case 1: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 1); break;
+    case 2: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 2); break;
+    case 3: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 3); break;
+    case 4: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 4); break;
     default: break;
     }
 }

@@ -18,6 +18,48 @@
 #define ATTN_TILE 32    /* context tokens scored per step of the online softmax (at most) */
 #define ATTN_HC 4       /* rows one kernel call takes (their accumulators fit the registers) */
 
+/* Prefetching the next tile while this one is computed: a range of bytes
+ * (the next tile's rows of a kv head: a sequence's blocks lie anywhere in
+ * the pool, which the hardware prefetcher cannot guess) asked for a few
+ * lines at a time as a kernel goes through its keys, so the prefetches
+ * overlap the arithmetic. Issued as one burst (32 lines a tile for f16
+ * head_dim 64) they stalled the core on its fill buffers and the tile's
+ * arithmetic waited behind them (out of cache, the attention took the
+ * sum of its in-cache time and a plain read of its K/V); spread out, the
+ * 64-sequence decode step's attention takes 0.73-0.78 of the time, the
+ * same bits (tools/attn_ab.sh, README "Where decode time goes"). A
+ * kernel's call covers keys [t0, t0 + nt) of a tile of ntot keys; after key
+ * t of the call the first n * (t0 + t) / ntot bytes are due (in fixed
+ * point: no division per step). Into L1 (T0): with K/V in cache an L2-only
+ * hint cost ~10% of the time. */
+typedef struct attn_pf {
+    const uint8_t *p; /* the range's first line */
+    size_t n, done;   /* bytes from p to the range's end; bytes asked for so far */
+    size_t per_key;   /* bytes due per key of the tile, x 65536 (n * 65536 / the tile's keys) */
+    int t0;           /* the call's first key in the tile */
+} attn_pf;
+
+/* The span of `bytes` bytes at p (any alignment) for a tile of ntot keys. */
+static inline attn_pf attn_pf_init(const uint8_t *p, size_t bytes, int ntot) {
+    attn_pf pf;
+    pf.p = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)63);
+    pf.n = (size_t)(p - pf.p) + bytes;
+    pf.done = 0;
+    pf.per_key = (pf.n << 16) / (size_t)(ntot > 1 ? ntot : 1);
+    pf.t0 = 0;
+    return pf;
+}
+
+static inline void attn_pf_upto(attn_pf *pf, size_t upto) {
+    if (upto > pf->n) upto = pf->n;
+    for (; pf->done < upto; pf->done += 64) __builtin_prefetch(pf->p + pf->done, 0, 3);
+}
+
+/* After key t of the call (pf may be NULL: nothing to prefetch). */
+static inline __attribute__((always_inline)) void attn_pf_step(attn_pf *pf, int t) {
+    if (pf) attn_pf_upto(pf, (pf->per_key * (size_t)(pf->t0 + t)) >> 16);
+}
+
 /* Per-ISA kernels over a tile of nt rows of one kv head at rows + t * stride,
  * each head_dim (hd) elements of dtype d (the ones the ISA reads in place).
  * Query rows q[r] and accumulator rows acc[r] are separate pointers: the
@@ -25,10 +67,10 @@
 typedef struct kv_attn_kernels {
     /* s[r * ss + t] = scale * dot(q_r, row_t), r < nr, t < nt */
     void (*scores)(const float *const *q, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
-                   kv_cache_dtype d, float scale, float *s, int ss);
+                   kv_cache_dtype d, float scale, float *s, int ss, attn_pf *pf);
     /* acc_r += sum_t p[r * ps + t] * row_t */
     void (*accum)(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt, kv_cache_dtype d,
-                  const float *p, int ps);
+                  const float *p, int ps, attn_pf *pf);
     /* s[i] = exp(s[i] - m) for i < n; returns their sum */
     float (*expsum)(float *s, int n, float m);
     /* max of s[0..n), n >= 1 */
@@ -41,7 +83,7 @@ typedef struct kv_attn_kernels {
      * qd_r * key scale), r < nr, t < nt. NULL: the ISA scores int8 keys in
      * float (scores). */
     void (*scores_q8)(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
-                      const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss);
+                      const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf);
 } kv_attn_kernels;
 
 /* A query row quantized for scores_q8: the int8 cache's own row encoding

@@ -7,7 +7,14 @@
  * per dtype and depth the median ms per layer of each and the GB/s of K/V
  * they stream.
  *
+ * --batch N: instead, one decode token of each of N sequences (the
+ * 64-concurrent step of the 110M shape: 12 query heads over 12 kv heads of
+ * 64, blocks of 16, contexts spread evenly over --ctx LO:HI, every block of
+ * the pool scattered), timed per layer over 12 layers whose K/V exceed the
+ * last-level cache; prints the median ms per layer and the GB/s of K/V read.
+ *
  *   build/tools/attn_bench [--depth N]... [--dtype f16|int8|...]... [--reps N] [--threads N]
+ *   build/tools/attn_bench --batch 64 [--ctx 128:256] [--heads 12 --kv-heads 12] [--dtype D]... [--reps N]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,7 @@
 #include "../kernels/kv_dtype.h"
 #include "../kernels/membw.h"
 #include "../kernels/threadpool.h"
+#include "attn_batch.h"
 
 enum { NH = 9, NKV = 3, HD = 64, BS = 16, LAYERS = 8 };
 
@@ -96,8 +104,35 @@ static void bench(kv_threadpool *pool, kv_cache_dtype d, int depth, int reps) {
     free(pg.v);
 }
 
+/* Times one decode token of each of b->n_seqs sequences (dtype b->dtype); prints one line. */
+static void bench_batch(kv_threadpool *pool, const attn_batch_shape *b, int reps) {
+    attn_batch_data o;
+    float *out = malloc(sizeof(float) * (size_t)b->n_seqs * b->n_heads * HD);
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!out || !t || attn_batch_make(b, &o) != 0) {
+        fprintf(stderr, "attn_bench: out of memory\n");
+        exit(1);
+    }
+    const kv_cpu_isa isa = kv_cpu_isa_best();
+    for (int r = -1; r < reps; r++) {
+        const double t0 = now_s();
+        for (int l = 0; l < b->layers; l++) kv_attn_run(pool, isa, &o.pg, l, &o.ab, o.q, out, b->n_heads, 0.125f);
+        if (r >= 0) t[r] = (now_s() - t0) / b->layers;
+    }
+    const double ms = median(t, reps) * 1e3, bytes = 2.0 * o.keys * b->n_kv_heads * (double)o.pg.row_bytes;
+    printf("  %-9s %d sequences, contexts %d-%d: %7.3f ms/layer, %5.1f GB/s of K/V, %.1f ns per key and kv head "
+           "(thread time)\n",
+           kv_cache_dtype_name(b->dtype), b->n_seqs, b->ctx_lo, b->ctx_hi, ms, bytes / ms * 1e-6,
+           ms * 1e6 * kv_threadpool_size(pool) / (o.keys * b->n_kv_heads));
+    attn_batch_free(&o);
+    free(t);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     int depths[16], nd = 0, reps = 21, threads = 2, ndt = 0;
+    attn_batch_shape bs = {.ctx_lo = 128, .ctx_hi = 256, .n_heads = 12, .n_kv_heads = 12, .head_dim = HD,
+                           .block_size = BS, .layers = 12};
     kv_cache_dtype dts[KV_CACHE_DTYPE_COUNT];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--depth") && i + 1 < argc && nd < 16) {
@@ -112,8 +147,17 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            bs.n_seqs = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d:%d", &bs.ctx_lo, &bs.ctx_hi) != 2) bs.ctx_lo = 0;
+        } else if (!strcmp(argv[i], "--heads") && i + 1 < argc) {
+            bs.n_heads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--kv-heads") && i + 1 < argc) {
+            bs.n_kv_heads = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: attn_bench [--depth N]... [--dtype NAME]... [--reps N] [--threads N]\n");
+            fprintf(stderr, "usage: attn_bench [--depth N]... [--dtype NAME]... [--reps N] [--threads N]\n"
+                            "       attn_bench --batch N [--ctx LO:HI] [--heads H --kv-heads K] [--dtype NAME]...\n");
             return 2;
         }
     }
@@ -129,8 +173,28 @@ int main(int argc, char **argv) {
         ndt = 3;
     }
     if (reps < 1 || threads < 1) return 2;
+    if (bs.n_seqs < 0 || (bs.n_seqs > 0 && (bs.ctx_lo < 1 || bs.ctx_hi < bs.ctx_lo || bs.n_kv_heads < 1 ||
+                                            bs.n_heads < 1 || bs.n_heads % bs.n_kv_heads))) {
+        fprintf(stderr, "attn_bench: bad --batch shape (contexts 1 <= LO <= HI, heads a multiple of kv heads)\n");
+        return 2;
+    }
     kv_threadpool *pool = kv_threadpool_new(threads);
     if (!pool) return 1;
+    if (bs.n_seqs > 0) {
+        printf("attention of one decode token of %d sequences, %d heads over %d of %d, %d threads, isa %s, median of "
+               "%d\n",
+               bs.n_seqs, bs.n_heads, bs.n_kv_heads, HD, kv_threadpool_size(pool), kv_cpu_isa_name(kv_cpu_isa_best()),
+               reps);
+        printf("  memory read bandwidth: %.1f GB/s (%d threads)\n", kv_membw_measure_gbs(pool, 0, 3),
+               kv_threadpool_size(pool));
+        for (int t = 0; t < (ndt ? ndt : 1); t++) {
+            bs.dtype = ndt ? dts[t] : KV_CACHE_F16;
+            bench_batch(pool, &bs, reps);
+        }
+        printf("  memory read bandwidth: %.1f GB/s (after)\n", kv_membw_measure_gbs(pool, 0, 3));
+        kv_threadpool_free(pool);
+        return 0;
+    }
     printf("attention of one decode token, %d heads over %d of %d, %d threads, isa %s, median of %d\n", NH, NKV, HD,
            kv_threadpool_size(pool), kv_cpu_isa_name(kv_cpu_isa_best()), reps);
     printf("  memory read bandwidth: %.1f GB/s (%d threads)\n", kv_membw_measure_gbs(pool, 0, 3),
