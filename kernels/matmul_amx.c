@@ -157,35 +157,23 @@ static void act_group_pack(const kv_mm_args *a, int j0, const amx_tr_idx *ix, ui
     }
 }
 
-/* r[i] = column i of the 16 x 16 matrix whose rows r held. */
+/* r[i] = column i of the 16 x 16 matrix whose rows r held: four rounds of
+ * the perfect shuffle (row 2i takes rows i and i + 8 zipped, first halves;
+ * row 2i + 1 the second halves), which transpose 2^4 rows. */
 AI void tr16x16(__m512 r[16]) {
-    __m512 t[16];
+    const __m512i zip_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i zip_hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+#pragma GCC unroll 4
+    for (int round = 0; round < 4; round++) {
+        __m512 z[16];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    /* r[4i + q] now holds, per 128-bit lane L, rows 4L..4L+3 of... column
-     * 4L' + q of row group i: finish with the 128-bit lane transpose */
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-        const __m512 a0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), a1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xDD);
-        const __m512 a2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
-                     a3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xDD);
-        t[q] = _mm512_shuffle_f32x4(a0, a2, 0x88);
-        t[8 + q] = _mm512_shuffle_f32x4(a0, a2, 0xDD);
-        t[4 + q] = _mm512_shuffle_f32x4(a1, a3, 0x88);
-        t[12 + q] = _mm512_shuffle_f32x4(a1, a3, 0xDD);
-    }
+        for (int i = 0; i < 8; i++) {
+            z[2 * i] = _mm512_permutex2var_ps(r[i], zip_lo, r[i + 8]);
+            z[2 * i + 1] = _mm512_permutex2var_ps(r[i], zip_hi, r[i + 8]);
+        }
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = t[i];
+        for (int i = 0; i < 16; i++) r[i] = z[i];
+    }
 }
 
 /* The weight types on the tiles: q8_0's signed quants straight from the

@@ -28,12 +28,8 @@ typedef struct attn_batch_data {
 } attn_batch_data;
 
 static void attn_batch_free(attn_batch_data *o) {
-    free(o->pg.k);
-    free(o->pg.v);
-    free(o->tab);
-    free(o->pos);
-    free(o->tabs);
-    free(o->q);
+    void *owned[] = {o->pg.k, o->pg.v, o->tab, o->pos, o->tabs, o->q};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
 }
 
 /* 0, or -1 when memory cannot be had (nothing left allocated). */
