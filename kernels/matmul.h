@@ -36,6 +36,11 @@ typedef struct kv_q8a {
     float *ds;     /* (nb, n) d * sum(q): q4_1's min term */
 } kv_q8a;
 
+/* Bytes of a q8_0 / q4_0 / q4_1 block, and of its header before the quants
+ * (d; q4_1: d and m). */
+static inline size_t kv_mm_qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
+static inline size_t kv_mm_qblk_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
+
 /* Activation rows per group of the packed float layout. */
 #define KV_MM_XGROUP 16
 /* n at and above which the SIMD kernels use packed panels (and, for float

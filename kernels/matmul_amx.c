@@ -270,21 +270,25 @@ static void amx_unpack_q4(const uint8_t *wp, size_t ws, int64_t nb, size_t bs, s
         }
 }
 
-/* Bytes of a block, and of its header before the quants. */
-static size_t amx_block_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
-static size_t amx_block_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
-
 /* Scratch: a panel's rows (a partial panel's copy; q4: unpacked, 16 x K
  * bytes, which is no more than a q8_0 copy), the scales and minimums, then
  * packed activation groups, as many as kv_mm_scratch_bytes(K) holds (at
  * most AMX_Q8_GROUPS). */
-static size_t amx_fixed_bytes(int64_t K) {
+typedef struct amx_scratch {
+    size_t tq, pd, av; /* byte offsets of the unpacked panel, the scales (then minimums), the groups */
+} amx_scratch;
+
+static amx_scratch amx_scratch_of(int64_t K) {
     const size_t nb = (size_t)(K / KV_QK);
-    return ((16 * nb * 34 + 63) & ~(size_t)63) + ((16 * (size_t)K + 63) & ~(size_t)63) + nb * 128;
+    amx_scratch l;
+    l.tq = (16 * nb * 34 + 63) & ~(size_t)63;
+    l.pd = l.tq + ((16 * (size_t)K + 63) & ~(size_t)63);
+    l.av = l.pd + nb * 128;
+    return l;
 }
 
 static int amx_groups_fit(int64_t K) {
-    const size_t nb = (size_t)(K / KV_QK), fixed = amx_fixed_bytes(K), have = kv_mm_scratch_bytes(K);
+    const size_t nb = (size_t)(K / KV_QK), fixed = amx_scratch_of(K).av, have = kv_mm_scratch_bytes(K);
     const size_t g = have > fixed ? (have - fixed) / (nb * 512) : 0;
     return (int)KV_MAX((size_t)1, KV_MIN(g, (size_t)AMX_Q8_GROUPS));
 }
@@ -292,12 +296,12 @@ static int amx_groups_fit(int64_t K) {
 AI void amx_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, const int KIND) {
     const kv_type t = a->type;
     const int64_t nb = a->K / KV_QK;
-    const size_t bs = amx_block_bytes(t), rb = (size_t)nb * bs;
-    uint8_t *tw = scratch;                                          /* a partial panel's rows */
-    uint8_t *tq = tw + ((16 * (size_t)nb * 34 + 63) & ~(size_t)63); /* q4: the unpacked panel */
-    float *pd = (float *)(void *)(tq + ((16 * (size_t)a->K + 63) & ~(size_t)63));
-    float *pm = pd + nb * 16;
-    uint8_t *av = (uint8_t *)(pm + nb * 16);
+    const size_t bs = kv_mm_qblk_bytes(t), rb = (size_t)nb * bs;
+    const amx_scratch l = amx_scratch_of(a->K);
+    uint8_t *tw = scratch;  /* a partial panel's rows */
+    uint8_t *tq = tw + l.tq; /* q4: the unpacked panel */
+    float *pd = (float *)(void *)(tw + l.pd), *pm = pd + nb * 16;
+    uint8_t *av = tw + l.av;
     const int groups = (a->n + 15) / 16, G = amx_groups_fit(a->K);
     const amx_tr_idx ix = amx_tr_index();
     kv_mm_amx_begin();
@@ -314,9 +318,9 @@ AI void amx_rows(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch, con
                 ws = rb;
             }
             amx_panel_scales(wp, ws, nb, bs, pd, KIND == AMX_Q4_1 ? pm : NULL);
-            amx_panel p = {wp + 2, ws, 34, pd, pm};
+            amx_panel p = {wp + kv_mm_qblk_qoff(t), ws, bs, pd, pm};
             if (KIND != AMX_Q8_0) {
-                amx_unpack_q4(wp, ws, nb, bs, amx_block_qoff(t), tq);
+                amx_unpack_q4(wp, ws, nb, bs, kv_mm_qblk_qoff(t), tq);
                 p = (amx_panel){tq, (size_t)a->K, KV_QK, pd, pm};
             }
             const uint8_t *pf = r + 32 <= r1 ? a->w + (size_t)(r + 16) * a->nb1 : NULL;

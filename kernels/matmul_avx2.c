@@ -59,7 +59,6 @@ void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, floa
 
 /* ---- helpers ------------------------------------------------------------- */
 
-KV_AI size_t qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
 
 /* q8_0: the raw signed quants; q4: nibbles 0..15 in element order. */
 KV_AI __m256i q_load(kv_type t, const uint8_t *blk) {
@@ -105,7 +104,7 @@ static qtile_scr qtile_layout(void *scratch, int64_t nb) {
  * scales are already in sc->dwf / sc->mwf. */
 KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qtile_scr *sc) {
     const int64_t nb = a->K / KV_QK, nbp = sc->nbp;
-    const size_t bs = qblk_bytes(t), n = (size_t)a->n;
+    const size_t bs = kv_mm_qblk_bytes(t), n = (size_t)a->n;
     const uint8_t *rows[4];
     float mterm[4][2];
     /* this pair's scales, out of the block-major arrays once for all rows */
@@ -175,7 +174,7 @@ typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qtile
  * once per tile. */
 static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
     const int64_t nb = a->K / KV_QK;
-    const size_t bs = qblk_bytes(t);
+    const size_t bs = kv_mm_qblk_bytes(t);
     qtile_scr sc = qtile_layout(scratch, nb);
     for (int64_t r = r0; r < r1;) {
         int R = r + 4 <= r1 ? 4 : 1;

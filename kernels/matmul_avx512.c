@@ -81,8 +81,6 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
 
 /* ---- helpers ------------------------------------------------------------- */
 
-KV_AI size_t qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
-KV_AI size_t qblk_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
 
 KV_AI __m512i bcast32(const int8_t *p) {
     int32_t v;
@@ -175,7 +173,7 @@ KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi) {
  * masked off when y is stored. */
 static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t *pq, float *pd, float *pm) {
     const int64_t nb = a->K / KV_QK;
-    const size_t bs = qblk_bytes(t);
+    const size_t bs = kv_mm_qblk_bytes(t);
     const uint8_t *base[16];
     for (int rr = 0; rr < 16; rr++) base[rr] = a->w + (size_t)(r0 + (rr < rows ? rr : 0)) * a->nb1;
     /* byte offsets of the 16 rows from row r0, for the scale gather */
@@ -356,7 +354,7 @@ typedef struct qs_perm {
 } qs_perm;
 
 static qs_perm qs_perm_for(kv_type t) {
-    const int G = t == KV_TYPE_Q8_0 ? 2 : 4, F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)qblk_bytes(t) / 2;
+    const int G = t == KV_TYPE_Q8_0 ? 2 : 4, F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)kv_mm_qblk_bytes(t) / 2;
     qs_perm p = {qs_index(1, 0, G, F, s), qs_index(2, 0, G, F, s), qs_index(3, 0, G, F, s),
                  qs_index(3, 1, G, F, s), qs_index(4, 0, G, F, s), qs_index(4, 1, G, F, s)};
     return p;
@@ -382,7 +380,7 @@ KV_AI void qs_gather(const uint8_t *w, size_t ws, size_t off, __mmask64 m, const
 }
 
 KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const qs_perm *ix, uint16_t *sc) {
-    const size_t bs = qblk_bytes(t);
+    const size_t bs = kv_mm_qblk_bytes(t);
     const __m512i i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
     if (t == KV_TYPE_Q8_0) { /* 2 blocks' headers per 64-byte load; 15 permutes */
         for (int64_t b = 0; b < nb; b += 2) {
@@ -421,14 +419,14 @@ KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const q
 KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, const uint16_t *sc, int64_t r0,
                 __mmask16 mask, int j0, const int J, const pf_plan *pf) {
     const int64_t nb = a->K / KV_QK;
-    const size_t bs = qblk_bytes(t), n = (size_t)a->n;
+    const size_t bs = kv_mm_qblk_bytes(t), n = (size_t)a->n;
     const __m512i nib = _mm512_set1_epi8(0x0F);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
     const int32_t *io = a->a.ioff + j0;
     /* rows 0, 4, 8 and 12 of the tile at the current block's quants */
-    const uint8_t *q0 = w + qblk_qoff(t), *q4 = q0 + 4 * ws, *q8 = q0 + 8 * ws, *q12 = q0 + 12 * ws;
+    const uint8_t *q0 = w + kv_mm_qblk_qoff(t), *q4 = q0 + 4 * ws, *q8 = q0 + 8 * ws, *q12 = q0 + 12 * ws;
     const int sw = t == KV_TYPE_Q4_1 ? 32 : 16; /* scale words per block */
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n, sc += sw) {
         pf_slice(pf, b);
@@ -497,7 +495,7 @@ typedef void (*qd_fn)(const kv_mm_args *a, const uint8_t *w, size_t ws, const qs
 
 static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f) {
     const int64_t nb = a->K / KV_QK;
-    const size_t rb = (size_t)nb * qblk_bytes(t); /* bytes of a row's blocks */
+    const size_t rb = (size_t)nb * kv_mm_qblk_bytes(t); /* bytes of a row's blocks */
     uint8_t *tw = scratch;                                                    /* (16, rb) a partial tile */
     uint16_t *sc = (uint16_t *)(void *)(tw + (((size_t)KV_MM_PANEL * rb + 63) & ~(size_t)63)); /* (nb + 3, 32) */
     const qs_perm ix = qs_perm_for(t);
