@@ -84,13 +84,18 @@ static inline void kv_pages_set_sizes(kv_pages *kv) {
     kv->layer_bytes = (size_t)kv->n_blocks * (size_t)kv->block_size * kv->slot_bytes;
 }
 
-/* Byte offset in kv->k (or kv->v) of the row of kv head `head` at slot
- * `slot` of `layer`. */
-static inline size_t kv_pages_row_offset(const kv_pages *kv, int layer, int64_t slot, int head) {
-    const int64_t blk = slot / kv->block_size, off = slot % kv->block_size;
+/* Byte offset in kv->k (or kv->v) of the row of kv head `head` at position
+ * `off` of block `blk` of `layer` (the layout: a block holds each head's
+ * rows side by side). */
+static inline size_t kv_pages_block_row_offset(const kv_pages *kv, int layer, int64_t blk, int off, int head) {
     return (size_t)layer * kv->layer_bytes +
            (((size_t)blk * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->block_size + (size_t)off) *
                kv->row_bytes;
+}
+
+/* The same for slot `slot` of `layer`. */
+static inline size_t kv_pages_row_offset(const kv_pages *kv, int layer, int64_t slot, int head) {
+    return kv_pages_block_row_offset(kv, layer, slot / kv->block_size, (int)(slot % kv->block_size), head);
 }
 
 /* Which tokens of a forward batch attend to what. Token i sits at position

@@ -147,12 +147,10 @@ typedef struct attn_job {
     _Alignas(64) atomic_int next; /* the next item not yet taken (own cache line: every thread bumps it) */
 } attn_job;
 
-/* Row t0 of kv head g in block `phys` of the job's layer: kv_pages_row_offset
- * with the block known (no division: it ran for every tile and head). */
+/* Row t0 of kv head g in block `phys` of the job's layer, with the block
+ * known (no division by the block size: it ran for every tile and head). */
 static const uint8_t *block_row(const attn_job *j, const uint8_t *pool, int phys, int t0, int g) {
-    const kv_pages *kv = j->kv;
-    return pool + (size_t)j->layer * kv->layer_bytes +
-           (((size_t)phys * (size_t)kv->n_kv_heads + (size_t)g) * (size_t)kv->block_size + (size_t)t0) * kv->row_bytes;
+    return pool + kv_pages_block_row_offset(j->kv, j->layer, phys, t0, g);
 }
 
 /* The nt rows of kv head g at block position t0 of block `phys`, readable
