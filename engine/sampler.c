@@ -142,6 +142,36 @@ static int cmp_cand(const void *a, const void *b) {
     return (x->i > y->i) - (x->i < y->i);
 }
 
+/* Moves the k best of c[0..m) (cmp_cand's order, a total order: ids are
+ * distinct) to c[0..k), in no particular order, k < m: a heap of the k best
+ * so far with the worst of them at its root, so most candidates cost one
+ * comparison (O(m log k) at worst, where a full sort of a 32,000-token
+ * vocabulary cost more than a decode step's matmuls on a small model). The
+ * set is the sorted prefix's, so sorting it after gives the same order. */
+static void select_best(cand *c, int m, int k) {
+    for (int i = 1; i < k; i++) /* heapify upward: parent worse than child */
+        for (int j = i; j > 0 && cmp_cand(&c[j], &c[(j - 1) / 2]) > 0; j = (j - 1) / 2) {
+            const cand t = c[j];
+            c[j] = c[(j - 1) / 2];
+            c[(j - 1) / 2] = t;
+        }
+    for (int i = k; i < m; i++) {
+        if (cmp_cand(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
+        c[0] = c[i];
+        for (int j = 0;;) { /* sift the new root down to its place */
+            int w = j;
+            const int l = 2 * j + 1, r = l + 1;
+            if (l < k && cmp_cand(&c[l], &c[w]) > 0) w = l;
+            if (r < k && cmp_cand(&c[r], &c[w]) > 0) w = r;
+            if (w == j) break;
+            const cand t = c[j];
+            c[j] = c[w];
+            c[w] = t;
+            j = w;
+        }
+    }
+}
+
 void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits, const int32_t *history,
                      int n_history, float *probs) {
     const int n = s->n_vocab;
@@ -165,8 +195,11 @@ void kv_sampler_dist(kv_sampler *s, const kv_sampling *p, const float *logits, c
     int m = 0;
     for (int i = 0; i < n; i++)
         if (w[i] >= mx - 30.0f) c[m++] = (cand){w[i], i};
+    if (p->top_k > 0 && p->top_k < m) {
+        select_best(c, m, p->top_k);
+        m = p->top_k;
+    }
     qsort(c, (size_t)m, sizeof *c, cmp_cand);
-    if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     double sum = 0;
     for (int i = 0; i < m; i++) sum += exp((double)(c[i].v - mx));
     /* top-p: the smallest prefix with mass >= top_p; min-p: drop tokens

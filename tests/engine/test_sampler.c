@@ -146,4 +146,49 @@ static void test_validate(void) {
     CHECK(kv_sampling_validate(&p, &err) == KV_ERR_INVAL);
 }
 
-TEST_MAIN(T(test_greedy), T(test_argmax_blocks), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
+/* top-k by selection (a heap of the k best) against a full sort: on fresh
+ * random logits with many ties (a few levels), every k, the kept tokens
+ * are the k best by (value desc, id asc) and their probabilities are the
+ * bits of the same formula over the sorted prefix. */
+typedef struct ref_cand {
+    float v;
+    int i;
+} ref_cand;
+static int ref_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+static void test_top_k_selection(void) {
+    harness_seed_fresh();
+    for (int rep = 0; rep < 60; rep++) {
+        const int n = 50 + (int)(harness_rand64() % 5000), levels = 2 + (int)(harness_rand64() % 40);
+        const int k = 1 + (int)(harness_rand64() % (uint64_t)(rep % 3 ? 64 : n));
+        float *l = malloc(sizeof(float) * (size_t)n), *probs = malloc(sizeof(float) * (size_t)n);
+        ref_cand *c = malloc(sizeof *c * (size_t)n);
+        for (int i = 0; i < n; i++) l[i] = (float)(harness_rand64() % (uint64_t)levels) * 0.25f;
+        kv_sampler *s = kv_sampler_new(n);
+        REQUIRE(s);
+        kv_sampling p = base();
+        p.top_k = k;
+        kv_sampler_dist(s, &p, l, NULL, 0, probs);
+        float mx = l[0];
+        for (int i = 0; i < n; i++) {
+            c[i] = (ref_cand){l[i], i};
+            mx = l[i] > mx ? l[i] : mx;
+        }
+        qsort(c, (size_t)n, sizeof *c, ref_cmp);
+        const int m = KV_MIN(k, n);
+        double z = 0;
+        for (int i = 0; i < m; i++) z += exp((double)(c[i].v - mx));
+        int bad = 0, kept = 0;
+        for (int i = 0; i < n; i++) kept += probs[i] > 0;
+        for (int i = 0; i < m; i++) bad += probs[c[i].i] != (float)(exp((double)(c[i].v - mx)) / z);
+        CHECKF(kept == m && !bad, "n %d levels %d k %d: %d kept, %d probabilities differ", n, levels, k, kept, bad);
+        kv_sampler_free(s);
+        FREE_ALL(l, probs, c);
+    }
+}
+
+TEST_MAIN(T(test_greedy), T(test_top_k_selection), T(test_argmax_blocks), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
