@@ -44,7 +44,8 @@ size_t kv_attn_split_floats(const kv_pages *kv, int n_tokens, int n_heads, int m
  * the path's reference. Returns 0, or -1 when isa scores int8 keys in
  * float (no integer path) or the arguments are out of range. */
 /* 1 when the attention kernels of isa (as kv_attn_run picks them) score
- * int8 keys in integers against int8-quantized queries (AVX-512 VNNI): the
+ * int8 keys in integers against int8-quantized queries (AVX2: vpmaddubsw
+ * on |k| and the query with k's sign; AVX-512: VNNI vpdpbusd): the
  * query's rounding then adds ~2e-3 normalised error to the output, next to
  * the ~4e-3 of the int8 cache itself. 0: in float. */
 int kv_attn_int8_integer(kv_cpu_isa isa);

@@ -200,8 +200,84 @@ static void scalev_avx2(float *a, int n, float f) {
     for (; i < n; i++) a[i] *= f;
 }
 
+/* int8 keys against int8 queries in integers without VNNI: per 32 codes,
+ * the key's magnitudes |k| (unsigned) times the query codes carrying the
+ * key's sign (vpsignb), summed in pairs by vpmaddubsw (|pair| <= 2 * 127 *
+ * 127: no saturation, the symmetric codes lie in -127..127) and to int32 by
+ * vpmaddwd with ones: the exact dot, as the reference's. Four keys and two
+ * query rows a pass (their 8 accumulators, the two query vectors and the
+ * temporaries fit the 16 registers); codes past the last whole 32 are
+ * added in scalar integers. */
+INL void scores_q8_avx2_nh(const int8_t *const *qq, const float *qd, int hd, const uint8_t *rows, size_t stride,
+                           int nt, float scale, float *s, int ss, attn_pf *pf, const int NH) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int hd32 = hd & ~31;
+    const uint8_t *r[4];
+    float sk[4], mk[4];
+    for (int t = 0; t < nt; t += 4) {
+        key_quad(rows, stride, t, nt, hd, KV_CACHE_INT8, r, sk, mk);
+        attn_pf_step(pf, t);
+        const __m128 vsk = _mm_loadu_ps(sk);
+        UNROLL for (int h0 = 0; h0 < NH; h0 += 2) {
+            const int nh = NH - h0 >= 2 ? 2 : 1;
+            __m256i a[2][4];
+            UNROLL for (int h = 0; h < 2; h++)
+                UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_si256();
+            for (int c = 0; c < hd32; c += 32) {
+                __m256i qv[2];
+                UNROLL for (int h = 0; h < 2; h++)
+                    if (h < nh) qv[h] = _mm256_loadu_si256((const __m256i *)(const void *)(qq[h0 + h] + c));
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const __m256i kx = _mm256_loadu_si256((const __m256i *)(const void *)(r[k] + c));
+                    const __m256i ka = _mm256_abs_epi8(kx);
+                    UNROLL for (int h = 0; h < 2; h++)
+                        if (h < nh)
+                            a[h][k] = _mm256_add_epi32(
+                                a[h][k], _mm256_madd_epi16(_mm256_maddubs_epi16(ka, _mm256_sign_epi8(qv[h], kx)), ones));
+                }
+            }
+            UNROLL for (int h = 0; h < 2; h++) {
+                if (h >= nh) continue;
+                const int8_t *q = qq[h0 + h];
+                __m256i h01 = _mm256_hadd_epi32(a[h][0], a[h][1]), h23 = _mm256_hadd_epi32(a[h][2], a[h][3]);
+                __m256i hh = _mm256_hadd_epi32(h01, h23);
+                __m128i d = _mm_add_epi32(_mm256_castsi256_si128(hh), _mm256_extracti128_si256(hh, 1));
+                if (hd32 < hd) {
+                    int32_t tl[4];
+                    UNROLL for (int k = 0; k < 4; k++) {
+                        tl[k] = 0;
+                        for (int c = hd32; c < hd; c++) tl[k] += (int32_t)q[c] * (int8_t)r[k][c];
+                    }
+                    d = _mm_add_epi32(d, _mm_loadu_si128((const __m128i *)(const void *)tl));
+                }
+                /* attn_q8_score lane by lane: idot * (scale * qd * ks) */
+                const __m128 v = _mm_mul_ps(_mm_cvtepi32_ps(d), _mm_mul_ps(_mm_set1_ps(scale * qd[h0 + h]), vsk));
+                float out[4];
+                _mm_storeu_ps(out, v);
+                for (int k = 0; k < 4 && t + k < nt; k++) s[(h0 + h) * ss + t + k] = out[k];
+            }
+        }
+    }
+}
+
+static void scores_q8_avx2(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
+                           const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf) {
+    (void)qsum;
+#define CALLQ(NH) \
+    (hd == 64 ? scores_q8_avx2_nh(qq, qd, 64, rows, stride, nt, scale, s, ss, pf, NH) \
+              : scores_q8_avx2_nh(qq, qd, hd, rows, stride, nt, scale, s, ss, pf, NH))
+    switch (nr) {
+    case 1: CALLQ(1); break;
+    case 2: CALLQ(2); break;
+    case 3: CALLQ(3); break;
+    case 4: CALLQ(4); break;
+    default: break;
+    }
+#undef CALLQ
+}
+
 const kv_attn_kernels kv_attn_kernels_avx2 = {scores_avx2, accum_avx2,  expsum_avx2, maxf_avx2,
-                                              scalev_avx2, ATTN_DT_ALL, NULL};
+                                              scalev_avx2, ATTN_DT_ALL, scores_q8_avx2};
 
 /* ---- kv_store row encoders ---- */
 

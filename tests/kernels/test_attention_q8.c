@@ -1,7 +1,8 @@
 /* test_attention_q8.c - the integer int8 path of the attention scores
  * (int8 keys against query rows quantized to int8, kv_attn_scores_q8): on
  * fresh random data, head_dims 1..130 and the largest, 1..9 query rows, 1..37
- * keys at a stride with gaps, every ISA that has the path gives the scalar
+ * keys at a stride with gaps, every ISA that has the path (AVX2: vpmaddubsw
+ * with the sign trick; AVX-512: vpdpbusd) gives the scalar
  * reference's bits (the dot is exact in integers, the score one shared
  * formula), and the reference is within the query's rounding of the double
  * dot of the float query with the decoded keys (normalised error). */
@@ -66,8 +67,11 @@ static void test_q8_scores_match(void) {
     }
     printf("    worst normalised error of int8-query scores vs the double dot: %.2e; %d SIMD runs\n", worst,
            simd_runs);
-    /* the path is the AVX-512 level's: a CPU with it must have run it */
-    CHECK(!kv_cpu_isa_supported(KV_CPU_ISA_AVX512) || simd_runs == 300);
+    /* the path is the AVX2 and AVX-512 levels': a CPU with them must have run it */
+    int levels = 0;
+    for (int isa = KV_CPU_ISA_AVX2; isa < KV_CPU_ISA_COUNT; isa++) levels += kv_cpu_isa_supported((kv_cpu_isa)isa);
+    CHECKF(simd_runs == 300 * levels, "%d SIMD runs for %d ISA levels", simd_runs, levels);
+    CHECK(!kv_cpu_isa_supported(KV_CPU_ISA_AVX2) || kv_attn_int8_integer(KV_CPU_ISA_AVX2));
     CHECK(!kv_attn_int8_integer(KV_CPU_ISA_SCALAR));
 }
 
