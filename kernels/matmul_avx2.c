@@ -158,6 +158,27 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
         for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const int32_t *io = a->a.ioff + j0;
+    if (t == KV_TYPE_Q8_0) {
+        /* Each weight block is loaded once into a register (with its |w|)
+         * and met by both activations of the pair: 8 accumulators, the
+         * pair, the weight and its |w| and 2 temporaries fit the 16
+         * registers (the activation-outer order spilled accumulators). */
+        for (int64_t b = 0; b < nb; b++, aq += n * KV_QK) {
+            __m256i av[2];
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) av[jj] = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
+#pragma GCC unroll 4
+            for (int rr = 0; rr < R; rr++) {
+                __m256i wv = q_load(t, rows[rr] + (size_t)b * bs), wabs = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 2
+                for (int jj = 0; jj < J; jj++) {
+                    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[jj], wv)), ones);
+                    acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc->scl[(rr * 2 + jj) * nbp + b]),
+                                                  acc[rr][jj]);
+                }
+            }
+        }
+    } else
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
         __m256i wv[4], wabs[4];
 #pragma GCC unroll 4
