@@ -223,6 +223,12 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
         qtile_gather(a, t, p0, p1 - p0, &sc);
         for (int64_t r = r0; r < r1;) {
             int R = r + 4 <= r1 ? 4 : 1;
+            /* the next tile's rows (contiguous) on their way to L1 while
+             * this one computes: in decode the weights come from memory, and
+             * without this the first touch (the scale extraction) waited */
+            const uint8_t *nx = a->w + (size_t)(r + R) * a->nb1;
+            const size_t nxb = (size_t)(KV_MIN(r1, r + R + 4) - (r + R)) * a->nb1;
+            for (size_t o = 0; o < nxb; o += 64) _mm_prefetch((const char *)(nx + o), _MM_HINT_T0);
             for (int rr = 0; rr < R; rr++) {
                 const uint8_t *row = a->w + (size_t)(r + rr) * a->nb1;
                 extract_f16(row, bs, 0, nb, sc.nbp, sc.tmp, sc.dwf + rr * sc.nbp);
