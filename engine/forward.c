@@ -20,6 +20,7 @@ struct kv_forward {
     kv_backend *b;
     int max_tokens;
     int max_logits;
+    int prune_last; /* 1: the last layer past its attention runs on the logit rows only (see kv_forward_run) */
     float *x;       /* (max_tokens, dim) residual stream */
     float *xb;      /* (max_tokens, dim) normed input / projection output */
     float *q;       /* (max_tokens, n_heads * head_dim) */
@@ -102,6 +103,12 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
     f->b = b;
     f->max_tokens = max_tokens;
     f->max_logits = max_logits;
+    /* NOTE: not on the sim backend: its step times are the ops it is
+     * given, and the synthetic models' analytic step time (synth_step.c),
+     * which tests hold equal to it, charges the whole last layer for every
+     * token; the simulated engine keeps doing so until that model prices
+     * the pruning too. */
+    f->prune_last = !b->ops->name || strcmp(b->ops->name, "sim") != 0;
     const kv_hparams *hp = &m->hp;
     size_t T = (size_t)max_tokens, qd = (size_t)hp->n_heads * hp->head_dim;
     size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim;
@@ -200,8 +207,10 @@ static void rope_layer(const kv_forward *f, const kv_layer *L, float *x, const i
 
 /* Layer l's attention: norm, Q/K/V (+ biases), per-head Q/K norms, RoPE,
  * K/V into the cache, attention (windowed on local layers), output
- * projection (+ post norm), residual. */
-static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *bt) {
+ * projection (+ post norm), residual. last_rows: from the output
+ * projection on, only bt's logit rows, gathered into f->xl (the residual
+ * the rest of the pass then works on); every token's K/V is still stored. */
+static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *bt, int last_rows) {
     const kv_model *m = f->m;
     const kv_hparams *hp = &m->hp;
     const kv_layer *L = &m->layers[l];
@@ -238,21 +247,41 @@ static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *
         o->attention_window(b, pk, li, ab, f->q, f->att, hp->n_heads, hp->attn_scale, hp->n_swa);
     else
         o->attention(b, pk, li, ab, f->q, f->att, hp->n_heads, hp->attn_scale);
-    o->matmul(b, &L->wo, f->att, f->xb, n);
-    if (L->post_attn_norm) o->rmsnorm(b, f->xb, L->post_attn_norm, f->xb, n, dim, hp->rms_eps);
-    o->add(b, f->x, f->xb, (int64_t)n * dim);
+    const float *att = f->att;
+    float *res = f->x;
+    int nr = n;
+    if (last_rows) {
+        /* the last layer: past its attention only the rows that produce
+         * logits matter. Their attention outputs go to f->q (free now) and
+         * their residual rows to f->xl, where the head reads them. */
+        const int qd = hp->n_heads * hp->head_dim;
+        kv_tensor as = {.type = KV_TYPE_F32, .ne0 = qd, .ne1 = n, .nb1 = (size_t)qd * sizeof(float), .data = f->att,
+                        .dev = f->att};
+        kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
+                        .dev = f->x};
+        nr = bt->n_logits;
+        o->upload(b, f->rows, bt->logit_rows, (size_t)nr * sizeof(int32_t));
+        o->get_rows(b, &as, f->rows, f->q, nr);
+        o->get_rows(b, &xs, f->rows, f->xl, nr);
+        att = f->q;
+        res = f->xl;
+    }
+    o->matmul(b, &L->wo, att, f->xb, nr);
+    if (L->post_attn_norm) o->rmsnorm(b, f->xb, L->post_attn_norm, f->xb, nr, dim, hp->rms_eps);
+    o->add(b, res, f->xb, (int64_t)nr * dim);
 }
 
-/* Layer l's gated feed-forward (SwiGLU or GeGLU, + post norm), residual. */
-static void ffn_block(kv_forward *f, int l, int n) {
+/* Layer l's gated feed-forward (SwiGLU or GeGLU, + post norm) on the n
+ * rows of the residual x. */
+static void ffn_block(kv_forward *f, int l, float *x, int n) {
     const kv_hparams *hp = &f->m->hp;
     const kv_layer *L = &f->m->layers[l];
     kv_backend *b = f->b;
     const kv_backend_ops *o = b->ops;
     const int dim = hp->dim;
-    o->rmsnorm(b, f->x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
+    o->rmsnorm(b, x, L->ffn_norm, f->xb, n, dim, hp->rms_eps);
     if (f->moe) { /* mixture of experts: adds into the residual itself */
-        kv_moe_ffn(f->moe, L, f->xb, f->x, n);
+        kv_moe_ffn(f->moe, L, f->xb, x, n);
         return;
     }
     const kv_tensor *gu_w[2] = {&L->w_gate, &L->w_up};
@@ -264,7 +293,7 @@ static void ffn_block(kv_forward *f, int l, int n) {
         o->silu_mul(b, f->gate, f->up, (int64_t)n * hp->ffn_dim);
     o->matmul(b, &L->w_down, f->gate, f->xb, n);
     if (L->post_ffn_norm) o->rmsnorm(b, f->xb, L->post_ffn_norm, f->xb, n, dim, hp->rms_eps);
-    o->add(b, f->x, f->xb, (int64_t)n * dim);
+    o->add(b, x, f->xb, (int64_t)n * dim);
 }
 
 int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logits, kv_err *err) {
@@ -280,17 +309,26 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
     o->upload(b, f->ids, bt->tokens, (size_t)n * sizeof(int32_t));
     o->get_rows(b, &m->tok_embd, f->ids, f->x, n);
     if (hp->embd_scale != 1.0f) o->scale(b, f->x, hp->embd_scale, (int64_t)n * dim);
+    /* Only the rows that sample go through the last layer's output
+     * projection and FFN and the (large) output head: with fewer of them
+     * than tokens (a prompt chunk) they are gathered with get_rows after
+     * the last attention. Every op is row-wise and the kernels batch
+     * invariant, so their bits do not change. Not on MoE models, whose
+     * per-expert token counts count every token of every layer, nor on the
+     * sim backend (f->prune_last). */
+    const int prune = f->prune_last && bt->n_logits > 0 && bt->n_logits < n && !f->moe;
     for (int l = 0; l < n_layers; l++) {
-        attention_block(f, kv, l, bt);
-        ffn_block(f, l, n);
+        const int last = prune && l == n_layers - 1;
+        attention_block(f, kv, l, bt, last);
+        ffn_block(f, l, last ? f->xl : f->x, last ? bt->n_logits : n);
     }
     if (bt->n_logits == 0) return backend_status(f, err);
-    /* Only the rows that sample go through the (large) output head: gather
-     * them with get_rows over the residual stream viewed as an f32 matrix. */
-    kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
-                    .dev = f->x};
-    o->upload(b, f->rows, bt->logit_rows, (size_t)bt->n_logits * sizeof(int32_t));
-    o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
+    if (!prune) { /* the logit rows of the residual stream, viewed as an f32 matrix */
+        kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
+                        .dev = f->x};
+        o->upload(b, f->rows, bt->logit_rows, (size_t)bt->n_logits * sizeof(int32_t));
+        o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
+    }
     o->rmsnorm(b, f->xl, m->output_norm, f->xl, bt->n_logits, dim, hp->rms_eps);
     o->matmul(b, &m->output, f->xl, f->logits, bt->n_logits);
     o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));

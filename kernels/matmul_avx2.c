@@ -79,13 +79,24 @@ static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, i
 
 /* ---- quantized tiles ----------------------------------------------------- */
 
-/* Scratch of a row tile: (4, nbp) weight scales, (4, nbp) q4_1 minimums,
- * (4, 2, nbp) scale products for the current activation pair, u16 staging. */
+/* Activations per pass of q_rows: their quants (QJB x K bytes, 24 KiB at
+ * K = 768) stay in L1/L2 while every row tile of the thread's share passes
+ * over them, and their scales are gathered once per pass. */
+#define QJB 32
+
+/* Scratch of q_rows: (4, nbp) weight scales, (4, nbp) q4_1 minimums,
+ * (4, 2, nbp) scale products for the current activation pair, (QJB, nbp)
+ * the pass's activation d and (QJB, nbp) its d * sum (activation-major,
+ * gathered once per pass out of the block-major kv_q8a), u16 staging.
+ * (16 + 2 * QJB) * nbp floats and nbp u16, under 12 KiB at K = 768:
+ * kv_mm_scratch_bytes(K) holds it (its float panel term alone, 128 K bytes,
+ * does for every K). */
 typedef struct qtile_scr {
     float *dwf, *mwf, *scl;
-    float *adt, *dst; /* (2, nbp) the activation pair's d and d * sum, contiguous */
+    float *adt, *dst; /* (QJB, nbp) the pass's activation scales; row 0 is activation j0 */
     uint16_t *tmp;
     int64_t nbp;
+    int j0;           /* the pass's first activation row */
 } qtile_scr;
 
 static qtile_scr qtile_layout(void *scratch, int64_t nb) {
@@ -95,33 +106,42 @@ static qtile_scr qtile_layout(void *scratch, int64_t nb) {
     q.mwf = q.dwf + 4 * q.nbp;
     q.scl = q.mwf + 4 * q.nbp;
     q.adt = q.scl + 8 * q.nbp;
-    q.dst = q.adt + 2 * q.nbp;
-    q.tmp = (uint16_t *)(q.dst + 2 * q.nbp);
+    q.dst = q.adt + QJB * q.nbp;
+    q.tmp = (uint16_t *)(q.dst + QJB * q.nbp);
+    q.j0 = 0;
     return q;
 }
 
-/* Rows r..r+R against activation rows j0..j0+J (J <= 2); the row tile's
- * scales are already in sc->dwf / sc->mwf. */
+/* Gathers activations j0 .. j0+J-1's block scales (and q4_1's d * sum)
+ * into sc->adt / sc->dst, zero past nb. */
+static void qtile_gather(const kv_mm_args *a, kv_type t, int j0, int J, qtile_scr *sc) {
+    const int64_t nb = a->K / KV_QK, nbp = sc->nbp;
+    const size_t n = (size_t)a->n;
+    sc->j0 = j0;
+    for (int jj = 0; jj < J; jj++) {
+        float *ad = sc->adt + jj * nbp, *ads = sc->dst + jj * nbp;
+        const float *d = a->a.d + j0 + jj, *ds = a->a.ds + j0 + jj;
+        for (int64_t b = 0; b < nb; b++) ad[b] = d[(size_t)b * n];
+        if (t == KV_TYPE_Q4_1)
+            for (int64_t b = 0; b < nb; b++) ads[b] = ds[(size_t)b * n];
+        for (int64_t b = nb; b < nbp; b++) ad[b] = ads[b] = 0.0f;
+    }
+}
+
+/* Rows r..r+R against activation rows j0..j0+J (J <= 2, inside the pass
+ * sc->adt holds); the row tile's scales are already in sc->dwf / sc->mwf. */
 KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j0, const int J, const qtile_scr *sc) {
     const int64_t nb = a->K / KV_QK, nbp = sc->nbp;
     const size_t bs = kv_mm_qblk_bytes(t), n = (size_t)a->n;
     const uint8_t *rows[4];
     float mterm[4][2];
-    /* this pair's scales, out of the block-major arrays once for all rows */
-    for (int jj = 0; jj < J; jj++) {
-        for (int64_t b = 0; b < nb; b++) {
-            size_t o = (size_t)b * n + (size_t)(j0 + jj);
-            sc->adt[jj * nbp + b] = a->a.d[o];
-            if (t == KV_TYPE_Q4_1) sc->dst[jj * nbp + b] = a->a.ds[o];
-        }
-        for (int64_t b = nb; b < nbp; b++) sc->adt[jj * nbp + b] = sc->dst[jj * nbp + b] = 0.0f;
-    }
+    const float *adt = sc->adt + (j0 - sc->j0) * nbp, *dst = sc->dst + (j0 - sc->j0) * nbp;
     for (int rr = 0; rr < R; rr++) {
         rows[rr] = a->w + (size_t)(r + rr) * a->nb1;
         for (int jj = 0; jj < J; jj++) {
             float *s = sc->scl + (rr * 2 + jj) * nbp;
             const float *dw = sc->dwf + rr * nbp, *mw = sc->mwf + rr * nbp;
-            const float *ad = sc->adt + jj * nbp, *ads = sc->dst + jj * nbp;
+            const float *ad = adt + jj * nbp, *ads = dst + jj * nbp;
             __m256 mt = _mm256_setzero_ps();
             for (int64_t b = 0; b < nbp; b += 8) {
                 _mm256_storeu_ps(s + b, _mm256_mul_ps(_mm256_loadu_ps(dw + b), _mm256_loadu_ps(ad + b)));
@@ -138,6 +158,27 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
         for (int jj = 0; jj < J; jj++) acc[rr][jj] = _mm256_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const int32_t *io = a->a.ioff + j0;
+    if (t == KV_TYPE_Q8_0) {
+        /* Each weight block is loaded once into a register (with its |w|)
+         * and met by both activations of the pair: 8 accumulators, the
+         * pair, the weight and its |w| and 2 temporaries fit the 16
+         * registers (the activation-outer order spilled accumulators). */
+        for (int64_t b = 0; b < nb; b++, aq += n * KV_QK) {
+            __m256i av[2];
+#pragma GCC unroll 2
+            for (int jj = 0; jj < J; jj++) av[jj] = _mm256_loadu_si256((const __m256i *)(const void *)(aq + jj * KV_QK));
+#pragma GCC unroll 4
+            for (int rr = 0; rr < R; rr++) {
+                __m256i wv = q_load(t, rows[rr] + (size_t)b * bs), wabs = _mm256_sign_epi8(wv, wv);
+#pragma GCC unroll 2
+                for (int jj = 0; jj < J; jj++) {
+                    __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[jj], wv)), ones);
+                    acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc->scl[(rr * 2 + jj) * nbp + b]),
+                                                  acc[rr][jj]);
+                }
+            }
+        }
+    } else
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, io += n) {
         __m256i wv[4], wabs[4];
 #pragma GCC unroll 4
@@ -218,9 +259,10 @@ KV_AI void qv_row(const kv_mm_args *a, kv_type t, int64_t r) {
 
 typedef void (*qd_fn)(const kv_mm_args *a, int64_t r, int j0, int J, const qtile_scr *sc);
 
-/* Row tiles outside, activation pairs inside: a 4-row tile (a few KB) stays
- * in L1 while every activation row passes over it; its scales are decoded
- * once per tile. */
+/* Passes of QJB activation rows outside, row tiles inside, activation
+ * pairs innermost: a 4-row tile (a few KB) stays in L1 while the pass's
+ * pairs go over it, and the pass's quants stay in L1/L2 for every tile.
+ * The tiling does not touch any output's arithmetic. */
 static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void *scratch, qd_fn f4, qd_fn f1) {
     if (a->n == 1) {
         for (int64_t r = r0; r < r1; r++) {
@@ -233,15 +275,25 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
     const int64_t nb = a->K / KV_QK;
     const size_t bs = kv_mm_qblk_bytes(t);
     qtile_scr sc = qtile_layout(scratch, nb);
-    for (int64_t r = r0; r < r1;) {
-        int R = r + 4 <= r1 ? 4 : 1;
-        for (int rr = 0; rr < R; rr++) {
-            const uint8_t *row = a->w + (size_t)(r + rr) * a->nb1;
-            extract_f16(row, bs, 0, nb, sc.nbp, sc.tmp, sc.dwf + rr * sc.nbp);
-            if (t == KV_TYPE_Q4_1) extract_f16(row, bs, 2, nb, sc.nbp, sc.tmp, sc.mwf + rr * sc.nbp);
+    for (int p0 = 0; p0 < a->n; p0 += QJB) {
+        const int p1 = KV_MIN(a->n, p0 + QJB);
+        qtile_gather(a, t, p0, p1 - p0, &sc);
+        for (int64_t r = r0; r < r1;) {
+            int R = r + 4 <= r1 ? 4 : 1;
+            /* the next tile's rows (contiguous) on their way to L1 while
+             * this one computes: in decode the weights come from memory, and
+             * without this the first touch (the scale extraction) waited */
+            const uint8_t *nx = a->w + (size_t)(r + R) * a->nb1;
+            const size_t nxb = (size_t)(KV_MIN(r1, r + R + 4) - (r + R)) * a->nb1;
+            for (size_t o = 0; o < nxb; o += 64) _mm_prefetch((const char *)(nx + o), _MM_HINT_T0);
+            for (int rr = 0; rr < R; rr++) {
+                const uint8_t *row = a->w + (size_t)(r + rr) * a->nb1;
+                extract_f16(row, bs, 0, nb, sc.nbp, sc.tmp, sc.dwf + rr * sc.nbp);
+                if (t == KV_TYPE_Q4_1) extract_f16(row, bs, 2, nb, sc.nbp, sc.tmp, sc.mwf + rr * sc.nbp);
+            }
+            for (int j0 = p0; j0 < p1; j0 += 2) (R == 4 ? f4 : f1)(a, r, j0, KV_MIN(p1 - j0, 2), &sc);
+            r += R;
         }
-        for (int j0 = 0; j0 < a->n; j0 += 2) (R == 4 ? f4 : f1)(a, r, j0, KV_MIN(a->n - j0, 2), &sc);
-        r += R;
     }
 }
 
