@@ -255,10 +255,7 @@ static void attention_block(kv_forward *f, kv_pages *kv, int l, const kv_batch *
          * logits matter. Their attention outputs go to f->q (free now) and
          * their residual rows to f->xl, where the head reads them. */
         const int qd = hp->n_heads * hp->head_dim;
-        kv_tensor as = {.type = KV_TYPE_F32, .ne0 = qd, .ne1 = n, .nb1 = (size_t)qd * sizeof(float), .data = f->att,
-                        .dev = f->att};
-        kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
-                        .dev = f->x};
+        const kv_tensor as = kv_tensor_f32(f->att, qd, n), xs = kv_tensor_f32(f->x, dim, n);
         nr = bt->n_logits;
         o->upload(b, f->rows, bt->logit_rows, (size_t)nr * sizeof(int32_t));
         o->get_rows(b, &as, f->rows, f->q, nr);
@@ -324,8 +321,7 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
     }
     if (bt->n_logits == 0) return backend_status(f, err);
     if (!prune) { /* the logit rows of the residual stream, viewed as an f32 matrix */
-        kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float), .data = f->x,
-                        .dev = f->x};
+        const kv_tensor xs = kv_tensor_f32(f->x, dim, n);
         o->upload(b, f->rows, bt->logit_rows, (size_t)bt->n_logits * sizeof(int32_t));
         o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
     }

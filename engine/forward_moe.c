@@ -139,8 +139,7 @@ void kv_moe_ffn(kv_moe *mo, const kv_layer *L, const float *xb, float *x, int n)
     group_by_expert(mo, n);
     o->upload(b, mo->rows, mo->h_rows, pairs * sizeof(int32_t));
     o->upload(b, mo->rw, mo->h_rw, pairs * sizeof(float));
-    const kv_tensor xs = {.type = KV_TYPE_F32, .ne0 = dim, .ne1 = n, .nb1 = (size_t)dim * sizeof(float),
-                          .data = xb, .dev = (void *)xb};
+    const kv_tensor xs = kv_tensor_f32(xb, dim, n);
     for (int e = 0; e < E; e++) {
         const int r0 = mo->off[e], c = mo->off[e + 1] - r0;
         if (c == 0) continue;

@@ -32,6 +32,12 @@ typedef struct kv_tensor {
     void *dev;         /* backend-private copy (CUDA), NULL on the CPU */
 } kv_tensor;
 
+/* A (rows, width) f32 activation buffer viewed as a tensor (for get_rows). */
+static inline kv_tensor kv_tensor_f32(const float *p, int64_t width, int64_t rows) {
+    return (kv_tensor){.type = KV_TYPE_F32, .ne0 = width, .ne1 = rows, .nb1 = (size_t)width * sizeof(float),
+                       .data = p, .dev = (void *)p};
+}
+
 /* KV cache element formats. */
 typedef enum kv_cache_dtype {
     KV_CACHE_F32 = 0,

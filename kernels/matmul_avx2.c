@@ -281,8 +281,9 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
         for (int64_t r = r0; r < r1;) {
             int R = r + 4 <= r1 ? 4 : 1;
             /* the next tile's rows (contiguous) on their way to L1 while
-             * this one computes: in decode the weights come from memory, and
-             * without this the first touch (the scale extraction) waited */
+             * this one computes: with few activation rows the weights come
+             * from memory, and without this the first touch (the scale
+             * extraction) waited (one row takes qv_row instead) */
             const uint8_t *nx = a->w + (size_t)(r + R) * a->nb1;
             const size_t nxb = (size_t)(KV_MIN(r1, r + R + 4) - (r + R)) * a->nb1;
             for (size_t o = 0; o < nxb; o += 64) _mm_prefetch((const char *)(nx + o), _MM_HINT_T0);
