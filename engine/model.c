@@ -137,6 +137,11 @@ static int load_gguf(kv_model *m, kv_err *err) {
     if (hp->dim <= 0 || hp->n_layers <= 0 || hp->ffn_dim <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
         hp->ctx_len <= 0)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: hyper-parameters must be positive", m->path);
+    /* Every layer has tensors of its own, so a block_count above the file's
+     * tensor count is a lie; checked before anything is sized by it. */
+    if (hp->n_layers > kv_gguf_n_tensors(g))
+        return kv_err_set(err, KV_ERR_FORMAT, "%s: block_count %d is more than the file's %lld tensors", m->path,
+                          hp->n_layers, (long long)kv_gguf_n_tensors(g));
     if (hp->dim % hp->n_heads)
         return kv_err_set(err, KV_ERR_FORMAT, "%s: embedding_length %d is not a multiple of head_count %d", m->path,
                           hp->dim, hp->n_heads);

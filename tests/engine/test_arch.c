@@ -293,6 +293,10 @@ static void test_bad_files(void) {
         {"gemma3", gemma_shape, {.key = "gemma3.attention.sliding_window_pattern", .val = 0},
          "sliding_window_pattern"},
         {"llama", NULL, {.skey = "llama.rope.scaling.type", .sval = "yarn"}, "llama.rope.scaling.type"},
+        /* a block count no file of this size could hold: refused before the layer table is sized by it
+         * (the fuzzer's 0x4000001 layers asked for 30 GiB) */
+        {"qwen3moe", moe_shape, {.key = "qwen3moe.block_count", .val = 0x4000001}, "block_count"},
+        {"llama", NULL, {.key = "llama.block_count", .val = 1000}, "block_count"},
         /* mixture of experts: counts out of range, tensors that do not fit them */
         {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_count", .val = 0}, "qwen3moe.expert_count"},
         {"qwen3moe", moe_shape, {.key = "qwen3moe.expert_count", .val = 100000}, "qwen3moe.expert_count"},
