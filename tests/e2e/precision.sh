@@ -71,11 +71,14 @@ out0=$($DP --model "$M" --threads 2 --concurrency 3 --prompt 8 --tokens 6 --mult
 [[ $rc0 == 0 && $(calls "$out0" 'matmul wq') == 5.0 && $(calls "$out0" 'matmul ffn up') == 5.0 && \
   -z $(calls "$out0" 'matmul wq+wk+wv') ]] && ok "decode_profile --multi 0: one matmul call per weight" \
   || bad "decode_profile --multi 0" "$out0"
-sum=$(echo "$out" | awk -F'|' '/^\| (matmul|attention|kv_store|rmsnorm|rope|silu_mul|add|get_rows|upload)/ { gsub(/ /, "", $3); s += $3 }
-  END { print s }')
+# Each row and the total are printed to 0.001 ms, so the rows' sum may be
+# off by half of that per row (a step of stories260K is ~0.15 ms on a fast
+# core: the rounding is a few percent of it).
+read -r sum nrow < <(echo "$out" | awk -F'|' '/^\| (matmul|attention|kv_store|rmsnorm|rope|silu_mul|add|get_rows|upload)/ { gsub(/ /, "", $3); s += $3; n++ }
+  END { print s + 0, n + 0 }')
 ops=$(echo "$out" | awk -F'|' '/all backend ops/ { gsub(/ /, "", $3); print $3 }')
-[[ $rc == 0 ]] && awk -v a="$sum" -v b="$ops" 'BEGIN { exit !(a > 0 && (a - b < 0.01 * b + 0.002) && (b - a < 0.01 * b + 0.002)) }' \
-  && ok "the op rows add up to all backend ops ($sum vs $ops ms)" || bad "op sum" "$out"
+[[ $rc == 0 ]] && awk -v a="$sum" -v b="$ops" -v n="$nrow" 'BEGIN { t = 0.01 * b + 0.0005 * (n + 1) + 0.0005; exit !(a > 0 && n > 0 && (a - b < t) && (b - a < t)) }' \
+  && ok "the op rows add up to all backend ops ($sum vs $ops ms, $nrow rows)" || bad "op sum" "rows sum to $sum ms over $nrow rows, all backend ops $ops ms; $out"
 [[ $out =~ pure\ decode\ steps && $out == *"engine's own work"* ]] && ok "decode_profile reports the engine's own work" \
   || bad "engine row" "$out"
 

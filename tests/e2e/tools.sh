@@ -65,7 +65,7 @@ for f in tools/*.py; do
 done
 missing=
 # (build outputs such as build/tools/spec_figures are not in the tree)
-for p in $(sed -E 's#[A-Za-z0-9_.-]*build[A-Za-z0-9_-]*/[A-Za-z0-9_./-]*##g' tools/* |
+for p in $(sed -E 's#[A-Za-z0-9_.-]*build[A-Za-z0-9_-]*/[A-Za-z0-9_./-]*##g' $(find tools -type f) |
            grep -oE '\b(base|kernels|engine|profiles|cli|tui|tests|data|tools)/[A-Za-z0-9_./-]*[A-Za-z0-9_]' | sort -u); do
   [[ -e $p ]] || missing="$missing $p"
 done
