@@ -2,9 +2,10 @@
 # attn_ab.sh - the paged attention of revision REV against the working
 # tree's, timed alternately in one process (tools/attn_ab/attn_ab.c: one
 # decode token of each of 64 sequences by default, the 64-concurrent step's
-# attention). REV's kernels/cpu_attention.c and ISA files are compiled here with their
-# symbols renamed base_*, the rest links from build/libkvkernels.a (run
-# `make` first). Arguments after REV go to the harness.
+# attention). REV's kernels/cpu_attention.c and its ISA files are compiled
+# here with their symbols renamed base_*, the rest links from
+# build/libkvkernels.a (run `make` first). Arguments after REV go to the
+# harness.
 #
 #   tools/attn_ab.sh REV [--batch N] [--ctx LO:HI] [--threads T] [--reps R] [--shared] [--dtype D]
 set -euo pipefail

@@ -4,11 +4,12 @@
  * (the 64-concurrent step of the 110M shape by default: 12 query heads over
  * 12 kv heads of 64, f16, blocks of 16 scattered over the pool, contexts
  * spread evenly over LO..HI, 12 layers whose K/V exceed the last-level
- * cache). "base" is an older revision's kernels/cpu_attention.c (with its ISA files) compiled
- * with their symbols renamed base_* (tools/attn_ab.sh builds it); "new" is
- * the working tree's libkvkernels.a. Also a read-only sweep of the same
- * blocks in the same order (the ceiling of this access pattern on one
- * thread) and the memory read bandwidth, both in the same run. Prints the
+ * cache). "base" is an older revision's kernels/cpu_attention.c and its
+ * ISA files compiled with their symbols renamed base_* (tools/attn_ab.sh
+ * builds it); "new" is the working tree's libkvkernels.a. Also a
+ * read-only sweep of the same blocks in the same order (the ceiling of
+ * this access pattern on one thread) and the memory read bandwidth, both
+ * in the same run. Prints the
  * medians, the paired new/base median and the outputs' relative difference
  * (0 when the change keeps the bits).
  *
