@@ -21,7 +21,11 @@
 /* Activation quantization goes parallel above this many elements. */
 #define KV_MM_MIN_PAR_QUANT (1 << 15)
 
-static int is_quant(kv_type t) { return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1; }
+/* The block types of this file's kernels (q8a activations); q5_0 is q4_0
+ * with a fifth bit, so it runs q4_0's kernels, not quant_ext's dots. */
+static int is_quant(kv_type t) {
+    return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1 || t == KV_TYPE_Q5_0;
+}
 
 int kv_mm_zero_point(kv_type t) {
     switch (t) {
@@ -29,6 +33,8 @@ int kv_mm_zero_point(kv_type t) {
         return 128;
     case KV_TYPE_Q4_0:
         return 8;
+    case KV_TYPE_Q5_0:
+        return 16;
     default:
         return 0;
     }
@@ -90,6 +96,14 @@ static float dot_q_ref(kv_type t, const uint8_t *w, const kv_q8a *a, int n, int 
             for (int i = 0; i < KV_QK / 2; i++) {
                 isum += ((q[i] & 0x0F) - 8) * aq[i];
                 isum += ((q[i] >> 4) - 8) * aq[i + KV_QK / 2];
+            }
+            s += (double)((float)isum * (dw * da));
+        } else if (t == KV_TYPE_Q5_0) {
+            const uint32_t qh = kv_mm_q5_qh(w);
+            const uint8_t *q = w + 6;
+            for (int i = 0; i < KV_QK / 2; i++) {
+                isum += (int)((q[i] & 0x0F) | ((qh >> i) & 1) << 4) * aq[i] - 16 * aq[i];
+                isum += (int)((q[i] >> 4) | ((qh >> (i + 16)) & 1) << 4) * aq[i + KV_QK / 2] - 16 * aq[i + KV_QK / 2];
             }
             s += (double)((float)isum * (dw * da));
         } else { /* q4_1 */
@@ -211,9 +225,9 @@ static size_t xpack_bytes(int n, int64_t K) {
 
 size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
     if (n <= 0 || K <= 0) return 0;
+    if (is_quant(t)) return q8a_layout_of(n, K).total;
     const kv_qext_ops *qx = kv_qext_get(t);
     if (qx) return qx_act_bytes(qx, n, K);
-    if (is_quant(t)) return q8a_layout_of(n, K).total;
     if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
     if (isa_kernels(isa)->xpack && n >= KV_MM_PACK_MIN_N) return xpack_bytes(n, K);
     return 0;
@@ -285,11 +299,11 @@ typedef struct act_fmt {
 } act_fmt;
 
 static act_fmt act_fmt_of(kv_type t, const kv_mm_isa_kernels *kern, int n) {
-    act_fmt f = {ACT_NONE, 0, kv_qext_get(t)};
-    if (f.qx)
-        f.kind = ACT_QEXT;
-    else if (is_quant(t))
+    act_fmt f = {ACT_NONE, 0, is_quant(t) ? NULL : kv_qext_get(t)};
+    if (is_quant(t))
         f.kind = ACT_Q8A, f.zp = kv_mm_zero_point(t);
+    else if (f.qx)
+        f.kind = ACT_QEXT;
     else if (kern->xpack && n >= KV_MM_PACK_MIN_N)
         f.kind = ACT_XPACK;
     return f;
@@ -448,7 +462,7 @@ int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const
         a->x = x;
         a->y = y[i];
         Mtot += a->M;
-        need_scratch |= !kv_qext_get(w[i]->type);
+        need_scratch |= is_quant(w[i]->type) || !kv_qext_get(w[i]->type);
     }
     if ((double)n * (double)K * (double)Mtot < KV_MM_MIN_PAR_MACS) nth = 1;
     size_t need = kv_mm_scratch_bytes(K);
@@ -492,7 +506,7 @@ int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
     int rc = kv_mm_check(w, NULL);
     if (rc != KV_OK) return rc;
     if (n == 0) return KV_OK;
-    const kv_qext_ops *qx = kv_qext_get(w->type);
+    const kv_qext_ops *qx = is_quant(w->type) ? NULL : kv_qext_get(w->type);
     if (qx) {
         mm_seg sg = {.args = {.type = w->type, .K = w->ne0, .M = w->ne1, .nb1 = w->nb1, .w = w->data, .n = n, .x = x, .y = y},
                      .dot = qx->vec_dot_ref, .arow = kv_type_row_size(qx->vec_type, w->ne0)};

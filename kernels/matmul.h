@@ -32,14 +32,23 @@ typedef struct kv_q8a {
     float *d;      /* (nb, n) d = amax / 127; NaN when the block held inf/NaN */
     int32_t *ioff; /* (nb, n) -zp * sum(q): the correction for weights stored
                       with a zero point zp (128 for q8_0 shifted to unsigned,
-                      8 for q4_0 nibbles, 0 otherwise) */
+                      8 for q4_0 nibbles, 16 for q5_0's 5-bit values, 0
+                      otherwise) */
     float *ds;     /* (nb, n) d * sum(q): q4_1's min term */
 } kv_q8a;
 
-/* Bytes of a q8_0 / q4_0 / q4_1 block, and of its header before the quants
- * (d; q4_1: d and m). */
-static inline size_t kv_mm_qblk_bytes(kv_type t) { return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : 20; }
-static inline size_t kv_mm_qblk_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : 2; }
+/* Bytes of a q8_0 / q4_0 / q4_1 / q5_0 block, and of its header before the
+ * nibbles or quants (d; q4_1: d and m; q5_0: d and the 32 fifth bits qh). */
+static inline size_t kv_mm_qblk_bytes(kv_type t) {
+    return t == KV_TYPE_Q8_0 ? 34 : t == KV_TYPE_Q4_0 ? 18 : t == KV_TYPE_Q5_0 ? 22 : 20;
+}
+static inline size_t kv_mm_qblk_qoff(kv_type t) { return t == KV_TYPE_Q4_1 ? 4 : t == KV_TYPE_Q5_0 ? 6 : 2; }
+/* q5_0's fifth bits: bit i of the little-endian u32 at byte 2 is element i's. */
+static inline uint32_t kv_mm_q5_qh(const uint8_t *blk) {
+    uint32_t v;
+    __builtin_memcpy(&v, blk + 2, 4);
+    return v;
+}
 
 /* Activation rows per group of the packed float layout. */
 #define KV_MM_XGROUP 16
@@ -136,11 +145,12 @@ static inline void kv_mm_panel_groups(const kv_mm_args *a, const float *pf, int6
 }
 
 /* The row-function table of an ISA file: each defines rows_<type> for the
- * six weight types the SIMD kernels cover (see kv_mm_rows_typed). */
+ * seven weight types the SIMD kernels cover (see kv_mm_rows_typed). */
 #define KV_MM_ROWS_TABLE                                                                                             \
     {                                                                                                                \
         [KV_TYPE_Q8_0] = rows_KV_TYPE_Q8_0, [KV_TYPE_Q4_0] = rows_KV_TYPE_Q4_0, [KV_TYPE_Q4_1] = rows_KV_TYPE_Q4_1, \
-        [KV_TYPE_F32] = rows_KV_TYPE_F32, [KV_TYPE_F16] = rows_KV_TYPE_F16, [KV_TYPE_BF16] = rows_KV_TYPE_BF16,     \
+        [KV_TYPE_Q5_0] = rows_KV_TYPE_Q5_0, [KV_TYPE_F32] = rows_KV_TYPE_F32, [KV_TYPE_F16] = rows_KV_TYPE_F16,     \
+        [KV_TYPE_BF16] = rows_KV_TYPE_BF16,                                                                          \
     }
 
 /* The partial last tile of a direct kernel: weight rows r..r+rows copied

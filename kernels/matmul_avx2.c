@@ -6,7 +6,8 @@
  *    weights read straight from the mapping and reused from L1 for every
  *    activation pair; int8 products with vpmaddubsw (u8 x s8) + vpmaddwd.
  *    q8_0 uses |w| x sign(a, w) so the 16-bit pair sums cannot saturate;
- *    the q4 nibbles are unsigned already (zero point via kv_q8a.ioff). One
+ *    the q4 nibbles (and q5_0's 5-bit values) are unsigned already (zero
+ *    point via kv_q8a.ioff). One
  *    kernel for every n, so each output's arithmetic is the same whatever
  *    the batch (batch invariance).
  *  - float weights: for n >= 3 a panel of 16 rows is repacked (k-major, f32)
@@ -60,13 +61,24 @@ void kv_q8a_row_avx2(const float *x, int64_t K, size_t bstride, int8_t *qs, floa
 /* ---- helpers ------------------------------------------------------------- */
 
 
-/* q8_0: the raw signed quants; q4: nibbles 0..15 in element order. */
+/* q8_0: the raw signed quants; q4: nibbles 0..15 in element order; q5_0:
+ * the nibbles with each element's fifth bit, 0..31 (zero point 16). */
 KV_AI __m256i q_load(kv_type t, const uint8_t *blk) {
     if (t == KV_TYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
-    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + (t == KV_TYPE_Q4_1 ? 4 : 2)));
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + kv_mm_qblk_qoff(t)));
     __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
     __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
-    return _mm256_set_m128i(hi, lo);
+    __m256i v = _mm256_set_m128i(hi, lo);
+    if (t == KV_TYPE_Q5_0) {
+        /* byte k takes byte k / 8 of qh, then tests its bit k % 8 */
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)kv_mm_q5_qh(blk)),
+                                        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                           0x0303030303030303LL));
+        h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+        v = _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+    }
+    return v;
 }
 
 static void extract_f16(const uint8_t *row, size_t bs, size_t off, int64_t nb, int64_t nbp, uint16_t *tmp, float *out) {
@@ -196,7 +208,8 @@ KV_AI void qd_tile(const kv_mm_args *a, kv_type t, int64_t r, const int R, int j
                     p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[rr], _mm256_sign_epi8(av, wv[rr])), ones);
                 } else {
                     p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[rr], av), ones);
-                    if (t == KV_TYPE_Q4_0) p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj])));
+                    if (t == KV_TYPE_Q4_0 || t == KV_TYPE_Q5_0)
+                        p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(io[jj])));
                 }
                 acc[rr][jj] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sc->scl[(rr * 2 + jj) * nbp + b]), acc[rr][jj]);
             }
@@ -241,7 +254,8 @@ KV_AI void qv_row(const kv_mm_args *a, kv_type t, int64_t r) {
             p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv)), ones);
         } else {
             p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), ones);
-            if (t == KV_TYPE_Q4_0) p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(a->a.ioff[b])));
+            if (t == KV_TYPE_Q4_0 || t == KV_TYPE_Q5_0)
+                p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(a->a.ioff[b])));
         }
         const float dw = _cvtsh_ss(kv_mm_rd16(blk));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a->a.d[b]), acc);
@@ -268,6 +282,7 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
         for (int64_t r = r0; r < r1; r++) {
             if (t == KV_TYPE_Q8_0) qv_row(a, KV_TYPE_Q8_0, r);
             else if (t == KV_TYPE_Q4_0) qv_row(a, KV_TYPE_Q4_0, r);
+            else if (t == KV_TYPE_Q5_0) qv_row(a, KV_TYPE_Q5_0, r);
             else qv_row(a, KV_TYPE_Q4_1, r);
         }
         return;
@@ -316,6 +331,7 @@ static void q_rows(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, void 
 QD(KV_TYPE_Q8_0)
 QD(KV_TYPE_Q4_0)
 QD(KV_TYPE_Q4_1)
+QD(KV_TYPE_Q5_0)
 
 /* ---- float tiles --------------------------------------------------------- */
 

@@ -22,8 +22,10 @@
  *    activation rows, compute-bound. Where the CPU has AMX-INT8 tiles,
  *    n >= KV_AMX_MIN_N(type) goes to matmul_amx.c instead (same arithmetic).
  * Quantized weights are made unsigned for vpdpbusd (q8_0: w ^ 0x80, q4:
- * the raw nibble) and the zero point comes back through the per-block
- * correction -zp * sum(q_act) (kv_q8a.ioff), exact in integers. */
+ * the raw nibble, q5_0: nibble + 16 * fifth bit) and the zero point comes
+ * back through the per-block correction -zp * sum(q_act) (kv_q8a.ioff),
+ * exact in integers. q5_0 runs q4_0's kernels with the fifth bits added to
+ * the unpacked nibbles; it has no AMX path (the VNNI panels serve it). */
 #include "matmul.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,7 +45,7 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
  * zero beats the VNNI panel kernel at 6-8), q4 from 32 (its panel's
  * nibbles are unpacked first: 0.7x at 8 rows, ~1.0x at 16); and at which
  * the packed kernels take over from the direct ones. */
-#define KV_AMX_MIN_N(t) ((t) == KV_TYPE_Q8_0 ? 8 : 32)
+#define KV_AMX_MIN_N(t) ((t) == KV_TYPE_Q8_0 ? 8 : (t) == KV_TYPE_Q5_0 ? INT32_MAX : 32)
 #define KV_PACK_MIN_Q KV_MM_PACK_MIN_N
 /* Direct tiles prefetch the tile this many tiles ahead (quantized, float),
  * into L2. NOTE: measured single-thread on cold weights (Zen 4): quantized
@@ -158,13 +160,17 @@ KV_AI __m512i q_pair(kv_type t, const uint8_t *lo, const uint8_t *hi) {
                                        _mm256_loadu_si256((const __m256i *)(const void *)(hi + 2)), 1);
         return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
     }
-    size_t qo = t == KV_TYPE_Q4_1 ? 4 : 2;
+    size_t qo = kv_mm_qblk_qoff(t);
     __m512i v = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(lo + qo)))),
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(hi + qo))), 1);
     /* 128-bit lanes 1 and 3 take the high nibbles */
     v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    v = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+    if (t == KV_TYPE_Q5_0) /* byte k < 32: element k of row lo; the rest: row hi's */
+        v = _mm512_mask_add_epi8(v, _cvtu64_mask64((uint64_t)kv_mm_q5_qh(lo) | (uint64_t)kv_mm_q5_qh(hi) << 32), v,
+                                 _mm512_set1_epi8(0x10));
+    return v;
 }
 
 /* Packs rows r0..r0+rows (rows <= 16) into pq (nb, 8 groups, 16 rows, 4
@@ -271,6 +277,7 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
 QP_FN(KV_TYPE_Q8_0)
 QP_FN(KV_TYPE_Q4_0)
 QP_FN(KV_TYPE_Q4_1)
+QP_FN(KV_TYPE_Q5_0)
 
 typedef void (*qp_fn)(const kv_mm_args *a, const uint8_t *pq, const float *pd, const float *pm, int64_t r0, __mmask16 mask);
 
@@ -354,7 +361,7 @@ typedef struct qs_perm {
 } qs_perm;
 
 static qs_perm qs_perm_for(kv_type t) {
-    const int G = t == KV_TYPE_Q8_0 ? 2 : 4, F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)kv_mm_qblk_bytes(t) / 2;
+    const int G = t == KV_TYPE_Q8_0 || t == KV_TYPE_Q5_0 ? 2 : 4, F = t == KV_TYPE_Q4_1 ? 2 : 1, s = (int)kv_mm_qblk_bytes(t) / 2;
     qs_perm p = {qs_index(1, 0, G, F, s), qs_index(2, 0, G, F, s), qs_index(3, 0, G, F, s),
                  qs_index(3, 1, G, F, s), qs_index(4, 0, G, F, s), qs_index(4, 1, G, F, s)};
     return p;
@@ -382,9 +389,11 @@ KV_AI void qs_gather(const uint8_t *w, size_t ws, size_t off, __mmask64 m, const
 KV_AI void qd_scales(kv_type t, const uint8_t *w, size_t ws, int64_t nb, const qs_perm *ix, uint16_t *sc) {
     const size_t bs = kv_mm_qblk_bytes(t);
     const __m512i i30 = ix->i30, i31 = ix->i31, i40 = ix->i40, i41 = ix->i41;
-    if (t == KV_TYPE_Q8_0) { /* 2 blocks' headers per 64-byte load; 15 permutes */
+    if (t == KV_TYPE_Q8_0 || t == KV_TYPE_Q5_0) { /* 2 blocks' d per 64-byte load; 15 permutes */
         for (int64_t b = 0; b < nb; b += 2) {
-            __mmask64 m = nb - b >= 2 ? ~(__mmask64)0 : (((__mmask64)1 << bs) - 1);
+            /* load only the row's bytes (q5_0's 2 blocks are 44) */
+            const size_t left = (size_t)(nb - b) * bs;
+            __mmask64 m = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
             __m512i q[4];
             qs_gather(w, ws, (size_t)b * bs, m, ix, q);
             __m512i r0 = _mm512_permutex2var_epi16(q[0], i30, q[1]), r1 = _mm512_permutex2var_epi16(q[2], i30, q[3]);
@@ -461,6 +470,19 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, con
                 v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(q12 + i * ws)), 3);
                 lo[i] = _mm512_and_si512(v, nib);
                 hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                if (t == KV_TYPE_Q5_0) {
+                    /* qh of rows i, i+4, i+8, i+12 (4 bytes before their
+                     * nibbles); their low halves mark lo[i]'s bytes, one
+                     * 16-bit word a 128-bit lane, the high halves hi[i]'s */
+                    __m128i h = _mm_cvtsi32_si128((int)kv_mm_q5_qh(q0 + i * ws - 6));
+                    h = _mm_insert_epi32(h, (int)kv_mm_q5_qh(q4 + i * ws - 6), 1);
+                    h = _mm_insert_epi32(h, (int)kv_mm_q5_qh(q8 + i * ws - 6), 2);
+                    h = _mm_insert_epi32(h, (int)kv_mm_q5_qh(q12 + i * ws - 6), 3);
+                    h = _mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+                    const __m512i b5 = _mm512_set1_epi8(0x10);
+                    lo[i] = _mm512_mask_add_epi8(lo[i], _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(h)), lo[i], b5);
+                    hi[i] = _mm512_mask_add_epi8(hi[i], _cvtu64_mask64((uint64_t)_mm_extract_epi64(h, 1)), hi[i], b5);
+                }
             }
 #pragma GCC unroll 2
             for (int jj = 0; jj < J; jj++) {
@@ -471,7 +493,7 @@ KV_AI void qd16(const kv_mm_args *a, kv_type t, const uint8_t *w, size_t ws, con
                 for (int i = 0; i < 4; i++)
                     s[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], alo), hi[i], ahi);
                 isum[jj] = q4_reduce(s);
-                if (t == KV_TYPE_Q4_0) isum[jj] = _mm512_add_epi32(isum[jj], _mm512_set1_epi32(io[jj]));
+                if (t == KV_TYPE_Q4_0 || t == KV_TYPE_Q5_0) isum[jj] = _mm512_add_epi32(isum[jj], _mm512_set1_epi32(io[jj]));
             }
         }
         q0 += bs;
@@ -534,6 +556,7 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
 QD_FN(KV_TYPE_Q8_0)
 QD_FN(KV_TYPE_Q4_0)
 QD_FN(KV_TYPE_Q4_1)
+QD_FN(KV_TYPE_Q5_0)
 
 /* ---- float weights: matmul_f_avx512.c -------------------------------------- */
 

@@ -318,7 +318,9 @@ static uint8_t *make_weight(kv_type t, int64_t M, int64_t K, size_t row_pad, kv_
     return data;
 }
 
-static int is_q(kv_type t) { return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1; }
+static int is_q(kv_type t) {
+    return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1 || t == KV_TYPE_Q5_0;
+}
 
 static void check_matmul_type(kv_type t) {
     kv_backend *b1 = cpu(1), *b2 = cpu(2), *b3 = cpu(3);
@@ -401,13 +403,14 @@ static void test_matmul_bf16(void) { check_matmul_type(KV_TYPE_BF16); }
 static void test_matmul_q8_0(void) { check_matmul_type(KV_TYPE_Q8_0); }
 static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
 static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
+static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
 
 /* Larger shapes where the threaded chunking and the packed panels matter. */
 static void test_matmul_large(void) {
     kv_backend *b = cpu(2);
     REQUIRE(b);
-    const kv_type types[] = {KV_TYPE_Q4_0, KV_TYPE_F32};
-    for (int ti = 0; ti < 2; ti++) {
+    const kv_type types[] = {KV_TYPE_Q4_0, KV_TYPE_Q5_0, KV_TYPE_F32};
+    for (int ti = 0; ti < 3; ti++) {
         int64_t K = 512, M = 1000;
         int n = 37;
         float *wf = malloc((size_t)(M * K) * sizeof(float));
@@ -951,7 +954,7 @@ int main(int argc, char **argv) {
         T(test_fp16_conversions),  T(test_bf16_conversions),      T(test_dequantize_layouts),
         T(test_quantize_codes),    T(test_quantize_roundtrip_bounds), T(test_matmul_f32),
         T(test_matmul_f16),        T(test_matmul_bf16),           T(test_matmul_q8_0),
-        T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_large),
+        T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_q5_0),           T(test_matmul_large),
         T(test_matmul_quant_ext),  T(test_matmul_batch_invariance), T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
         T(test_rope),              T(test_silu_mul_add),          T(test_get_rows),
         T(test_threadpool),        T(test_threadpool_latency),    T(test_backend_registry),
