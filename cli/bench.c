@@ -404,6 +404,9 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
             (unsigned long long)m->output_tokens);
     fprintf(f, "throughput     input %.1f tok/s, output %.1f tok/s, %.2f requests/s\n", m->input_tokens_per_s,
             m->output_tokens_per_s, m->requests_per_s);
+    if (m->decode_step_tokens_per_s > 0)
+        fprintf(f, "decode steps   %.1f tok/s in the steps that ran no prompt tokens (prefill left out, as "
+                   "llama-batched-bench's S_TG)\n", m->decode_step_tokens_per_s);
     fprintf(f, "goodput        %.2f requests/s within the SLA (", m->goodput_requests_per_s);
     if (c->sla.ttft_ms > 0) fprintf(f, "TTFT <= %g ms", c->sla.ttft_ms);
     if (c->sla.ttft_ms > 0 && c->sla.tpot_ms > 0) fprintf(f, ", ");

@@ -302,6 +302,11 @@ typedef struct kv_metrics_summary {
     double spec_mean_accepted_len;  /* tokens emitted per verify (accepted + bonus) */
     uint64_t spec_pos_drafted[16], spec_pos_accepted[16]; /* per draft position */
     double spec_draft_ms, spec_verify_ms;
+    /* tokens emitted by the steps that computed no prompt tokens, over
+     * those steps' wall time: the batch's aggregate decode rate with
+     * prefill left out, as llama-batched-bench's S_TG measures it (0: no
+     * such step) */
+    double decode_step_tokens_per_s;
     /* sim backend (0 otherwise): simulated device time of the window's
      * steps, and the tokens they emitted per simulated second (what the
      * modelled GPU would sustain with this batching; the host's own

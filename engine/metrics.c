@@ -35,6 +35,8 @@ struct kv_metrics {
     uint64_t spec_drafts, spec_drafted, spec_accepted;
     uint64_t spec_pos_drafted[16], spec_pos_accepted[16];
     double spec_draft_ms, spec_verify_ms;
+    double decode_ms;        /* wall time of the steps that ran no prompt tokens */
+    uint64_t decode_tokens;  /* tokens they emitted */
     double sim_ms;           /* simulated device time of the steps (sim backend) */
     uint64_t sim_tokens_out;
 };
@@ -181,6 +183,12 @@ void kv_metrics_step(kv_metrics *m, double dur_ms, uint64_t slots_held, uint64_t
     m->prefill_tokens += (uint64_t)(prefill_tokens > 0 ? prefill_tokens : 0);
 }
 
+void kv_metrics_decode_step(kv_metrics *m, double dur_ms, int tokens_out) {
+    if (tokens_out <= 0) return;
+    if (dur_ms > 0) m->decode_ms += dur_ms;
+    m->decode_tokens += (uint64_t)tokens_out;
+}
+
 void kv_metrics_sim_step(kv_metrics *m, double sim_ms, int tokens_out) {
     if (sim_ms > 0) m->sim_ms += sim_ms;
     if (tokens_out > 0) m->sim_tokens_out += (uint64_t)tokens_out;
@@ -279,6 +287,7 @@ int kv_metrics_summarize(kv_metrics *m, double now_ms, int in_flight, kv_metrics
     memcpy(out->spec_pos_drafted, m->spec_pos_drafted, sizeof out->spec_pos_drafted);
     memcpy(out->spec_pos_accepted, m->spec_pos_accepted, sizeof out->spec_pos_accepted);
     out->spec_draft_ms = m->spec_draft_ms;
+    out->decode_step_tokens_per_s = m->decode_ms > 0 ? (double)m->decode_tokens / (m->decode_ms / 1000.0) : 0;
     out->sim_device_s = m->sim_ms / 1000.0;
     out->sim_tokens_out = m->sim_ms > 0 ? m->sim_tokens_out : 0;
     out->sim_output_tokens_per_s = m->sim_ms > 0 ? (double)m->sim_tokens_out / (m->sim_ms / 1000.0) : 0;

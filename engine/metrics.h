@@ -59,6 +59,9 @@ void kv_metrics_finished(kv_metrics *m, kv_req_metrics *rm, kv_finish why, doubl
  * step-duration-weighted sums), running requests and prompt tokens run. */
 void kv_metrics_step(kv_metrics *m, double dur_ms, uint64_t slots_held, uint64_t slots_reserved, int n_running,
                      int prefill_tokens);
+/* A step that ran no prompt tokens: its duration and the tokens it emitted
+ * (the aggregate decode rate, llama-batched-bench's S_TG). */
+void kv_metrics_decode_step(kv_metrics *m, double dur_ms, int tokens_out);
 /* Sim backend: a step's simulated device time and the tokens it emitted. */
 void kv_metrics_sim_step(kv_metrics *m, double sim_ms, int tokens_out);
 void kv_metrics_preempted(kv_metrics *m, int swapped);

@@ -21,6 +21,7 @@ void kv_metrics_write_json(kv_json_writer *w, const kv_metrics_summary *m) {
     kv_json_field_uint(w, "prefill_tokens_computed", m->prefill_tokens_computed);
     kv_json_field_num(w, "input_tokens_per_s", m->input_tokens_per_s);
     kv_json_field_num(w, "output_tokens_per_s", m->output_tokens_per_s);
+    kv_json_field_num(w, "decode_step_tokens_per_s", m->decode_step_tokens_per_s);
     kv_json_field_num(w, "requests_per_s", m->requests_per_s);
     kv_json_field_num(w, "goodput_requests_per_s", m->goodput_requests_per_s);
     kv_json_field_num(w, "sla_attainment", m->sla_attainment);

@@ -54,6 +54,7 @@ static const field metrics_fields[] = {
     FU(kv_metrics_summary, prefill_tokens_computed),
     FD(kv_metrics_summary, input_tokens_per_s),
     FD(kv_metrics_summary, output_tokens_per_s),
+    FD(kv_metrics_summary, decode_step_tokens_per_s),
     FD(kv_metrics_summary, requests_per_s),
     FD(kv_metrics_summary, goodput_requests_per_s),
     FD(kv_metrics_summary, sla_attainment),

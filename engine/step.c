@@ -639,6 +639,7 @@ static int step_locked(kv_engine *e) {
             reserved += (uint64_t)run[i]->seq.n_blocks * (uint64_t)e->cache_params.block_size;
         }
         kv_metrics_step(e->metrics, rec.dur_ms, held, reserved, nrun, rec.n_prefill_tokens);
+        if (rec.n_prefill_tokens == 0) kv_metrics_decode_step(e->metrics, rec.dur_ms, emitted);
         kv_metrics_sim_step(e->metrics, rec.sim_ms, emitted);
         if (kv_synth_pools_of(e->synth)) synth_observe(e, t1);
         for (int i = 0; i < rec.n_preempted; i++) kv_metrics_preempted(e->metrics, 0);

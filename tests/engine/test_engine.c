@@ -9,6 +9,7 @@
 
 #include "../../engine/engine.h"
 #include "../../engine/kv_cache.h"
+#include "../../engine/metrics.h"
 #include "../engine_helpers.h"
 #include "../harness.h"
 
@@ -545,6 +546,9 @@ static void test_metrics(void) {
     CHECK(m.tpot_ms.valid && m.tpot_ms.n == 6 && m.itl_ms.n == (uint64_t)(m.output_tokens - 6));
     CHECK(m.e2e_ms.valid && m.e2e_ms.mean >= m.ttft_ms.mean);
     CHECK(m.output_tokens_per_s > 0 && m.requests_per_s > 0);
+    /* the later steps only decode: their rate is above the whole run's */
+    CHECKF(m.decode_step_tokens_per_s >= m.output_tokens_per_s, "decode steps %.1f, run %.1f",
+           m.decode_step_tokens_per_s, m.output_tokens_per_s);
     CHECK(m.goodput_requests_per_s == m.requests_per_s && m.sla_attainment == 1.0);
     CHECK(m.kv_utilization > 0.2 && m.kv_utilization <= 1.0);
     CHECK(m.max_concurrent == 6);
@@ -552,6 +556,17 @@ static void test_metrics(void) {
     kv_engine_metrics(e, &m);
     CHECK(m.requests_completed == 0 && m.output_tokens == 0 && !m.ttft_ms.valid);
     kv_engine_free(e);
+
+    /* the decode-step rate counts only what kv_metrics_decode_step saw */
+    kv_metrics *km = kv_metrics_new(0, 0);
+    REQUIRE(km);
+    kv_metrics_decode_step(km, 100.0, 32);
+    kv_metrics_decode_step(km, 100.0, 32);
+    kv_metrics_decode_step(km, 50.0, 0); /* nothing emitted: not a decode step */
+    kv_metrics_step(km, 500.0, 0, 0, 32, 4096);
+    CHECK(kv_metrics_summarize(km, 1000.0, 0, &m) == 0);
+    CHECKF(fabs(m.decode_step_tokens_per_s - 320.0) < 1e-9, "%.3f", m.decode_step_tokens_per_s);
+    kv_metrics_free(km);
 
     /* an impossible SLA: nothing is good */
     base_config(&c);

@@ -51,7 +51,8 @@ static void test_fields_and_values(void) {
     CHECK(kv_json_number(kv_json_get(e, "n")) == 0);
     const char *names[] = {"input_tokens", "prefill_tokens_computed", "goodput_requests_per_s", "queue_ms",
                            "tpot_ms", "itl_ms", "kv_utilization", "prefix_hit_rate", "preemptions", "swaps_out",
-                           "swaps_in", "spec_drafted", "spec_acceptance_rate", "sim_device_s", "elapsed_s"};
+                           "swaps_in", "spec_drafted", "spec_acceptance_rate", "sim_device_s", "elapsed_s",
+                           "decode_step_tokens_per_s"};
     for (size_t i = 0; i < KV_ARRAY_LEN(names); i++) CHECKF(kv_json_get(d, names[i]) != NULL, "%s", names[i]);
     kv_json_free(d);
 }
