@@ -434,6 +434,12 @@ void kv_gelu_mul_ref(float *g, const float *u, int64_t n) {
 
 static void gelu_range(void *arg, int64_t i0, int64_t i1) {
     ew_arg *a = arg;
+#ifdef KV_HAVE_X86_KERNELS
+    if (a->isa >= KV_CPU_ISA_AVX2) {
+        kv_cpu_gelu_mul_avx2(a->x + i0, a->y + i0, i1 - i0);
+        return;
+    }
+#endif
     kv_gelu_mul_ref(a->x + i0, a->y + i0, i1 - i0);
 }
 

@@ -55,6 +55,23 @@ int64_t kv_cpu_silu_mul_avx2(float *g, const float *u, int64_t n) {
     return i;
 }
 
+static inline __m256 gelu_mul8(__m256 x, __m256 u) {
+    const __m256 c2 = _mm256_set1_ps(2.0f * 0.7978845608028654f), k = _mm256_set1_ps(0.044715f);
+    /* kv_gelu_mul_ref's order: x / (1 + exp(-c2 * x * (1 + k x x))) * u */
+    const __m256 inner = _mm256_mul_ps(_mm256_mul_ps(c2, x), _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(_mm256_mul_ps(k, x), x)));
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), inner));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void kv_cpu_gelu_mul_avx2(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, gelu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(g + i, m, gelu_mul8(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
+    }
+}
+
 KV_SIMD_TARGET_END
 
 #endif

@@ -21,6 +21,11 @@ float kv_cpu_sumsq_avx2(const float *x, int dim);
 /* g[i] = silu(g[i]) * u[i] for the first n / 8 * 8 elements; returns how
  * many it did (the caller finishes the tail with the scalar reference). */
 int64_t kv_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
+/* g[i] = gelu_tanh(g[i]) * u[i] for every i < n, as kv_gelu_mul_ref's
+ * formula with exp_avx2 (within 2 ulp of expf): the last n % 8 elements
+ * through masked loads and stores, so each element's result does not
+ * depend on where it sits in the range (batch invariance). */
+void kv_cpu_gelu_mul_avx2(float *g, const float *u, int64_t n);
 #endif
 
 #endif
