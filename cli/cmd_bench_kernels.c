@@ -11,6 +11,7 @@
 #include "../base/common.h"
 #include "../kernels/backend.h"
 #include "../kernels/cpu.h"
+#include "../kernels/matmul.h"
 #include "../kernels/membw.h"
 #include "../kernels/types.h"
 #include "cli.h"
@@ -41,13 +42,15 @@ static const shape shapes[] = {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvtop bench-kernels [-t N] [--types f32,q8_0,q4_0,...] [--n 1,32,512]\n"
-               "                           [--isa scalar|avx2|avx512] [--min-time S] [--no-ref]\n"
+               "                           [--isa scalar|avx2|avx512] [--min-time S] [--no-ref] [--panels]\n"
                "  -t N         threads (default: all cores)\n"
                "  --types      weight types (default f32,f16,bf16,q8_0,q4_0,q4_1; also q5_0,q4_k,q5_k,q6_k)\n"
                "  --n          activation rows per call (default 1,32,512)\n"
                "  --isa        kernel ISA (default: the best this CPU runs)\n"
                "  --min-time   seconds to time each case (default 0.3)\n"
-               "  --no-ref     skip timing the scalar reference path\n");
+               "  --no-ref     skip timing the scalar reference path\n"
+               "  --panels     also time each weight prepared as the engine prepares it (prepare_weight:\n"
+               "               q8_0 as pre-packed panels on AVX-512), a \"+panels\" row after each\n");
 }
 
 static double rnd(uint64_t *s) {
@@ -100,6 +103,7 @@ static int parse_list(const char *s, char items[][16], int max) {
 typedef struct bk_opts {
     int threads;          /* 0: all cores */
     int do_ref;           /* 1: also time the scalar reference path */
+    int panels;           /* 1: also time the weights prepared (prepare_weight) */
     float min_time;       /* seconds per case */
     const char *isa_s;    /* --isa; NULL: the best this CPU runs */
     const char *types_s;  /* --types as given */
@@ -138,6 +142,8 @@ static int parse_args(int argc, char **argv, bk_opts *o /* OUT: */) {
             if (cli_float(argc, argv, &i, 0.0, 60.0, &o->min_time)) return 2;
         } else if (!strcmp(argv[i], "--no-ref")) {
             o->do_ref = 0;
+        } else if (!strcmp(argv[i], "--panels")) {
+            o->panels = 1;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             o->help = 1;
@@ -240,6 +246,7 @@ static int bench_shape(kv_backend *be, kv_cpu_isa isa, const bk_opts *o, const s
     float *row = malloc((size_t)sh->K * sizeof(float));
     float *x = malloc((size_t)maxn * sh->K * sizeof(float));
     float *y = malloc((size_t)maxn * sh->M * sizeof(float));
+    kv_backend *pb = NULL; /* --panels */
     int rc = 0;
     if (!w || !data || !row || !x || !y) {
         fprintf(stderr, "kvtop bench-kernels: out of memory for %s %s\n", sh->what, kv_type_name(t));
@@ -261,6 +268,24 @@ static int bench_shape(kv_backend *be, kv_cpu_isa isa, const bk_opts *o, const s
         goto fail;
     }
     for (size_t i = 0; i < (size_t)maxn * sh->K; i++) x[i] = (float)rnd(seed);
+    /* --panels: a backend of its own holds the prepared copies, freed with
+     * this shape's weights (it finds them by address) */
+    if (o->panels && be->ops->prepare_weight && kv_mm_panels_bytes(&w[0], isa)) {
+        kv_err perr = {0};
+        pb = kv_backend_create("cpu", be->n_threads, &perr);
+        if (pb && kv_cpu_set_isa(pb, isa) == 0 && kv_backend_reserve(pb, &lim, &perr) == 0) {
+            for (int c = 0; c < copies && pb; c++)
+                if (pb->ops->prepare_weight(pb, &w[c], &perr) != 0) {
+                    fprintf(stderr, "kvtop bench-kernels: --panels: %s\n", perr.msg);
+                    kv_backend_free(pb);
+                    pb = NULL;
+                }
+        } else {
+            fprintf(stderr, "kvtop bench-kernels: --panels: %s\n", perr.msg[0] ? perr.msg : "no backend");
+            kv_backend_free(pb);
+            pb = NULL;
+        }
+    }
     for (int ni = 0; ni < o->nn; ni++) {
         int n = o->ns[ni];
         double flops = 2.0 * n * (double)sh->M * (double)sh->K;
@@ -284,8 +309,16 @@ static int bench_shape(kv_backend *be, kv_cpu_isa isa, const bk_opts *o, const s
             tot->layers[ti][ni] += sec * sh->per_layer * N_LAYERS;
         else
             tot->head[ti][ni] = sec;
+        if (pb) { /* the same calls on the prepared copies */
+            double ps = time_matmul(pb, isa, w, copies, x, y, n, o->min_time, 1000, 1);
+            double pg = (double)wbytes / ps * 1e-9;
+            printf("%-13s %-11s %-5s %5d %9.1f us %8.1f %5.0f%% %9.1f %12s\n", "  +panels", mk, kv_type_name(t), n,
+                   ps * 1e6, pg, bw > 0 ? 100.0 * pg / bw : 0.0, flops / ps * 1e-9, "-");
+            fflush(stdout);
+        }
     }
 fail:
+    kv_backend_free(pb);
     free(w);
     free(data);
     free(row);

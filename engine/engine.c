@@ -181,6 +181,8 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
     } else {
         e->fwd = kv_forward_new(e->model, e->be, T, e->max_logits, err);
         if (!e->fwd) goto fail;
+        /* the model outlives the backend (kv_engine_free frees it first) */
+        kv_model_prepare_weights(e->model, e->be);
     }
     uint64_t kv_memory = cfg->kv.memory;
     const char *kv_key = "kv.memory";

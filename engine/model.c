@@ -406,6 +406,34 @@ kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *er
     return m;
 }
 
+int kv_model_prepare_weights(const kv_model *m, kv_backend *be) {
+    if (!m || !be || !be->ops->prepare_weight || m->synthetic || !m->layers) return 0;
+    int failed = 0;
+    kv_err err;
+#define PREP(t) failed += (t)->data && be->ops->prepare_weight(be, (t), &err) != KV_OK
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        const kv_layer *L = &m->layers[l];
+        PREP(&L->wq);
+        PREP(&L->wk);
+        PREP(&L->wv);
+        PREP(&L->wo);
+        if (m->hp.n_expert > 0) {
+            for (int x = 0; x < m->hp.n_expert; x++) {
+                if (L->exp_gate) PREP(&L->exp_gate[x]);
+                if (L->exp_up) PREP(&L->exp_up[x]);
+                if (L->exp_down) PREP(&L->exp_down[x]);
+            }
+        } else {
+            PREP(&L->w_gate);
+            PREP(&L->w_up);
+            PREP(&L->w_down);
+        }
+    }
+    PREP(&m->output);
+#undef PREP
+    return failed;
+}
+
 void kv_model_free(kv_model *m) {
     if (!m) return;
     kv_tokenizer_free(m->tok);

@@ -150,6 +150,12 @@ kv_model *kv_model_load(const char *path, const char *tokenizer_path, kv_err *er
  * will not be finite; generation stops with an error". Borrowed. */
 const char *kv_model_warning(const kv_model *m);
 void kv_model_free(kv_model *m); /* NULL is a no-op */
+/* Hands every matrix of m to be's prepare_weight (where it has one), so
+ * the backend can keep a faster layout of it (cpu: q8_0 panels); m must
+ * stay loaded while be may run ops on it (the backend finds its layouts
+ * by data address). A failure only means the backend reads that weight as it
+ * is: returns how many weights it could not prepare (0: all). */
+int kv_model_prepare_weights(const kv_model *m, kv_backend *be);
 
 /* Name of an architecture ("gemma3"); "?" out of range. */
 const char *kv_arch_name(kv_arch a);

@@ -256,6 +256,7 @@ kv_spec *kv_spec_new(const kv_config *cfg, const kv_model *target, kv_backend *b
     }
     sp->fwd = kv_forward_new(dm, be, sp->max_tokens, max_seqs, err);
     if (!sp->fwd) goto fail;
+    if (sp->dmodel) kv_model_prepare_weights(sp->dmodel, be); /* freed after the engine's last step */
     size_t T = (size_t)sp->max_tokens, S = (size_t)max_seqs;
     sp->logits = malloc(S * (size_t)sp->n_vocab * sizeof(float));
     sp->tok = malloc(T * sizeof(int32_t));

@@ -271,6 +271,13 @@ typedef struct kv_backend_ops {
      * pass (Q/K/V and gate/up of a decode step: one dispatch instead of
      * three or two). NULL: the caller makes the matmul calls. */
     void (*matmul_multi)(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n);
+    /* Optional (NULL: nothing to do): makes, once, a layout of weight w
+     * that this backend's kernels read faster (cpu: q8_0 as pre-packed
+     * panels on AVX-512), kept until the backend is freed and found again
+     * by w's data address: the caller keeps w's bytes unchanged and mapped
+     * for the backend's lifetime (the engine: its model). Results do not
+     * change. 0, or an error (then w is read as it is). */
+    int (*prepare_weight)(kv_backend *b, const kv_tensor *w, kv_err *err);
 } kv_backend_ops;
 
 struct kv_backend {

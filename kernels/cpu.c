@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -42,6 +43,15 @@ typedef struct cpu_ctx {
     int err_code;                      /* 0: none */
     char err_op[24];                   /* "matmul" */
     char err_msg[400];
+    /* prepare_weight's panels, by the weight's data address: an open-
+     * addressing table of cap (a power of two, 0: empty) slots */
+    struct cpu_panels {
+        const void *data;
+        int64_t ne0, ne1;
+        size_t nb1;
+        uint8_t *buf;
+    } *panels;
+    size_t panels_cap, panels_n;
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(const kv_backend *b) { return (cpu_ctx *)b->ctx; }
@@ -182,6 +192,85 @@ nomem:
 }
 
 kv_threadpool *kv_cpu_pool(kv_backend *b) { return b ? ctx_of(b)->pool : NULL; }
+
+/* ---- prepare_weight: pre-packed panels ---------------------------------- */
+
+static size_t panel_slot(const cpu_ctx *c, const void *data) {
+    uintptr_t h = (uintptr_t)data;
+    h ^= h >> 17;
+    h *= (uintptr_t)0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 7) & (c->panels_cap - 1);
+}
+
+/* The panels made for w (the same data, shape and stride), or NULL. */
+static const uint8_t *cpu_panels_of(const void *owner, const kv_tensor *w) {
+    const cpu_ctx *c = owner;
+    if (!c->panels_cap || !w->data) return NULL;
+    for (size_t i = panel_slot(c, w->data);; i = (i + 1) & (c->panels_cap - 1)) {
+        const struct cpu_panels *e = &c->panels[i];
+        if (!e->data) return NULL;
+        if (e->data == w->data)
+            return e->ne0 == w->ne0 && e->ne1 == w->ne1 && e->nb1 == w->nb1 ? e->buf : NULL;
+    }
+}
+
+static int panels_insert(cpu_ctx *c, const struct cpu_panels *n) {
+    if (2 * (c->panels_n + 1) > c->panels_cap) { /* keep the load at most 1/2 */
+        size_t cap = c->panels_cap ? 2 * c->panels_cap : 64;
+        struct cpu_panels *t = calloc(cap, sizeof *t), *old = c->panels;
+        if (!t) return KV_ERR_NOMEM;
+        size_t oc = c->panels_cap;
+        c->panels = t;
+        c->panels_cap = cap;
+        c->panels_n = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i].data) panels_insert(c, &old[i]);
+        free(old);
+    }
+    size_t i = panel_slot(c, n->data);
+    while (c->panels[i].data) i = (i + 1) & (c->panels_cap - 1);
+    c->panels[i] = *n;
+    c->panels_n++;
+    return KV_OK;
+}
+
+static int cpu_prepare_weight(kv_backend *b, const kv_tensor *w, kv_err *err) {
+    cpu_ctx *c = ctx_of(b);
+    int rc = kv_mm_check(w, err);
+    if (rc != KV_OK) return rc;
+    /* AMX tiles read the rows in place (kv_mm_amx_rows): no panels there;
+     * KVTOP_CPU_PANELS=0 turns them off (A/B runs: results do not change) */
+    const char *env = getenv("KVTOP_CPU_PANELS");
+    const size_t bytes = kv_mm_amx_on() || (env && !strcmp(env, "0")) ? 0 : kv_mm_panels_bytes(w, c->isa);
+    if (!bytes || cpu_panels_of(c, w)) return KV_OK;
+    /* NOTE: 4 KiB pages: marked for huge pages (MADV_HUGEPAGE) a 1.1 GB
+     * weight set took 2.7 s instead of 1.0 s to fault in on a VM guest,
+     * and decode ran no faster */
+    struct cpu_panels e = {w->data, w->ne0, w->ne1, w->nb1, aligned_alloc(64, (bytes + 63) & ~(size_t)63)};
+    if (!e.buf)
+        return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: no memory for the %zu-byte panels of a %lld x %lld %s weight",
+                          bytes, (long long)w->ne1, (long long)w->ne0, kv_type_name((int)w->type));
+    kv_mm_panels_pack(w, e.buf, c->pool);
+#ifdef MADV_PAGEOUT
+    /* The row bytes are read again only by get_rows (a tied embedding) and
+     * other ISAs: let the kernel reclaim their pages (content-preserving:
+     * file pages drop and fault back in, anonymous ones go to swap or stay),
+     * so the model is not resident twice. Advice only. */
+    {
+        const long psz = sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = ((uintptr_t)w->data + (uintptr_t)psz - 1) & ~(uintptr_t)(psz - 1);
+        const uintptr_t hi = ((uintptr_t)w->data + (size_t)(w->ne1 - 1) * w->nb1 + kv_type_row_size(w->type, w->ne0)) &
+                             ~(uintptr_t)(psz - 1);
+        if (psz > 0 && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+    }
+#endif
+    if (panels_insert(c, &e) != KV_OK) {
+        free(e.buf);
+        return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    atomic_fetch_add(&c->used, (unsigned long long)bytes);
+    return KV_OK;
+}
 
 static int cpu_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
     (void)b;
@@ -490,7 +579,7 @@ static void cpu_add_rows(kv_backend *b, float *x, const float *bias, int n, int 
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
     kv_err e;
     if (kv_mm_run(&env, isa, w, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul", "%s", e.msg);
 }
@@ -503,7 +592,7 @@ void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *con
                              float *const *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX};
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
     kv_err e;
     if (kv_mm_run_multi(&env, isa, w, nw, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul_multi", "%s", e.msg);
 }
@@ -556,6 +645,8 @@ static void cpu_destroy(kv_backend *b) {
         for (int i = 0; i < KV_CPU_MAX_THREADS; i++) free(c->scratch[i]);
         free(c->act);
         free(c->attn_part);
+        for (size_t i = 0; i < c->panels_cap; i++) free(c->panels[i].buf);
+        free(c->panels);
         free(c);
     }
     free(b);
@@ -590,6 +681,7 @@ static const kv_backend_ops cpu_ops = {
     .status = cpu_status,
     .reserve = cpu_reserve,
     .clock = NULL, /* host time */
+    .prepare_weight = cpu_prepare_weight,
 };
 
 kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {

@@ -147,6 +147,57 @@ void kv_mm_rows_ref(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) 
     }
 }
 
+/* ---- pre-packed panels --------------------------------------------------- */
+
+size_t kv_mm_panels_bytes(const kv_tensor *w, kv_cpu_isa isa) {
+    if (!w || w->type != KV_TYPE_Q8_0 || isa != KV_CPU_ISA_AVX512 || w->ne0 % KV_QK || w->ne1 <= 0) return 0;
+    const size_t panels = (size_t)(w->ne1 + KV_MM_PANEL - 1) / KV_MM_PANEL;
+    return panels * kv_mm_panel_stride(w->ne0 / KV_QK);
+}
+
+typedef struct panel_task {
+    const kv_tensor *w;
+    uint8_t *dst;
+    int64_t panels;
+} panel_task;
+
+/* Panels [p0, p1) of one thread's share: a plain byte shuffle, once per
+ * weight, so it stays portable C. */
+static void panel_run(void *ctx, int ith, int nth) {
+    const panel_task *t = ctx;
+    const kv_tensor *w = t->w;
+    const int64_t nb = w->ne0 / KV_QK;
+    const int64_t p0 = t->panels * ith / nth, p1 = t->panels * (ith + 1) / nth;
+    for (int64_t p = p0; p < p1; p++) {
+        uint8_t *ps = t->dst + (size_t)p * kv_mm_panel_stride(nb), *pq = ps + kv_mm_panel_qoff(nb);
+        memset(ps, 0, kv_mm_panel_qoff(nb)); /* the padding too */
+        for (int rr = 0; rr < KV_MM_PANEL; rr++) {
+            const int64_t r = p * KV_MM_PANEL + rr;
+            const uint8_t *row = r < w->ne1 ? (const uint8_t *)w->data + (size_t)r * w->nb1 : NULL;
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *pb = pq + (size_t)b * KV_MM_PANEL_QBLOCK + rr * 4;
+                const uint8_t *blk = row ? row + (size_t)b * 34 : NULL;
+                uint16_t d = blk ? kv_mm_rd16(blk) : 0;
+                __builtin_memcpy(ps + (size_t)b * 32 + 2 * rr, &d, 2);
+                for (int g = 0; g < 8; g++) { /* 4 quants at a time, made unsigned */
+                    uint32_t q = 0;
+                    if (blk) __builtin_memcpy(&q, blk + 2 + 4 * g, 4);
+                    q ^= 0x80808080u;
+                    __builtin_memcpy(pb + g * 64, &q, 4);
+                }
+            }
+        }
+    }
+}
+
+void kv_mm_panels_pack(const kv_tensor *w, uint8_t *dst, kv_threadpool *pool) {
+    panel_task t = {w, dst, (w->ne1 + KV_MM_PANEL - 1) / KV_MM_PANEL};
+    if (pool && kv_threadpool_size(pool) > 1 && t.panels > 1)
+        kv_threadpool_run(pool, panel_run, &t);
+    else
+        panel_run(&t, 0, 1);
+}
+
 /* ---- ISA table ----------------------------------------------------------- */
 
 static const kv_mm_isa_kernels *isa_kernels(kv_cpu_isa isa) {
@@ -461,6 +512,7 @@ int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const
         a->n = n;
         a->x = x;
         a->y = y[i];
+        a->wp = env->panels && kv_mm_panels_bytes(w[i], isa) ? env->panels(env->owner, w[i]) : NULL;
         Mtot += a->M;
         need_scratch |= is_quant(w[i]->type) || !kv_qext_get(w[i]->type);
     }

@@ -73,7 +73,25 @@ typedef struct kv_mm_args {
                          with a packer: AVX2; the AVX-512 float kernels read
                          x in place): (ceil(n / 16), K, 16), rows past n zero;
                          else NULL */
+    const uint8_t *wp; /* w as pre-packed panels (kv_mm_panels_pack), or NULL */
 } kv_mm_args;
+
+/* Pre-packed q8_0 panels, the layout the AVX-512 kernels read without
+ * repacking, made once per weight (the cpu backend's prepare_weight): per
+ * panel of 16 rows, the nb blocks' scales (block b: the 16 rows' fp16 d,
+ * 32 bytes), padded to 64 bytes, then the blocks' quants (block b: 8
+ * groups of 16 rows x 4 bytes made unsigned, w ^ 0x80: group g holds
+ * elements 4g..4g+3 of every row, the zmm the kernels broadcast 4
+ * activation bytes against; 512 bytes, 64-byte aligned). Panels follow
+ * each other (kv_mm_panel_stride); the rows past M of the last are zero. */
+#define KV_MM_PANEL_QBLOCK 512
+static inline size_t kv_mm_panel_qoff(int64_t nb) { return ((size_t)nb * 32 + 63) & ~(size_t)63; }
+static inline size_t kv_mm_panel_stride(int64_t nb) { return kv_mm_panel_qoff(nb) + (size_t)nb * KV_MM_PANEL_QBLOCK; }
+/* Bytes of w's panels, or 0 when w's type has no panel layout for isa. */
+size_t kv_mm_panels_bytes(const kv_tensor *w, kv_cpu_isa isa);
+/* Packs w into dst (kv_mm_panels_bytes bytes, 64-byte aligned) on pool
+ * (NULL: this thread). */
+void kv_mm_panels_pack(const kv_tensor *w, uint8_t *dst, kv_threadpool *pool);
 
 /* Weight zero point the activation corrections (ioff) are made for. */
 int kv_mm_zero_point(kv_type t);
@@ -206,6 +224,10 @@ typedef struct kv_mm_env {
                               (a multiple of 64) side by side, 64-byte aligned */
     size_t act_bytes;
     int act_regions;       /* one per activation format of a kv_mm_run_multi call; <= 1: one */
+    /* the pre-packed panels of a weight (kv_mm_panels_pack), or NULL: the
+     * kernels read w as it is; panels NULL: none are kept */
+    const uint8_t *(*panels)(const void *owner, const kv_tensor *w);
+    const void *owner;
 } kv_mm_env;
 
 /* Bytes of the shared activation buffer a matmul of n rows of K takes for

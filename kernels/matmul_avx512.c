@@ -55,6 +55,11 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 #define KV_PF_AHEAD_Q 2
 #define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
+/* Bytes ahead of the block being read that the pre-packed panel kernel
+ * prefetches (its stream is one sequential run of the weight). */
+#ifndef KV_PP_AHEAD
+#define KV_PP_AHEAD 4096
+#endif
 
 /* ---- activation quantizer ------------------------------------------------ */
 
@@ -290,6 +295,67 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
         int rows = (int)KV_MIN(r1 - r, KV_MM_PANEL);
         pack_q(a, t, r, rows, pq, pd, pm);
         f(a, pq, pd, pm, r, kv_tail16(rows));
+    }
+}
+
+/* ---- pre-packed q8_0 panels (kv_mm_panels_pack), any n -------------------- */
+
+/* y[j0..j0+J][r0..r0+16) from panel pp: qp_kernel's loop and arithmetic
+ * (the same chain per output, so the same bits), the quants and fp16
+ * scales read in place, a later part of the panel stream prefetched. */
+KV_AI void qpp_kernel(const kv_mm_args *a, const uint8_t *pp, int64_t r0, __mmask16 mask, int j0, const int J) {
+    const int64_t nb = a->K / KV_QK;
+    const size_t n = (size_t)a->n;
+    __m512 acc[12];
+#pragma GCC unroll 12
+    for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
+    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
+    const float *ad = a->a.d + j0;
+    const int32_t *io = a->a.ioff + j0;
+    const uint8_t *ps = pp, *pq = pp + kv_mm_panel_qoff(nb);
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, io += n) {
+        const uint8_t *pb = pq + (size_t)b * KV_MM_PANEL_QBLOCK;
+        /* past the panel's end this reaches into the next panel, which the
+         * thread reads next (a prefetch never faults) */
+        if (KV_PP_AHEAD) {
+#pragma GCC unroll 8
+            for (int l = 0; l < KV_MM_PANEL_QBLOCK; l += 64) _mm_prefetch((const char *)(pb + KV_PP_AHEAD + l), KV_PF_HINT);
+            if (!(b & 1)) _mm_prefetch((const char *)(ps + (size_t)b * 32 + KV_PP_AHEAD / 16), KV_PF_HINT);
+        }
+        __m512i wg[8];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(ps + (size_t)b * 32)));
+#pragma GCC unroll 12
+        for (int jj = 0; jj < J; jj++) {
+            const int8_t *ap = aq + jj * KV_QK;
+            __m512i s[2] = {_mm512_set1_epi32(io[jj]), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
+            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj]));
+            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), sc, acc[jj]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
+}
+
+static void q_prepacked(const kv_mm_args *a, int64_t r0, int64_t r1) {
+    const size_t pstride = kv_mm_panel_stride(a->K / KV_QK);
+    for (int64_t r = r0; r < r1; r += KV_MM_PANEL) { /* r0 is a multiple of 16 (the driver's chunks) */
+        const uint8_t *pp = a->wp + (size_t)(r / KV_MM_PANEL) * pstride;
+        const __mmask16 mask = kv_tail16((int)KV_MIN(r1 - r, KV_MM_PANEL));
+        int j0 = 0;
+        for (; j0 + 12 <= a->n; j0 += 12) qpp_kernel(a, pp, r, mask, j0, 12);
+        int left = a->n - j0;
+        if (left >= 8) qpp_kernel(a, pp, r, mask, j0, 8), j0 += 8, left -= 8;
+        if (left >= 4) qpp_kernel(a, pp, r, mask, j0, 4), j0 += 4, left -= 4;
+        switch (left) {
+        case 3: qpp_kernel(a, pp, r, mask, j0, 3); break;
+        case 2: qpp_kernel(a, pp, r, mask, j0, 2); break;
+        case 1: qpp_kernel(a, pp, r, mask, j0, 1); break;
+        default: break;
+        }
     }
 }
 
@@ -548,6 +614,8 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
     static void rows_##t(const kv_mm_args *a, int64_t r0, int64_t r1, void *scratch) {                                 \
         if (a->n >= KV_AMX_MIN_N(t) && kv_mm_amx_on())                                                                 \
             kv_mm_amx_rows(a, r0, r1, scratch);                                                                        \
+        else if (a->wp && (r0 % KV_MM_PANEL) == 0)                                                                     \
+            q_prepacked(a, r0, r1);                                                                                    \
         else if (a->n >= KV_PACK_MIN_Q)                                                                                \
             q_packed(a, t, r0, r1, scratch, qp_##t);                                                                   \
         else                                                                                                           \

@@ -193,6 +193,12 @@ static void sim_download(kv_backend *b, void *dst, const void *src, size_t bytes
     charge_transfer(b, dst && src ? bytes : (size_t)(bytes * ctx_of(b)->kv_share + 0.5));
 }
 
+/* The host computes the results: its layouts, not the modelled device's. */
+static int sim_prepare_weight(kv_backend *b, const kv_tensor *w, kv_err *err) {
+    kv_backend *in = ctx_of(b)->inner;
+    return in->ops->prepare_weight ? in->ops->prepare_weight(in, w, err) : KV_OK;
+}
+
 static int sim_upload_weight(kv_backend *b, kv_tensor *w, kv_err *err) {
     sim_ctx *c = ctx_of(b);
     int rc = c->inner->ops->upload_weight(c->inner, w, err);
@@ -433,6 +439,7 @@ static const kv_backend_ops sim_ops = {
     .upload = sim_upload,
     .download = sim_download,
     .upload_weight = sim_upload_weight,
+    .prepare_weight = sim_prepare_weight,
     .matmul = sim_matmul,
     .matmul_multi = sim_matmul_multi,
     .get_rows = sim_get_rows,

@@ -15,6 +15,7 @@
 
 #include "../../kernels/backend.h"
 #include "../../kernels/cpu.h"
+#include "../../kernels/matmul.h"
 #include "../../kernels/membw.h"
 #include "../../kernels/threadpool.h"
 #include "../../kernels/types.h"
@@ -404,6 +405,72 @@ static void test_matmul_q8_0(void) { check_matmul_type(KV_TYPE_Q8_0); }
 static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
 static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
 static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
+
+/* prepare_weight's pre-packed q8_0 panels: once a weight is prepared, the
+ * backend's matmul and matmul_multi give the bits the unprepared weight
+ * gave, for every n (the panel kernel serves all of them) and a partial
+ * last panel; the panels are counted in the backend's memory; a tensor
+ * with the same data but another shape is not taken for the prepared one. */
+static void test_matmul_panels(void) {
+    kv_backend *b = cpu(2);
+    REQUIRE(b && b->ops->prepare_weight);
+    const int64_t K = 352, M = 300; /* 11 blocks; 18 full panels and one of 12 rows */
+    enum { NX = 64 };
+    float *wf = malloc((size_t)(M * K) * sizeof(float)), *x = malloc((size_t)NX * K * sizeof(float));
+    float *y0 = malloc((size_t)NX * M * sizeof(float)), *y1 = malloc((size_t)NX * M * sizeof(float));
+    float *y2 = malloc((size_t)NX * M * sizeof(float));
+    kv_tensor w, w2;
+    uint8_t *data = make_weight(KV_TYPE_Q8_0, M, K, 0, &w, wf), *data2 = make_weight(KV_TYPE_Q8_0, M, K, 0, &w2, wf);
+    REQUIRE(data && data2 && x && y0 && y1 && y2);
+    harness_fill_rand(x, (size_t)NX * K, 2.0f);
+    const int ns[] = {1, 2, 3, 5, 8, 12, 13, 17, 32, 64};
+    float *ref[KV_ARRAY_LEN(ns)];
+    for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) {
+        ref[i] = malloc((size_t)ns[i] * M * sizeof(float));
+        REQUIRE(ref[i]);
+        b->ops->matmul(b, &w, x, ref[i], ns[i]);
+    }
+    kv_backend_mem m0, m1;
+    b->ops->mem_info(b, &m0);
+    kv_err err;
+    CHECK(b->ops->prepare_weight(b, &w, &err) == 0);
+    CHECK(b->ops->prepare_weight(b, &w, &err) == 0); /* once is kept */
+    b->ops->mem_info(b, &m1);
+    const int panels = kv_cpu_get_isa(b) == KV_CPU_ISA_AVX512 && !kv_mm_amx_on();
+    CHECKF(m1.used_bytes - m0.used_bytes == (panels ? 19u * kv_mm_panel_stride(11) : 0u), "%llu bytes more",
+           (unsigned long long)(m1.used_bytes - m0.used_bytes));
+    for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) {
+        const int n = ns[i];
+        b->ops->matmul(b, &w, x, y1, n);
+        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "matmul n=%d: the panels change the bits", n);
+        const kv_tensor *ws[2] = {&w, &w2};
+        float *ys[2] = {y1, y2};
+        b->ops->matmul_multi(b, ws, 2, x, ys, n);
+        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "matmul_multi n=%d: the panels change the bits", n);
+        b->ops->matmul(b, &w2, x, y0, n); /* w2 is not prepared */
+        CHECK(memcmp(y2, y0, (size_t)n * M * sizeof(float)) == 0);
+    }
+    if (panels) { /* the panels are what is read: the row bytes no longer matter */
+        const int64_t nb = K / 32;
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t bk = 0; bk < nb; bk++) data[(size_t)r * w.nb1 + (size_t)bk * 34 + 2] ^= 0x55;
+        b->ops->matmul(b, &w, x, y1, 1);
+        CHECK(memcmp(y1, ref[0], (size_t)M * sizeof(float)) == 0);
+        b->ops->matmul(b, &w, x, y1, 32);
+        CHECK(memcmp(y1, ref[8], (size_t)32 * M * sizeof(float)) == 0);
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t bk = 0; bk < nb; bk++) data[(size_t)r * w.nb1 + (size_t)bk * 34 + 2] ^= 0x55;
+    }
+    /* the same bytes seen as 299 rows: not the prepared tensor, still right */
+    kv_tensor w3 = w;
+    w3.ne1 = M - 1;
+    b->ops->matmul(b, &w3, x, y1, 3);
+    for (int j = 0; j < 3; j++)
+        CHECK(memcmp(y1 + (size_t)j * (M - 1), ref[2] + (size_t)j * M, (size_t)(M - 1) * sizeof(float)) == 0);
+    for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) free(ref[i]);
+    FREE_ALL(wf, x, y0, y1, y2, data, data2);
+    kv_backend_free(b);
+}
 
 /* Larger shapes where the threaded chunking and the packed panels matter. */
 static void test_matmul_large(void) {
@@ -954,7 +1021,8 @@ int main(int argc, char **argv) {
         T(test_fp16_conversions),  T(test_bf16_conversions),      T(test_dequantize_layouts),
         T(test_quantize_codes),    T(test_quantize_roundtrip_bounds), T(test_matmul_f32),
         T(test_matmul_f16),        T(test_matmul_bf16),           T(test_matmul_q8_0),
-        T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_q5_0),           T(test_matmul_large),
+        T(test_matmul_q4_0),       T(test_matmul_q4_1),           T(test_matmul_q5_0),
+        T(test_matmul_panels),           T(test_matmul_large),
         T(test_matmul_quant_ext),  T(test_matmul_batch_invariance), T(test_matmul_activation_edge), T(test_matmul_rejects),   T(test_rmsnorm),
         T(test_rope),              T(test_silu_mul_add),          T(test_get_rows),
         T(test_threadpool),        T(test_threadpool_latency),    T(test_backend_registry),
