@@ -76,17 +76,28 @@ typedef struct kv_mm_args {
     const uint8_t *wp; /* w as pre-packed panels (kv_mm_panels_pack), or NULL */
 } kv_mm_args;
 
-/* Pre-packed q8_0 panels, the layout the AVX-512 kernels read without
- * repacking, made once per weight (the cpu backend's prepare_weight): per
- * panel of 16 rows, the nb blocks' scales (block b: the 16 rows' fp16 d,
- * 32 bytes), padded to 64 bytes, then the blocks' quants (block b: 8
- * groups of 16 rows x 4 bytes made unsigned, w ^ 0x80: group g holds
- * elements 4g..4g+3 of every row, the zmm the kernels broadcast 4
- * activation bytes against; 512 bytes, 64-byte aligned). Panels follow
- * each other (kv_mm_panel_stride); the rows past M of the last are zero. */
-#define KV_MM_PANEL_QBLOCK 512
-static inline size_t kv_mm_panel_qoff(int64_t nb) { return ((size_t)nb * 32 + 63) & ~(size_t)63; }
-static inline size_t kv_mm_panel_stride(int64_t nb) { return kv_mm_panel_qoff(nb) + (size_t)nb * KV_MM_PANEL_QBLOCK; }
+/* Pre-packed panels (q8_0, q5_0), the layout the AVX-512
+ * kernels read without repacking, made once per weight (the cpu backend's
+ * prepare_weight). Per panel of 16 rows: the nb blocks' headers, padded to
+ * 64 bytes, then the blocks' quants, 64-byte aligned.
+ *  - header of block b: the 16 rows' fp16 d (32 bytes); q5_0 then 8 masks
+ *    of 64 bits, mask G bit 4r + i = the fifth bit of element 4G + i of
+ *    row r (64 bytes)
+ *  - quants of block b: q8_0: 8 groups of 16 rows x 4 bytes made unsigned
+ *    (w ^ 0x80): group g holds elements 4g..4g+3 of every row, the zmm the
+ *    kernels broadcast 4 activation bytes against (512 bytes); q5_0: 4 zmm
+ *    of 16 rows x 4 nibble bytes, zmm g = bytes 4g..4g+3 of each row's 16,
+ *    so its low nibbles are group g and its high ones group g + 4 (256)
+ * Panels follow each other (kv_mm_panel_stride); the rows past M of the
+ * last one are zero. */
+static inline size_t kv_mm_panel_hblock(kv_type t) { return t == KV_TYPE_Q5_0 ? 96 : 32; }
+static inline size_t kv_mm_panel_qblock(kv_type t) { return t == KV_TYPE_Q8_0 ? 512 : 256; }
+static inline size_t kv_mm_panel_qoff(kv_type t, int64_t nb) {
+    return ((size_t)nb * kv_mm_panel_hblock(t) + 63) & ~(size_t)63;
+}
+static inline size_t kv_mm_panel_stride(kv_type t, int64_t nb) {
+    return kv_mm_panel_qoff(t, nb) + (size_t)nb * kv_mm_panel_qblock(t);
+}
 /* Bytes of w's panels, or 0 when w's type has no panel layout for isa. */
 size_t kv_mm_panels_bytes(const kv_tensor *w, kv_cpu_isa isa);
 /* Packs w into dst (kv_mm_panels_bytes bytes, 64-byte aligned) on pool

@@ -222,6 +222,18 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
     }
 }
 
+/* One block of one activation row against 16 weight rows, wg[g] = their
+ * elements 4g..4g+3 (unsigned): acc = fma(float(isum + ioff), dw * da,
+ * acc), the step every panel kernel takes (the integer part's order is
+ * free; q4_1 adds its min term after). */
+KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_t *ap, float da, int32_t ioff) {
+    /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
+    __m512i s[2] = {_mm512_set1_epi32(ioff), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
+}
+
 /* y[j0..j0+J][r0..r0+16) from a packed panel. */
 KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
                      __mmask16 mask, int j0, const int J) {
@@ -242,13 +254,7 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
         __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
         for (int jj = 0; jj < J; jj++) {
-            const int8_t *ap = aq + jj * KV_QK;
-            /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
-            __m512i s[2] = {t == KV_TYPE_Q4_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(io[jj]), _mm512_setzero_si512()};
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
-            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj]));
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), sc, acc[jj]);
+            acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], t == KV_TYPE_Q4_1 ? 0 : io[jj]);
             if (t == KV_TYPE_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
         }
     }
@@ -298,62 +304,76 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
     }
 }
 
-/* ---- pre-packed q8_0 panels (kv_mm_panels_pack), any n -------------------- */
+/* ---- pre-packed panels (kv_mm_panels_pack), any n ------------------------ */
 
 /* y[j0..j0+J][r0..r0+16) from panel pp: qp_kernel's loop and arithmetic
- * (the same chain per output, so the same bits), the quants and fp16
- * scales read in place, a later part of the panel stream prefetched. */
-KV_AI void qpp_kernel(const kv_mm_args *a, const uint8_t *pp, int64_t r0, __mmask16 mask, int j0, const int J) {
+ * (the same chain per output, so the same bits), the quants, fp16 scales
+ * and q5_0's fifth-bit masks read in place, a later part of the panel
+ * stream prefetched into L2. */
+KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t r0, __mmask16 mask, int j0,
+                      const int J) {
     const int64_t nb = a->K / KV_QK;
-    const size_t n = (size_t)a->n;
+    const size_t n = (size_t)a->n, hb = kv_mm_panel_hblock(t), qb = kv_mm_panel_qblock(t);
     __m512 acc[12];
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const float *ad = a->a.d + j0;
     const int32_t *io = a->a.ioff + j0;
-    const uint8_t *ps = pp, *pq = pp + kv_mm_panel_qoff(nb);
+    const uint8_t *ph = pp, *pq = pp + kv_mm_panel_qoff(t, nb);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, io += n) {
-        const uint8_t *pb = pq + (size_t)b * KV_MM_PANEL_QBLOCK;
+        const uint8_t *pb = pq + (size_t)b * qb, *hd = ph + (size_t)b * hb;
         /* past the panel's end this reaches into the next panel, which the
          * thread reads next (a prefetch never faults) */
-        if (KV_PP_AHEAD) {
 #pragma GCC unroll 8
-            for (int l = 0; l < KV_MM_PANEL_QBLOCK; l += 64) _mm_prefetch((const char *)(pb + KV_PP_AHEAD + l), KV_PF_HINT);
-            if (!(b & 1)) _mm_prefetch((const char *)(ps + (size_t)b * 32 + KV_PP_AHEAD / 16), KV_PF_HINT);
-        }
+        for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)(pb + KV_PP_AHEAD + l), KV_PF_HINT);
+        if (hb * (size_t)(b + 1) / 64 != hb * (size_t)b / 64 || b == 0)
+            _mm_prefetch((const char *)(hd + KV_PP_AHEAD * hb / qb), KV_PF_HINT);
         __m512i wg[8];
+        if (t == KV_TYPE_Q8_0) {
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
-        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(ps + (size_t)b * 32)));
+            for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
+        } else {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_load_si512((const void *)(pb + g * 64));
+                wg[g] = _mm512_and_si512(v, nib);
+                wg[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+            if (t == KV_TYPE_Q5_0) {
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    uint64_t m;
+                    __builtin_memcpy(&m, hd + 32 + 8 * g, 8);
+                    wg[g] = _mm512_mask_add_epi8(wg[g], _cvtu64_mask64(m), wg[g], _mm512_set1_epi8(0x10));
+                }
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)hd));
 #pragma GCC unroll 12
         for (int jj = 0; jj < J; jj++) {
-            const int8_t *ap = aq + jj * KV_QK;
-            __m512i s[2] = {_mm512_set1_epi32(io[jj]), _mm512_setzero_si512()};
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
-            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(ad[jj]));
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), sc, acc[jj]);
+            acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], io[jj]);
         }
     }
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
 }
 
-static void q_prepacked(const kv_mm_args *a, int64_t r0, int64_t r1) {
-    const size_t pstride = kv_mm_panel_stride(a->K / KV_QK);
+KV_AI void q_prepacked(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1) {
+    const size_t pstride = kv_mm_panel_stride(t, a->K / KV_QK);
     for (int64_t r = r0; r < r1; r += KV_MM_PANEL) { /* r0 is a multiple of 16 (the driver's chunks) */
         const uint8_t *pp = a->wp + (size_t)(r / KV_MM_PANEL) * pstride;
         const __mmask16 mask = kv_tail16((int)KV_MIN(r1 - r, KV_MM_PANEL));
         int j0 = 0;
-        for (; j0 + 12 <= a->n; j0 += 12) qpp_kernel(a, pp, r, mask, j0, 12);
+        for (; j0 + 12 <= a->n; j0 += 12) qpp_kernel(a, t, pp, r, mask, j0, 12);
         int left = a->n - j0;
-        if (left >= 8) qpp_kernel(a, pp, r, mask, j0, 8), j0 += 8, left -= 8;
-        if (left >= 4) qpp_kernel(a, pp, r, mask, j0, 4), j0 += 4, left -= 4;
+        if (left >= 8) qpp_kernel(a, t, pp, r, mask, j0, 8), j0 += 8, left -= 8;
+        if (left >= 4) qpp_kernel(a, t, pp, r, mask, j0, 4), j0 += 4, left -= 4;
         switch (left) {
-        case 3: qpp_kernel(a, pp, r, mask, j0, 3); break;
-        case 2: qpp_kernel(a, pp, r, mask, j0, 2); break;
-        case 1: qpp_kernel(a, pp, r, mask, j0, 1); break;
+        case 3: qpp_kernel(a, t, pp, r, mask, j0, 3); break;
+        case 2: qpp_kernel(a, t, pp, r, mask, j0, 2); break;
+        case 1: qpp_kernel(a, t, pp, r, mask, j0, 1); break;
         default: break;
         }
     }
@@ -615,7 +635,7 @@ static void q_direct(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
         if (a->n >= KV_AMX_MIN_N(t) && kv_mm_amx_on())                                                                 \
             kv_mm_amx_rows(a, r0, r1, scratch);                                                                        \
         else if (a->wp && (r0 % KV_MM_PANEL) == 0)                                                                     \
-            q_prepacked(a, r0, r1);                                                                                    \
+            q_prepacked(a, t, r0, r1);                                                                                 \
         else if (a->n >= KV_PACK_MIN_Q)                                                                                \
             q_packed(a, t, r0, r1, scratch, qp_##t);                                                                   \
         else                                                                                                           \

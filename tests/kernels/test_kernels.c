@@ -406,12 +406,12 @@ static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
 static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
 static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
 
-/* prepare_weight's pre-packed q8_0 panels: once a weight is prepared, the
+/* prepare_weight's pre-packed panels (q8_0, q5_0): once a weight is prepared, the
  * backend's matmul and matmul_multi give the bits the unprepared weight
  * gave, for every n (the panel kernel serves all of them) and a partial
  * last panel; the panels are counted in the backend's memory; a tensor
  * with the same data but another shape is not taken for the prepared one. */
-static void test_matmul_panels(void) {
+static void check_panels(kv_type t) {
     kv_backend *b = cpu(2);
     REQUIRE(b && b->ops->prepare_weight);
     const int64_t K = 352, M = 300; /* 11 blocks; 18 full panels and one of 12 rows */
@@ -420,7 +420,7 @@ static void test_matmul_panels(void) {
     float *y0 = malloc((size_t)NX * M * sizeof(float)), *y1 = malloc((size_t)NX * M * sizeof(float));
     float *y2 = malloc((size_t)NX * M * sizeof(float));
     kv_tensor w, w2;
-    uint8_t *data = make_weight(KV_TYPE_Q8_0, M, K, 0, &w, wf), *data2 = make_weight(KV_TYPE_Q8_0, M, K, 0, &w2, wf);
+    uint8_t *data = make_weight(t, M, K, 0, &w, wf), *data2 = make_weight(t, M, K, 0, &w2, wf);
     REQUIRE(data && data2 && x && y0 && y1 && y2);
     harness_fill_rand(x, (size_t)NX * K, 2.0f);
     const int ns[] = {1, 2, 3, 5, 8, 12, 13, 17, 32, 64};
@@ -437,29 +437,32 @@ static void test_matmul_panels(void) {
     CHECK(b->ops->prepare_weight(b, &w, &err) == 0); /* once is kept */
     b->ops->mem_info(b, &m1);
     const int panels = kv_cpu_get_isa(b) == KV_CPU_ISA_AVX512 && !kv_mm_amx_on();
-    CHECKF(m1.used_bytes - m0.used_bytes == (panels ? 19u * kv_mm_panel_stride(11) : 0u), "%llu bytes more",
-           (unsigned long long)(m1.used_bytes - m0.used_bytes));
+    CHECKF(m1.used_bytes - m0.used_bytes == (panels ? 19u * kv_mm_panel_stride(t, 11) : 0u), "%s: %llu bytes more",
+           kv_type_name(t), (unsigned long long)(m1.used_bytes - m0.used_bytes));
     for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) {
         const int n = ns[i];
         b->ops->matmul(b, &w, x, y1, n);
-        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "matmul n=%d: the panels change the bits", n);
+        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "%s matmul n=%d: the panels change the bits",
+               kv_type_name(t), n);
         const kv_tensor *ws[2] = {&w, &w2};
         float *ys[2] = {y1, y2};
         b->ops->matmul_multi(b, ws, 2, x, ys, n);
-        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "matmul_multi n=%d: the panels change the bits", n);
+        CHECKF(memcmp(y1, ref[i], (size_t)n * M * sizeof(float)) == 0, "%s matmul_multi n=%d: the panels change the bits",
+               kv_type_name(t), n);
         b->ops->matmul(b, &w2, x, y0, n); /* w2 is not prepared */
         CHECK(memcmp(y2, y0, (size_t)n * M * sizeof(float)) == 0);
     }
     if (panels) { /* the panels are what is read: the row bytes no longer matter */
-        const int64_t nb = K / 32;
-        for (int64_t r = 0; r < M; r++)
-            for (int64_t bk = 0; bk < nb; bk++) data[(size_t)r * w.nb1 + (size_t)bk * 34 + 2] ^= 0x55;
-        b->ops->matmul(b, &w, x, y1, 1);
-        CHECK(memcmp(y1, ref[0], (size_t)M * sizeof(float)) == 0);
-        b->ops->matmul(b, &w, x, y1, 32);
-        CHECK(memcmp(y1, ref[8], (size_t)32 * M * sizeof(float)) == 0);
-        for (int64_t r = 0; r < M; r++)
-            for (int64_t bk = 0; bk < nb; bk++) data[(size_t)r * w.nb1 + (size_t)bk * 34 + 2] ^= 0x55;
+        const size_t bs = kv_type_get((int)t)->type_size, qo = bs - 16 - (t == KV_TYPE_Q8_0 ? 16 : 0);
+        for (int flip = 0; flip < 2; flip++) {
+            for (int64_t r = 0; r < M; r++)
+                for (int64_t bk = 0; bk < K / 32; bk++) data[(size_t)r * w.nb1 + (size_t)bk * bs + qo] ^= 0x55;
+            if (flip) break;
+            b->ops->matmul(b, &w, x, y1, 1);
+            CHECK(memcmp(y1, ref[0], (size_t)M * sizeof(float)) == 0);
+            b->ops->matmul(b, &w, x, y1, 32);
+            CHECK(memcmp(y1, ref[8], (size_t)32 * M * sizeof(float)) == 0);
+        }
     }
     /* the same bytes seen as 299 rows: not the prepared tensor, still right */
     kv_tensor w3 = w;
@@ -469,6 +472,25 @@ static void test_matmul_panels(void) {
         CHECK(memcmp(y1 + (size_t)j * (M - 1), ref[2] + (size_t)j * M, (size_t)(M - 1) * sizeof(float)) == 0);
     for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) free(ref[i]);
     FREE_ALL(wf, x, y0, y1, y2, data, data2);
+    kv_backend_free(b);
+}
+
+static void test_matmul_panels(void) {
+    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q5_0};
+    for (size_t i = 0; i < KV_ARRAY_LEN(types); i++) check_panels(types[i]);
+    /* q4_0 keeps its rows (no panels): prepare is a no-op that succeeds */
+    kv_backend *b = cpu(1);
+    REQUIRE(b);
+    float wf[64 * 32];
+    kv_tensor w;
+    uint8_t *data = make_weight(KV_TYPE_Q4_0, 64, 32, 0, &w, wf);
+    kv_backend_mem m0, m1;
+    b->ops->mem_info(b, &m0);
+    kv_err err;
+    CHECK(data && b->ops->prepare_weight(b, &w, &err) == 0);
+    b->ops->mem_info(b, &m1);
+    CHECK(m1.used_bytes == m0.used_bytes);
+    free(data);
     kv_backend_free(b);
 }
 
