@@ -129,15 +129,17 @@ def prefill_table(runs, ids):
 
 def conc_table(runs):
     print('| aggregate decode, 110M q8_0 (tok/s) | llama.cpp S_TG, FA on | FA off | best | '
-          'kvtop output tok/s | kvtop / best |')
-    print('|---|---|---|---|---|---|')
+          'kvtop output tok/s (closed loop, prefill included) | kvtop / best | '
+          'kvtop decode steps (one wave, as S_TG) | kvtop decode steps / best |')
+    print('|---|---|---|---|---|---|---|---|')
     for n in (32, 64):
         on = [batched_s_tg(p).get(n) for p in runs.get(('conc', 'llama', 'fa-on'), {}).values()]
         off = [batched_s_tg(p).get(n) for p in runs.get(('conc', 'llama', 'fa-off'), {}).values()]
         best = [max(a or 0, b or 0) or None for a, b in zip(on + [None] * len(off), off + [None] * len(on))]
         kv = [kvtop_bench(p, 'output_tokens_per_s') for p in runs.get(('conc', 'kvtop', f'c{n}'), {}).values()]
-        (ons, _), (offs, _), (bs, bmed), (ks, kmed) = fmt(on), fmt(off), fmt(best), fmt(kv)
-        print(f'| {n} concurrent | {ons} | {offs} | {bs} | {ks} | {ratio(kmed, bmed)} |')
+        kw = [kvtop_bench(p, 'decode_step_tokens_per_s') for p in runs.get(('conc', 'kvtop', f'wave{n}'), {}).values()]
+        (ons, _), (offs, _), (bs, bmed), (ks, kmed), (ws, wmed) = fmt(on), fmt(off), fmt(best), fmt(kv), fmt(kw)
+        print(f'| {n} concurrent | {ons} | {offs} | {bs} | {ks} | {ratio(kmed, bmed)} | {ws} | {ratio(wmed, bmed)} |')
     print()
 
 

@@ -18,8 +18,10 @@
 #            (110M q8_0 q4_0 f32; stories260K at 256 tokens)
 #   conc     aggregate decode, 32 and 64 concurrent, 110M q8_0:
 #            llama-batched-bench S_TG (128 + 128 tokens, best of -fa on/off)
-#            vs kvtop bench profiles/bench-concurrency.yaml output tok/s
-#            (prefill included, 2x N requests)
+#            vs kvtop bench profiles/bench-concurrency.yaml: output tok/s of
+#            a closed loop of 2x N requests (prefill included), and
+#            decode_step_tokens_per_s of one wave of N requests sent at
+#            once (prefill left out, as S_TG: the like-for-like figure)
 #   long     SmolLM2 decode after 2,048 and 8,000 tokens of context:
 #            llama-bench -d D -n 32 -fa 1 with f16 and q8_0 K/V vs kvtop
 #            bench with one D-token request, 64 output tokens, 1000 / TPOT
@@ -128,6 +130,9 @@ for ((r = 1; r <= REPS; r++)); do
       "$K" bench profiles/bench-concurrency.yaml --set model.path="$m" --set kv.memory=1GiB --set threads="$T" \
         --set workload.concurrency=$c --set workload.requests=$((2 * c)) \
         --json "$OUT/conc__kvtop__c${c}__r$r.json" --quiet
+      "$K" bench profiles/bench-concurrency.yaml --set model.path="$m" --set kv.memory=1GiB --set threads="$T" \
+        --set workload.concurrency=$c --set workload.requests=$c \
+        --json "$OUT/conc__kvtop__wave${c}__r$r.json" --quiet
     done
   fi
   LONG_ID=${LONG_MODEL:-smollm2}
