@@ -27,6 +27,10 @@ static int is_quant(kv_type t) {
     return t == KV_TYPE_Q8_0 || t == KV_TYPE_Q4_0 || t == KV_TYPE_Q4_1 || t == KV_TYPE_Q5_0;
 }
 
+/* The ops of a quant_ext type this file hands to quant_ext's dots, or NULL
+ * (this file's own block types, float weights, unknown types). */
+static const kv_qext_ops *qext_of(kv_type t) { return is_quant(t) ? NULL : kv_qext_get(t); }
+
 int kv_mm_zero_point(kv_type t) {
     switch (t) {
     case KV_TYPE_Q8_0:
@@ -294,9 +298,9 @@ static size_t xpack_bytes(int n, int64_t K) {
 
 size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
     if (n <= 0 || K <= 0) return 0;
-    if (is_quant(t)) return q8a_layout_of(n, K).total;
-    const kv_qext_ops *qx = kv_qext_get(t);
+    const kv_qext_ops *qx = qext_of(t);
     if (qx) return qx_act_bytes(qx, n, K);
+    if (is_quant(t)) return q8a_layout_of(n, K).total;
     if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
     if (isa_kernels(isa)->xpack && n >= KV_MM_PACK_MIN_N) return xpack_bytes(n, K);
     return 0;
@@ -368,11 +372,11 @@ typedef struct act_fmt {
 } act_fmt;
 
 static act_fmt act_fmt_of(kv_type t, const kv_mm_isa_kernels *kern, int n) {
-    act_fmt f = {ACT_NONE, 0, is_quant(t) ? NULL : kv_qext_get(t)};
-    if (is_quant(t))
-        f.kind = ACT_Q8A, f.zp = kv_mm_zero_point(t);
-    else if (f.qx)
+    act_fmt f = {ACT_NONE, 0, qext_of(t)};
+    if (f.qx)
         f.kind = ACT_QEXT;
+    else if (is_quant(t))
+        f.kind = ACT_Q8A, f.zp = kv_mm_zero_point(t);
     else if (kern->xpack && n >= KV_MM_PACK_MIN_N)
         f.kind = ACT_XPACK;
     return f;
@@ -532,7 +536,7 @@ int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const
         a->y = y[i];
         a->wp = env->panels && kv_mm_panels_bytes(w[i], isa) ? env->panels(env->owner, w[i]) : NULL;
         Mtot += a->M;
-        need_scratch |= is_quant(w[i]->type) || !kv_qext_get(w[i]->type);
+        need_scratch |= !qext_of(w[i]->type);
     }
     if ((double)n * (double)K * (double)Mtot < KV_MM_MIN_PAR_MACS) nth = 1;
     size_t need = kv_mm_scratch_bytes(K);
@@ -576,7 +580,7 @@ int kv_cpu_matmul_ref(const kv_tensor *w, const float *x, float *y, int n) {
     int rc = kv_mm_check(w, NULL);
     if (rc != KV_OK) return rc;
     if (n == 0) return KV_OK;
-    const kv_qext_ops *qx = is_quant(w->type) ? NULL : kv_qext_get(w->type);
+    const kv_qext_ops *qx = qext_of(w->type);
     if (qx) {
         mm_seg sg = {.args = {.type = w->type, .K = w->ne0, .M = w->ne1, .nb1 = w->nb1, .w = w->data, .n = n, .x = x, .y = y},
                      .dot = qx->vec_dot_ref, .arow = kv_type_row_size(qx->vec_type, w->ne0)};
