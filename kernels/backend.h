@@ -32,6 +32,13 @@ typedef struct kv_tensor {
     void *dev;         /* backend-private copy (CUDA), NULL on the CPU */
 } kv_tensor;
 
+/* Bytes a weight spans as stored: ne1 - 1 rows of nb1 bytes and the last
+ * one to its row size; 0 for a tensor without rows. */
+static inline size_t kv_tensor_span(const kv_tensor *w) {
+    if (!w || w->ne1 <= 0) return 0;
+    return (size_t)(w->ne1 - 1) * w->nb1 + kv_type_row_size(w->type, w->ne0);
+}
+
 /* A (rows, width) f32 activation buffer viewed as a tensor (for get_rows). */
 static inline kv_tensor kv_tensor_f32(const float *p, int64_t width, int64_t rows) {
     return (kv_tensor){.type = KV_TYPE_F32, .ne0 = width, .ne1 = rows, .nb1 = (size_t)width * sizeof(float),

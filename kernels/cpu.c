@@ -251,6 +251,11 @@ static int cpu_prepare_weight(kv_backend *b, const kv_tensor *w, kv_err *err) {
         return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: no memory for the %zu-byte panels of a %lld x %lld %s weight",
                           bytes, (long long)w->ne1, (long long)w->ne0, kv_type_name((int)w->type));
     kv_mm_panels_pack(w, e.buf, c->pool);
+    if (panels_insert(c, &e) != KV_OK) {
+        free(e.buf);
+        return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    atomic_fetch_add(&c->used, (unsigned long long)bytes);
 #ifdef MADV_PAGEOUT
     /* The row bytes are read again only by get_rows (a tied embedding) and
      * other ISAs: let the kernel reclaim their pages (content-preserving:
@@ -259,16 +264,10 @@ static int cpu_prepare_weight(kv_backend *b, const kv_tensor *w, kv_err *err) {
     {
         const long psz = sysconf(_SC_PAGESIZE);
         const uintptr_t lo = ((uintptr_t)w->data + (uintptr_t)psz - 1) & ~(uintptr_t)(psz - 1);
-        const uintptr_t hi = ((uintptr_t)w->data + (size_t)(w->ne1 - 1) * w->nb1 + kv_type_row_size(w->type, w->ne0)) &
-                             ~(uintptr_t)(psz - 1);
+        const uintptr_t hi = ((uintptr_t)w->data + kv_tensor_span(w)) & ~(uintptr_t)(psz - 1);
         if (psz > 0 && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_PAGEOUT);
     }
 #endif
-    if (panels_insert(c, &e) != KV_OK) {
-        free(e.buf);
-        return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: out of memory");
-    }
-    atomic_fetch_add(&c->used, (unsigned long long)bytes);
     return KV_OK;
 }
 

@@ -85,11 +85,7 @@ void kv_sim_charge(kv_backend *b, const kv_sim_cost *k, int n, int launch) {
 
 /* Bytes of a weight as stored: rows ne1 of nb1 bytes (the last one only to
  * its row size). 0 for a malformed tensor. */
-static double tensor_bytes(const kv_tensor *w) {
-    if (!w || w->ne1 <= 0) return 0.0;
-    size_t rs = kv_type_row_size(w->type, w->ne0);
-    return (double)(w->ne1 - 1) * (double)w->nb1 + (double)rs;
-}
+static double tensor_bytes(const kv_tensor *w) { return (double)kv_tensor_span(w); }
 
 static size_t wslot(const sim_ctx *c, const void *key) {
     uintptr_t h = (uintptr_t)key;

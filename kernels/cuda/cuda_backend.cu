@@ -278,9 +278,7 @@ static int check_weight(const kv_tensor *w, kv_err *err) {
     return KV_OK;
 }
 
-static size_t tensor_bytes(const kv_tensor *w) {
-    return (size_t)(w->ne1 - 1) * w->nb1 + kv_type_row_size(w->type, w->ne0);
-}
+static size_t tensor_bytes(const kv_tensor *w) { return kv_tensor_span(w); }
 
 /* Device bytes of w: its cached copy (by host address), w->dev (an
  * upload_weight copy or a view of a device buffer), w->data when that is
@@ -702,6 +700,7 @@ static const kv_backend_ops cuda_ops = {
     /* the mixture-of-experts ops (cuda_moe.cu) */
     kvc_moe_route,    kvc_scatter_add,
     NULL,             /* matmul_multi: the engine makes one matmul call per weight */
+    NULL,             /* prepare_weight: the weights are copied to the device as they are */
 };
 
 extern "C" int kv_cuda_device_count(void) {
