@@ -217,12 +217,14 @@ INL void scores_q8_512_nh(const int8_t *const *qq, const float *qd, const int32_
                 UNROLL for (int k = 0; k < 4; k++) a[h][k] = _mm512_dpbusd_epi32(a[h][k], x[k], qv);
             }
         }
+        /* attn_q8_score on four keys at once: (float)dot * (scale * qd * ks),
+         * the same two roundings per key */
+        const __m128 ks = _mm_loadu_ps(sk);
+        const __mmask8 keep = t + 4 <= nt ? (__mmask8)0xF : (__mmask8)((1u << (nt - t)) - 1u);
         UNROLL for (int h = 0; h < NH; h++) {
-            int32_t d[4];
-            _mm_storeu_si128((__m128i *)d, _mm_sub_epi32(hsum4x16i(a[h][0], a[h][1], a[h][2], a[h][3]),
-                                                         _mm_set1_epi32(128 * qsum[h])));
-            const float f = scale * qd[h];
-            for (int k = 0; k < 4 && t + k < nt; k++) s[h * ss + t + k] = attn_q8_score(d[k], f, sk[k]);
+            const __m128i d = _mm_sub_epi32(hsum4x16i(a[h][0], a[h][1], a[h][2], a[h][3]), _mm_set1_epi32(128 * qsum[h]));
+            const __m128 f = _mm_mul_ps(_mm_set1_ps(scale * qd[h]), ks);
+            _mm_mask_storeu_ps(s + h * ss + t, keep, _mm_mul_ps(_mm_cvtepi32_ps(d), f));
         }
     }
 }
