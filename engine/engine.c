@@ -455,10 +455,15 @@ int64_t kv_engine_submit(kv_engine *e, const kv_request_params *p, kv_err *err) 
         code = kv_err_set(err, KV_ERR_RANGE,
                           "the contiguous layout reserves %d tokens (%d blocks) per request; the cache has %d blocks",
                           e->ctx, blocks_for(e->ctx, bs), nb);
-    } else if (blocks_for(n + p->max_tokens, bs) > nb ||
-               blocks_for(n, bs) + e->sp.watermark_blocks > nb) {
+    } else if (blocks_for(n + p->max_tokens, bs) > nb) {
         code = kv_err_set(err, KV_ERR_RANGE, "prompt (%d) + max_tokens (%d) needs %d blocks; the cache has %d", n,
                           p->max_tokens, blocks_for(n + p->max_tokens, bs), nb);
+    } else if (blocks_for(n, bs) + e->sp.watermark_blocks > nb) {
+        /* it would fit, but admission keeps the watermark free: it would wait forever */
+        code = kv_err_set(err, KV_ERR_RANGE,
+                          "prompt (%d) needs %d blocks and admission keeps %d free (scheduler.watermark); the cache "
+                          "has %d",
+                          n, blocks_for(n, bs), e->sp.watermark_blocks, nb);
     }
     if (code) {
         free(ids);

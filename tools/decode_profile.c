@@ -298,7 +298,9 @@ static void config(const opts *o, kv_config *c) {
     snprintf(c->model.path, sizeof c->model.path, "%s", o->model);
     c->threads = o->threads;
     c->kv.block_size = 16;
+    /* every request's blocks, and 2% more: admission keeps scheduler.watermark (1%) free */
     c->kv.blocks = o->concurrency * ((o->prompt + o->tokens) / 16 + 2);
+    c->kv.blocks += c->kv.blocks / 50 + 1;
     c->kv.prefix_sharing = 0;
     c->scheduler.max_seqs = o->concurrency;
     c->scheduler.max_batched_tokens = o->concurrency > 1024 ? o->concurrency : 1024;

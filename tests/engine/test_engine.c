@@ -177,6 +177,32 @@ static void test_done_event_figures(void) {
     kv_engine_free(e);
 }
 
+/* A prompt that fits the cache only by eating the blocks admission keeps
+ * free would wait forever: rejected, and the reason names the watermark
+ * rather than claiming the cache is too small. */
+static void test_watermark_rejection(void) {
+    kv_config c;
+    base_config(&c);
+    c.kv.blocks = 8;             /* 128 tokens */
+    c.scheduler.watermark = 0.25; /* 2 blocks kept free */
+    kv_engine *e = test_engine_new(&c);
+    REQUIRE(e);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = 300 + i % 100; /* 7 blocks */
+    kv_err err;
+    kv_request_params p;
+    kv_engine_request_defaults(e, &p);
+    p.tokens = ids;
+    p.n_tokens = 100;
+    p.max_tokens = 1;
+    int64_t rc = kv_engine_submit(e, &p, &err);
+    CHECK(rc == KV_ERR_RANGE);
+    CHECKF(strstr(err.msg, "keeps 2 free (scheduler.watermark)") != NULL, "'%s'", err.msg);
+    /* a prompt that leaves the watermark free still runs */
+    CHECK(submit_ids(e, ids, 60, 4, 1) > 0);
+    kv_engine_free(e);
+}
+
 static void test_rejections(void) {
     kv_config c;
     base_config(&c);
@@ -632,6 +658,6 @@ static void test_bad_config(void) {
     CHECK(kv_engine_submit(NULL, NULL, &err) == KV_ERR_INVAL);
 }
 
-TEST_MAIN(T(test_golden_greedy), T(test_text_prompt), T(test_done_event_figures), T(test_rejections), T(test_never_loses_a_request),
+TEST_MAIN(T(test_golden_greedy), T(test_text_prompt), T(test_done_event_figures), T(test_rejections), T(test_watermark_rejection), T(test_never_loses_a_request),
           T(test_cancel), T(test_stop_strings), T(test_thread_controls), T(test_snapshot_contents),
           T(test_metrics), T(test_smollm2_chat_eos), T(test_bad_config))
