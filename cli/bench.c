@@ -424,8 +424,11 @@ void kv_bench_print(FILE *f, const char *profile, const kv_bench_result *r) {
             kv_cache_dtype_name(c->kv.dtype), kv_bench_enum_name("kv.layout", c->kv.layout), 100.0 * m->kv_utilization);
     {
         const kv_mem_breakdown *mb = &r->mem;
-        fprintf(f, "memory         weights %.1f MiB, KV %.1f MiB, activations %.1f MiB", mb->weights / 1048576.0,
-                (mb->kv_used + mb->kv_cached + mb->kv_free) / 1048576.0, mb->activations / 1048576.0);
+        fprintf(f, "memory         weights %.1f MiB", mb->weights / 1048576.0);
+        if (mb->weights_prepared) /* the rows are paged out once packed: these are what stay resident */
+            fprintf(f, " (%.1f MiB pre-packed as panels in place of their rows)", mb->weights_prepared / 1048576.0);
+        fprintf(f, ", KV %.1f MiB, activations %.1f MiB", (mb->kv_used + mb->kv_cached + mb->kv_free) / 1048576.0,
+                mb->activations / 1048576.0);
         if (mb->budget) fprintf(f, " (memory.budget %.1f MiB)", mb->budget / 1048576.0);
         fputc('\n', f);
     }

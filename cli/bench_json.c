@@ -146,6 +146,7 @@ void kv_bench_json_run(kv_json_writer *w, const char *profile, const kv_bench_re
     kv_json_write_key(w, "memory");
     kv_json_write_begin_object(w);
     kv_json_field_uint(w, "weights", r->mem.weights);
+    kv_json_field_uint(w, "weights_prepared", r->mem.weights_prepared); /* cpu: pre-packed panels */
     kv_json_field_uint(w, "kv_used", r->mem.kv_used);
     kv_json_field_uint(w, "kv_cached", r->mem.kv_cached);
     kv_json_field_uint(w, "kv_free", r->mem.kv_free);

@@ -328,6 +328,9 @@ typedef struct kv_metrics_summary {
 
 typedef struct kv_mem_breakdown {
     uint64_t weights;      /* model weight bytes (draft model included) */
+    uint64_t weights_prepared; /* the backend's copies of them in its own layout (the cpu backend's
+                                  pre-packed panels); the rows they were packed from are paged out,
+                                  so the resident weights come to about this, not weights + this */
     uint64_t kv_used;      /* blocks referenced by requests */
     uint64_t kv_cached;    /* unreferenced prefix blocks */
     uint64_t kv_free;

@@ -205,6 +205,7 @@ int engine_build_snapshot(kv_engine *e, kv_snapshot *s) {
                (uint64_t)e->cache_params.n_blocks * 64 + kv_spec_kv_bytes(e->spec);
     m->budget = e->cfg.kv.blocks == 0 ? e->cfg.memory.budget : 0;
     if (e->be->ops->mem_info) e->be->ops->mem_info(e->be, &m->backend);
+    m->weights_prepared = m->backend.valid ? m->backend.prepared_bytes : 0;
     snap_gpu(e, &cs, &s->gpu);
 
     /* requests: waiting, running, preempted, swapped, then finished */

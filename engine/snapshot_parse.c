@@ -81,7 +81,7 @@ static const field mem_fields[] = {
     FU(kv_mem_breakdown, weights),      FU(kv_mem_breakdown, kv_used),       FU(kv_mem_breakdown, kv_cached),
     FU(kv_mem_breakdown, kv_free),      FU(kv_mem_breakdown, kv_swap_used),  FU(kv_mem_breakdown, kv_swap_total),
     FU(kv_mem_breakdown, activations),  FU(kv_mem_breakdown, other),         FU(kv_mem_breakdown, budget),
-    FU(kv_mem_breakdown, kv_window_saved),
+    FU(kv_mem_breakdown, kv_window_saved), FU(kv_mem_breakdown, weights_prepared),
 };
 static const field request_fields[] = {
     FL(kv_snap_request, id),          FI(kv_snap_request, session),     FI(kv_snap_request, priority),

@@ -134,6 +134,8 @@ typedef struct kv_backend_mem {
     int valid;            /* 0: the backend cannot tell (print N/A) */
     uint64_t total_bytes; /* device memory, or the host budget */
     uint64_t used_bytes;
+    uint64_t prepared_bytes; /* of used_bytes: copies of weights kept in the backend's own layout
+                                (prepare_weight: the cpu backend's pre-packed panels) */
 } kv_backend_mem;
 
 /* What the ops of a backend must be ready for, known once the model and the

@@ -52,6 +52,7 @@ typedef struct cpu_ctx {
         uint8_t *buf;
     } *panels;
     size_t panels_cap, panels_n;
+    atomic_ullong panels_bytes; /* of used: the panels' bytes */
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(const kv_backend *b) { return (cpu_ctx *)b->ctx; }
@@ -256,6 +257,7 @@ static int cpu_prepare_weight(kv_backend *b, const kv_tensor *w, kv_err *err) {
         return kv_err_set(err, KV_ERR_NOMEM, "cpu backend: out of memory");
     }
     atomic_fetch_add(&c->used, (unsigned long long)bytes);
+    atomic_fetch_add(&c->panels_bytes, (unsigned long long)bytes);
 #ifdef MADV_PAGEOUT
     /* The row bytes are read again only by get_rows (a tied embedding) and
      * other ISAs: let the kernel reclaim their pages (content-preserving:
@@ -286,6 +288,7 @@ static void cpu_mem_info(kv_backend *b, kv_backend_mem *out) {
     out->valid = 1;
     out->total_bytes = (uint64_t)pages * (uint64_t)psz;
     out->used_bytes = atomic_load(&ctx_of(b)->used);
+    out->prepared_bytes = atomic_load(&ctx_of(b)->panels_bytes);
 }
 
 /* ---- parallel helper for element-wise ops ------------------------------- */

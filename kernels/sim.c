@@ -227,6 +227,7 @@ static void sim_mem_info(kv_backend *b, kv_backend_mem *out) {
     out->valid = 1;
     out->total_bytes = c->dev->mem_bytes;
     out->used_bytes = c->used;
+    out->prepared_bytes = 0; /* its device holds no prepared copies (the delegate's panels are host memory) */
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -129,6 +129,7 @@ static void write_kvtop(pw *p, const kv_snapshot *s, const srv_stats *st) {
     sample(p, k, "kv_swap_bytes", "state=\"total\"", (double)s->mem.kv_swap_total);
     head(p, k, "memory_bytes", "gauge", "Memory breakdown of the engine.");
     sample(p, k, "memory_bytes", "kind=\"weights\"", (double)s->mem.weights);
+    sample(p, k, "memory_bytes", "kind=\"weights_prepared\"", (double)s->mem.weights_prepared);
     sample(p, k, "memory_bytes", "kind=\"kv_used\"", (double)s->mem.kv_used);
     sample(p, k, "memory_bytes", "kind=\"kv_cached\"", (double)s->mem.kv_cached);
     sample(p, k, "memory_bytes", "kind=\"kv_free\"", (double)s->mem.kv_free);

@@ -203,8 +203,18 @@ void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         {"kv cached", m->kv_cached, KV_PAIR_CACHED}, {"kv free", m->kv_free, 0},
         {"activ.", m->activations, KV_PAIR_PREFILL}, {"other", m->other, 0},
         {"swap", m->kv_swap_used, KV_PAIR_SPEC},
+        /* the backend's pre-packed copy of the weights: the rows are paged
+         * out once packed, so this replaces "weights" in memory rather than
+         * adding to it (not in the total) */
+        {" packed", m->weights_prepared, KV_PAIR_TITLE},
     };
-    int nrows = m->kv_swap_total ? 7 : 6;
+    /* the rows shown, in order: "packed" under "weights" when the backend
+     * keeps panels, "swap" last when there is a swap pool */
+    int order[8], nrows = 0;
+    order[nrows++] = 0;
+    if (m->weights_prepared) order[nrows++] = 7;
+    for (int i = 1; i < 6; i++) order[nrows++] = i;
+    if (m->kv_swap_total) order[nrows++] = 6;
     uint64_t total = 0;
     for (int i = 0; i < 6; i++) total += rows[i].bytes;
     if (ih < 6) {
@@ -235,7 +245,8 @@ void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         }
         return;
     }
-    for (int i = 0; i < nrows && i < ih; i++) {
+    for (int y = 0; y < nrows && y < ih; y++) {
+        const int i = order[y];
         char val[16];
         kv_format_bytes(val, sizeof val, rows[i].bytes);
         int lw = 10, vw = 10;
@@ -244,10 +255,10 @@ void kv_panel_mem(WINDOW *w, const kv_view_state *v, const kv_snapshot *s) {
         double frac = denom > 0 ? (double)rows[i].bytes / denom : 0;
         char bar[512];
         kv_format_bar(bar, sizeof bar, bw > 0 ? bw : 0, frac, v->utf8);
-        panel_textf(w, 1 + i, 1, lw, A_NORMAL, "%-9s", rows[i].name);
+        panel_textf(w, 1 + y, 1, lw, A_NORMAL, "%-9s", rows[i].name);
         if (bw > 0)
-            panel_text(w, 1 + i, 1 + lw, bw, rows[i].color ? panel_pair(v, rows[i].color, A_BOLD) : A_DIM, bar, -1);
-        panel_textf(w, 1 + i, 1 + lw + (bw > 0 ? bw : 0), vw, A_NORMAL, "%10s", val);
+            panel_text(w, 1 + y, 1 + lw, bw, rows[i].color ? panel_pair(v, rows[i].color, A_BOLD) : A_DIM, bar, -1);
+        panel_textf(w, 1 + y, 1 + lw + (bw > 0 ? bw : 0), vw, A_NORMAL, "%10s", val);
     }
 }
 

@@ -439,6 +439,9 @@ static void check_panels(kv_type t) {
     const int panels = kv_cpu_get_isa(b) == KV_CPU_ISA_AVX512 && !kv_mm_amx_on();
     CHECKF(m1.used_bytes - m0.used_bytes == (panels ? 19u * kv_mm_panel_stride(t, 11) : 0u), "%s: %llu bytes more",
            kv_type_name(t), (unsigned long long)(m1.used_bytes - m0.used_bytes));
+    /* and reported as prepared copies (the memory breakdown's weights_prepared) */
+    CHECKF(m1.prepared_bytes - m0.prepared_bytes == m1.used_bytes - m0.used_bytes, "%s: %llu prepared bytes more",
+           kv_type_name(t), (unsigned long long)(m1.prepared_bytes - m0.prepared_bytes));
     for (size_t i = 0; i < KV_ARRAY_LEN(ns); i++) {
         const int n = ns[i];
         b->ops->matmul(b, &w, x, y1, n);
@@ -489,7 +492,7 @@ static void test_matmul_panels(void) {
     kv_err err;
     CHECK(data && b->ops->prepare_weight(b, &w, &err) == 0);
     b->ops->mem_info(b, &m1);
-    CHECK(m1.used_bytes == m0.used_bytes);
+    CHECK(m1.used_bytes == m0.used_bytes && m1.prepared_bytes == m0.prepared_bytes);
     free(data);
     kv_backend_free(b);
 }
