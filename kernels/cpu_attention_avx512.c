@@ -100,45 +100,52 @@ static void scores_512(const float *const *q, int nr, int hd, const uint8_t *row
 #undef CALL
 }
 
-/* Column groups of 4 vectors (64 floats): NH * 4 independent accumulator
- * chains; lanes past head_dim are masked off (no memory is touched). */
+/* Column groups of VN (<= 4) vectors (16 * VN floats): NH * VN independent
+ * accumulator chains; lanes past head_dim are masked off (no memory is
+ * touched). VN = 1 for head_dim <= 16 (stories260K's 8), where the other
+ * three vectors of a 64-column group would be all masked and only cost
+ * their loads and fmas; the active lanes see the same operations. */
 INL void accum_512_nh(float *const *acc, int hd, const uint8_t *rows, size_t stride, int nt, const float *p,
-                            int ps, attn_pf *pf, const int NH, const int DT) {
-    for (int c0 = 0; c0 < hd; c0 += 64) {
+                            int ps, attn_pf *pf, const int NH, const int DT, const int VN) {
+    for (int c0 = 0; c0 < hd; c0 += 16 * VN) {
         __mmask16 m[4];
-        UNROLL for (int v = 0; v < 4; v++) {
+        UNROLL for (int v = 0; v < VN; v++) {
             int rem = hd - c0 - 16 * v;
             m[v] = rem > 0 ? kv_tail16(rem) : (__mmask16)0;
         }
         __m512 a[ATTN_HC][4];
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
+            UNROLL for (int v = 0; v < VN; v++) a[h][v] = _mm512_maskz_loadu_ps(m[v], acc[h] + c0 + 16 * v);
         for (int t = 0; t < nt; t++) {
             if (c0 == 0 && !(t & 3)) attn_pf_step(pf, t);
             const uint8_t *r = rows + (size_t)t * stride;
             float sc, mn;
             row_factors(r, hd, DT, &sc, &mn);
             __m512 x[4];
-            UNROLL for (int v = 0; v < 4; v++) x[v] = ld16(r, DT, c0 + 16 * v, m[v], _mm512_set1_ps(sc), _mm512_set1_ps(mn));
+            UNROLL for (int v = 0; v < VN; v++) x[v] = ld16(r, DT, c0 + 16 * v, m[v], _mm512_set1_ps(sc), _mm512_set1_ps(mn));
             UNROLL for (int h = 0; h < NH; h++) {
                 __m512 w = _mm512_set1_ps(ATTN_DT_FOLDS(DT) ? p[h * ps + t] * sc : p[h * ps + t]);
-                UNROLL for (int v = 0; v < 4; v++) a[h][v] = _mm512_fmadd_ps(w, x[v], a[h][v]);
+                UNROLL for (int v = 0; v < VN; v++) a[h][v] = _mm512_fmadd_ps(w, x[v], a[h][v]);
             }
         }
         UNROLL for (int h = 0; h < NH; h++)
-            UNROLL for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * v, m[v], a[h][v]);
+            UNROLL for (int v = 0; v < VN; v++) _mm512_mask_storeu_ps(acc[h] + c0 + 16 * v, m[v], a[h][v]);
     }
 }
 
 static void accum_512(float *const *acc, int nr, int hd, const uint8_t *rows, size_t stride, int nt,
                             kv_cache_dtype d, const float *p, int ps, attn_pf *pf) {
-#define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT)
-#define CALL64(NH, DT) accum_512_nh(acc, 64, rows, stride, nt, p, ps, pf, NH, DT)
+#define CALL(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT, 4)
+#define CALL64(NH, DT) accum_512_nh(acc, 64, rows, stride, nt, p, ps, pf, NH, DT, 4)
+#define CALL16(NH, DT) accum_512_nh(acc, hd, rows, stride, nt, p, ps, pf, NH, DT, 1)
     if (hd == 64) {
         ATTN_SWITCH(nr, d, CALL64)
+    } else if (hd <= 16) {
+        ATTN_SWITCH(nr, d, CALL16)
     } else {
         ATTN_SWITCH(nr, d, CALL)
     }
+#undef CALL16
 #undef CALL64
 #undef CALL
 }
