@@ -33,14 +33,14 @@
 /* The op categories, matmuls by role. */
 enum {
     C_WQ, C_WK, C_WV, C_WO, C_GATE, C_UP, C_DOWN, C_HEAD, C_QKV, C_GATE_UP,
-    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER,
+    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER, C_OTHER,
     C_N
 };
 static const char *cat_name[C_N] = {
     "matmul wq", "matmul wk", "matmul wv", "matmul wo", "matmul ffn gate", "matmul ffn up", "matmul ffn down",
     "matmul output head", "matmul wq+wk+wv (one matmul_multi)", "matmul ffn gate+up (one matmul_multi)",
-    "attention", "kv_store", "rmsnorm", "rope", "silu_mul", "add (residual)",
-    "get_rows", "upload/download",
+    "attention (sliding-window layers too)", "kv_store", "rmsnorm", "rope", "silu_mul / gelu_mul", "add (residual)",
+    "get_rows", "upload/download", "scale, bias rows, MoE routing and scatter",
 };
 
 typedef struct cat_stats {
@@ -235,6 +235,23 @@ WRAP0(kv_store, C_STORE, (kv_backend *b, kv_pages *kv, int l, const kv_attn_batc
 WRAP0(attention, C_ATTN,
       (kv_backend *b, const kv_pages *kv, int l, const kv_attn_batch *ab, const float *q, float *out, int nh, float s),
       (b, kv, l, ab, q, out, nh, s))
+WRAP0(attention_window, C_ATTN,
+      (kv_backend *b, const kv_pages *kv, int l, const kv_attn_batch *ab, const float *q, float *out, int nh, float s,
+       int win),
+      (b, kv, l, ab, q, out, nh, s, win))
+WRAP0(gelu_mul, C_SILU, (kv_backend *b, float *g, const float *u, int64_t count), (b, g, u, count))
+WRAP0(rope_ext, C_ROPE,
+      (kv_backend *b, float *x, const int32_t *pos, int n, int nh, int hd, int rd, float base, int neox, float fs,
+       const float *ff),
+      (b, x, pos, n, nh, hd, rd, base, neox, fs, ff))
+WRAP0(scale, C_OTHER, (kv_backend *b, float *x, float s, int64_t count), (b, x, s, count))
+WRAP0(add_rows, C_OTHER, (kv_backend *b, float *x, const float *bias, int n, int dim), (b, x, bias, n, dim))
+WRAP0(moe_route, C_OTHER,
+      (kv_backend *b, const float *lg, int n, int ne, int k, int norm, int32_t *ids, float *wts),
+      (b, lg, n, ne, k, norm, ids, wts))
+WRAP0(scatter_add, C_OTHER,
+      (kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim),
+      (b, x, y, rows, w, n, dim))
 WRAP0(upload, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b, dst, src, n))
 WRAP0(download, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b, dst, src, n))
 #undef WRAP0
@@ -252,6 +269,17 @@ static void wrap_backend(kv_backend *b, int multi) {
     g_ops.add = w_add;
     g_ops.kv_store = w_kv_store;
     g_ops.attention = w_attention;
+    /* the optional ops only where the backend has them (NULL tells the
+     * engine to refuse or fall back) */
+#define WRAP_OPT(NAME) g_ops.NAME = g_real->NAME ? w_##NAME : NULL
+    WRAP_OPT(attention_window);
+    WRAP_OPT(gelu_mul);
+    WRAP_OPT(rope_ext);
+    WRAP_OPT(scale);
+    WRAP_OPT(add_rows);
+    WRAP_OPT(moe_route);
+    WRAP_OPT(scatter_add);
+#undef WRAP_OPT
     g_ops.upload = w_upload;
     g_ops.download = w_download;
     b->ops = &g_ops;
