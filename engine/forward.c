@@ -121,11 +121,12 @@ kv_forward *kv_forward_new(const kv_model *m, kv_backend *b, int max_tokens, int
     f->gate = balloc(f, T * hp->ffn_dim * sizeof(float));
     f->up = balloc(f, T * hp->ffn_dim * sizeof(float));
     f->xl = balloc(f, (size_t)max_logits * hp->dim * sizeof(float));
-    f->logits = balloc(f, (size_t)max_logits * hp->n_vocab * sizeof(float));
+    /* host-buffer backends write the caller's logits themselves (kv_forward_run) */
+    f->logits = b->ops->host_buffers ? NULL : balloc(f, (size_t)max_logits * hp->n_vocab * sizeof(float));
     f->ids = balloc(f, T * sizeof(int32_t));
     f->rows = balloc(f, (size_t)max_logits * sizeof(int32_t));
-    if (!f->rows || !f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xl || !f->logits ||
-        !f->ids) {
+    if (!f->rows || !f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->xl ||
+        (!f->logits && !b->ops->host_buffers) || !f->ids) {
         kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate %.1f MiB of activations for %d tokens",
                    (double)f->bytes / (1 << 20), max_tokens);
         kv_forward_free(f);
@@ -326,6 +327,10 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
         o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
     }
     o->rmsnorm(b, f->xl, m->output_norm, f->xl, bt->n_logits, dim, hp->rms_eps);
+    if (o->host_buffers) { /* the head writes the caller's rows itself: no copy of n_logits x vocab floats */
+        o->matmul(b, &m->output, f->xl, logits, bt->n_logits);
+        return backend_status(f, err);
+    }
     o->matmul(b, &m->output, f->xl, f->logits, bt->n_logits);
     o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));
     return backend_status(f, err);

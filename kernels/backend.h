@@ -287,6 +287,13 @@ typedef struct kv_backend_ops {
      * for the backend's lifetime (the engine: its model). Results do not
      * change. 0, or an error (then w is read as it is). */
     int (*prepare_weight)(kv_backend *b, const kv_tensor *w, kv_err *err);
+    /* 1: alloc's buffers are plain host memory and every op takes host
+     * pointers as its buffers, and download is a copy with nothing to
+     * model: a caller may have an op write straight into its own host
+     * memory instead of a buffer it then downloads (the forward pass's
+     * logits: 33 MB a step for 32 Gemma 3 rows). 0: use download (cuda;
+     * sim, whose download charges the modelled transfer). */
+    int host_buffers;
 } kv_backend_ops;
 
 struct kv_backend {

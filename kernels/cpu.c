@@ -684,6 +684,7 @@ static const kv_backend_ops cpu_ops = {
     .reserve = cpu_reserve,
     .clock = NULL, /* host time */
     .prepare_weight = cpu_prepare_weight,
+    .host_buffers = 1,
 };
 
 kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {

@@ -701,6 +701,7 @@ static const kv_backend_ops cuda_ops = {
     kvc_moe_route,    kvc_scatter_add,
     NULL,             /* matmul_multi: the engine makes one matmul call per weight */
     NULL,             /* prepare_weight: the weights are copied to the device as they are */
+    0,                /* host_buffers: device memory */
 };
 
 extern "C" int kv_cuda_device_count(void) {
