@@ -241,6 +241,14 @@ static kv_engine *engine_new(const kv_config *cfg, kv_backend *be, kv_err *err) 
         }
     }
     if (!e->synth) e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof(float));
+    if (!e->synth && e->be->ops->logits_scan) {
+        e->scan_ids = malloc((size_t)e->max_logits * sizeof *e->scan_ids);
+        e->scan_finite = malloc((size_t)e->max_logits);
+        if (!e->scan_ids || !e->scan_finite) {
+            kv_err_set(err, KV_ERR_NOMEM, "engine: out of memory for %d logit rows", e->max_logits);
+            goto fail;
+        }
+    }
     e->sampler = kv_sampler_new(e->n_vocab);
     e->metrics = kv_metrics_new(cfg->sla.ttft_ms, cfg->sla.tpot_ms);
     e->piece_cap = (size_t)kv_tokenizer_max_piece(e->model->tok) + 16;
@@ -303,6 +311,8 @@ void kv_engine_free(kv_engine *e) {
     kv_metrics_free(e->metrics);
     kv_sampler_free(e->sampler);
     free(e->logits);
+    free(e->scan_ids);
+    free(e->scan_finite);
     free(e->piece);
     kv_forward_free(e->fwd);
     kv_synth_free(e->synth);

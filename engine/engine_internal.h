@@ -88,6 +88,11 @@ struct kv_engine {
     kv_sampler *sampler;
     kv_metrics *metrics;
     float *logits;          /* (max_logits, n_vocab) */
+    /* the backend's logits_scan of this step's rows (scanned: 1 when they
+     * hold this step's rows): each row's argmax and whether it is finite */
+    int32_t *scan_ids;      /* (max_logits) */
+    uint8_t *scan_finite;   /* (max_logits) */
+    int scanned;
     int max_logits;
     int n_vocab;
     int ctx;                /* tokens per request at most (prompt + output) */

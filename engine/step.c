@@ -334,6 +334,11 @@ static int spec_plan(kv_engine *e) {
  * ends with an error instead, and the others go on. Costs a pass over rows
  * the sampler reads anyway. */
 static int logits_finite(const kv_engine *e, const kv_sreq *s) {
+    if (e->scanned) { /* the backend's scan of the rows */
+        for (int i = 0; i < s->n_logits; i++)
+            if (!e->scan_finite[s->logit_row + i]) return 0;
+        return 1;
+    }
     const float *lg = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
     size_t n = (size_t)s->n_logits * (size_t)e->n_vocab;
     /* all exponent bits set: NaN or Inf. An integer test in blocks of a
@@ -373,7 +378,12 @@ static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
         kv_spec_item it = {.r = s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
         return kv_spec_verify(e->spec, &it, e->sampler, lg, e->n_vocab, e->probs, out);
     }
-    out[0] = kv_sampler_sample(e->sampler, &r->sampling, lg, s->tokens, s->n_tokens, &r->rng);
+    const kv_sampling *p = &r->sampling;
+    if (e->scanned && p->temperature <= 0 && (p->repeat_penalty == 1.0f || p->repeat_last_n == 0)) {
+        out[0] = e->scan_ids[s->logit_row]; /* greedy with nothing to change the logits: the scan's argmax */
+        return 1;
+    }
+    out[0] = kv_sampler_sample(e->sampler, p, lg, s->tokens, s->n_tokens, &r->rng);
     return 1;
 }
 
@@ -542,6 +552,9 @@ static int step_locked(kv_engine *e) {
         kv_err_clear(&ferr);
         int frc = e->synth ? synth_forward(e, &b, f0, &ferr)
                            : kv_forward_run(e->fwd, kv_cache_pages(e->cache), &b, e->logits, &ferr);
+        /* every logit row's argmax and finiteness in one pass on the backend's threads */
+        e->scanned = !frc && e->scan_ids && o->n_logits > 0;
+        if (e->scanned) e->be->ops->logits_scan(e->be, e->logits, o->n_logits, e->n_vocab, e->scan_ids, e->scan_finite);
         f1 = engine_now_ms(e);
         if (n_items > 0) {
             /* verification's share of the forward: the rows of sequences

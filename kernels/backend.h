@@ -294,6 +294,15 @@ typedef struct kv_backend_ops {
      * logits: 33 MB a step for 32 Gemma 3 rows). 0: use download (cuda;
      * sim, whose download charges the modelled transfer). */
     int host_buffers;
+    /* Optional (NULL: the caller scans the rows itself): for each of the n
+     * rows of dim (>= 1) floats at x, in host memory (host_buffers
+     * backends), ids[r] = the first index of its largest value, NaN never
+     * taken and a NaN at index 0 kept (the engine's kv_argmax), and
+     * finite[r] = 1 when the row holds no NaN or Inf, else 0. One pass over
+     * the rows, spread over the backend's threads: greedy sampling's and
+     * the finite-logits check's two passes over n x vocab floats on the
+     * engine's thread (3.4 ms of Gemma 3's 32-row step). */
+    void (*logits_scan)(kv_backend *b, const float *x, int n, int dim, int32_t *ids, uint8_t *finite);
 } kv_backend_ops;
 
 struct kv_backend {

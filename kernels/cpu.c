@@ -540,6 +540,53 @@ static void cpu_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t co
     par_for(b, gelu_range, &a, count, 64, count * 8);
 }
 
+/* ---- logits_scan: argmax and finiteness of logit rows --------------- */
+
+int32_t kv_logits_scan_row_ref(const float *x, int n, uint8_t *finite) {
+    int32_t at = 0;
+    float best = x[0];
+    uint32_t bad = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+        if (x[i] > best) {
+            best = x[i];
+            at = i;
+        }
+    }
+    *finite = (uint8_t)!bad;
+    return at;
+}
+
+typedef struct scan_arg {
+    const float *x;
+    int dim;
+    int32_t *ids;
+    uint8_t *finite;
+    kv_cpu_isa isa;
+} scan_arg;
+
+static void scan_range(void *arg, int64_t r0, int64_t r1) {
+    const scan_arg *a = arg;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = a->x + (size_t)r * (size_t)a->dim;
+#ifdef KV_HAVE_X86_KERNELS
+        if (a->isa >= KV_CPU_ISA_AVX2) {
+            a->ids[r] = kv_cpu_logits_scan_row_avx2(row, a->dim, a->finite + r);
+            continue;
+        }
+#endif
+        a->ids[r] = kv_logits_scan_row_ref(row, a->dim, a->finite + r);
+    }
+}
+
+static void cpu_logits_scan(kv_backend *b, const float *x, int n, int dim, int32_t *ids, uint8_t *finite) {
+    if (!x || n <= 0 || dim <= 0 || !ids || !finite) return;
+    scan_arg a = {x, dim, ids, finite, ctx_of(b)->isa};
+    par_for(b, scan_range, &a, n, 1, (int64_t)n * dim);
+}
+
 typedef struct scale_arg {
     float *x;
     float s;
@@ -685,6 +732,7 @@ static const kv_backend_ops cpu_ops = {
     .clock = NULL, /* host time */
     .prepare_weight = cpu_prepare_weight,
     .host_buffers = 1,
+    .logits_scan = cpu_logits_scan,
 };
 
 kv_backend *kv_cpu_backend_create(int n_threads, kv_err *err) {

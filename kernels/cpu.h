@@ -60,6 +60,10 @@ void kv_cpu_attention(kv_backend *b, const kv_pages *kv, int layer, const kv_att
 /* g[i] = gelu(g[i]) * u[i] with GELU's tanh form, 0.5 x (1 + tanh(sqrt(2/pi)
  * (x + 0.044715 x^3))): the scalar reference of the cpu gelu_mul op. */
 void kv_gelu_mul_ref(float *g, const float *u, int64_t n);
+/* logits_scan's reference for one row of n >= 1 floats: the first index of
+ * its largest value (NaN never taken; a NaN at 0 stays the answer), and
+ * *finite = 1 when no value is NaN or Inf. */
+int32_t kv_logits_scan_row_ref(const float *x, int n, uint8_t *finite);
 void kv_cpu_copy_block(kv_backend *b, kv_pages *kv, int dst, int src);
 
 #endif

@@ -4,6 +4,8 @@
  * has the features and keeps the scalar reference. */
 #include "cpu_internal.h"
 
+#include <string.h>
+
 #ifdef KV_HAVE_X86_KERNELS
 
 #include "simd_x86.h"
@@ -70,6 +72,46 @@ void kv_cpu_gelu_mul_avx2(float *g, const float *u, int64_t n) {
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(g + i, m, gelu_mul8(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
     }
+}
+
+int32_t kv_cpu_logits_scan_row_avx2(const float *x, int n, uint8_t *finite) {
+    const __m256i expm = _mm256_set1_epi32(0x7f800000), step = _mm256_set1_epi32(8);
+    __m256 bv = _mm256_set1_ps(x[0]);
+    __m256i bi = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), bad = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 gt = _mm256_cmp_ps(v, bv, _CMP_GT_OQ); /* false against NaN, either side */
+        bv = _mm256_blendv_ps(bv, v, gt);
+        bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), gt));
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), expm), expm));
+        idx = _mm256_add_epi32(idx, step);
+    }
+    float vals[8];
+    int32_t ids[8];
+    _mm256_storeu_ps(vals, bv);
+    _mm256_storeu_si256((__m256i *)(void *)ids, bi);
+    /* each lane's value is x[0] or above it: the largest, the first index
+     * among the lanes holding it (a NaN x[0] compares false: 0 stays) */
+    float best = x[0];
+    int32_t at = 0;
+    for (int l = 0; l < 8; l++)
+        if (vals[l] > best || (vals[l] == best && ids[l] < at)) {
+            best = vals[l];
+            at = ids[l];
+        }
+    int any = !_mm256_testz_si256(bad, bad);
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+        if (x[i] > best) {
+            best = x[i];
+            at = i;
+        }
+    }
+    *finite = (uint8_t)!any;
+    return at;
 }
 
 KV_SIMD_TARGET_END

@@ -26,6 +26,10 @@ int64_t kv_cpu_silu_mul_avx2(float *g, const float *u, int64_t n);
  * through masked loads and stores, so each element's result does not
  * depend on where it sits in the range (batch invariance). */
 void kv_cpu_gelu_mul_avx2(float *g, const float *u, int64_t n);
+/* kv_logits_scan_row_ref's results for x[0..n), n >= 1: 8 lanes each keep
+ * their first strictly larger value and its index (starting from x[0]),
+ * then the lanes' largest value with the smallest index, then the tail. */
+int32_t kv_cpu_logits_scan_row_avx2(const float *x, int n, uint8_t *finite);
 #endif
 
 #endif

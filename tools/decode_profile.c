@@ -33,7 +33,7 @@
 /* The op categories, matmuls by role. */
 enum {
     C_WQ, C_WK, C_WV, C_WO, C_GATE, C_UP, C_DOWN, C_HEAD, C_QKV, C_GATE_UP,
-    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER, C_OTHER,
+    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER, C_OTHER, C_SCAN,
     C_N
 };
 static const char *cat_name[C_N] = {
@@ -41,6 +41,7 @@ static const char *cat_name[C_N] = {
     "matmul output head", "matmul wq+wk+wv (one matmul_multi)", "matmul ffn gate+up (one matmul_multi)",
     "attention (sliding-window layers too)", "kv_store", "rmsnorm", "rope", "silu_mul / gelu_mul", "add (residual)",
     "get_rows", "upload/download", "scale, bias rows, MoE routing and scatter",
+    "logits scan (argmax, finite; after the forward)",
 };
 
 typedef struct cat_stats {
@@ -252,6 +253,8 @@ WRAP0(moe_route, C_OTHER,
 WRAP0(scatter_add, C_OTHER,
       (kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim),
       (b, x, y, rows, w, n, dim))
+WRAP0(logits_scan, C_SCAN, (kv_backend *b, const float *x, int n, int dim, int32_t *ids, uint8_t *fin),
+      (b, x, n, dim, ids, fin))
 WRAP0(upload, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b, dst, src, n))
 WRAP0(download, C_XFER, (kv_backend *b, void *dst, const void *src, size_t n), (b, dst, src, n))
 #undef WRAP0
@@ -279,6 +282,7 @@ static void wrap_backend(kv_backend *b, int multi) {
     WRAP_OPT(add_rows);
     WRAP_OPT(moe_route);
     WRAP_OPT(scatter_add);
+    WRAP_OPT(logits_scan);
 #undef WRAP_OPT
     g_ops.upload = w_upload;
     g_ops.download = w_download;

@@ -702,6 +702,7 @@ static const kv_backend_ops cuda_ops = {
     NULL,             /* matmul_multi: the engine makes one matmul call per weight */
     NULL,             /* prepare_weight: the weights are copied to the device as they are */
     0,                /* host_buffers: device memory */
+    NULL,             /* logits_scan: the engine scans the downloaded rows */
 };
 
 extern "C" int kv_cuda_device_count(void) {

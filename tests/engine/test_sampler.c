@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "../../engine/sampler.h"
+#include "../../kernels/backend.h"
+#include "../../kernels/cpu.h"
 #include "../harness.h"
 
 static kv_sampling base(void) {
@@ -61,6 +63,53 @@ static void test_argmax_blocks(void) {
             }
         }
     free(x);
+}
+
+/* The cpu backend's logits_scan (several rows at once, on its threads, its
+ * SIMD lanes and their tail) and its scalar reference give kv_argmax's
+ * index and the finiteness of every row: ties, NaN (never taken; at 0 it
+ * stays the answer), Inf, -inf rows, signed zeros, lengths around the
+ * 8-lane vectors and 64-blocks. */
+static void test_logits_scan(void) {
+    kv_err err;
+    kv_backend *b = kv_backend_create("cpu", 2, &err);
+    REQUIRE(b && b->ops->logits_scan && b->ops->host_buffers);
+    const int lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 32000};
+    enum { ROWS = 5 };
+    float *x = malloc((size_t)ROWS * 32000 * sizeof *x);
+    int32_t ids[ROWS];
+    uint8_t fin[ROWS];
+    REQUIRE(x);
+    int bad = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0] && !bad; li++)
+        for (int trial = 0; trial < 24 && !bad; trial++) {
+            const int n = lens[li];
+            for (int r = 0; r < ROWS; r++) {
+                float *row = x + (size_t)r * n;
+                const int kind = (trial + r) % 6;
+                for (int i = 0; i < n; i++) row[i] = kind == 5 ? (rand() % 2 ? 0.0f : -0.0f) : (float)(rand() % 50) - 25.0f;
+                if (kind == 1) row[rand() % n] = NAN;
+                if (kind == 2) row[0] = NAN;
+                if (kind == 3)
+                    for (int i = 0; i < n; i++) row[i] = -INFINITY;
+                if (kind == 4) row[rand() % n] = rand() % 2 ? INFINITY : -INFINITY;
+            }
+            b->ops->logits_scan(b, x, ROWS, n, ids, fin);
+            for (int r = 0; r < ROWS && !bad; r++) {
+                const float *row = x + (size_t)r * n;
+                int finite = 1;
+                for (int i = 0; i < n; i++) finite &= isfinite(row[i]) != 0;
+                uint8_t ref_fin;
+                const int32_t want = kv_argmax(row, n), ref = kv_logits_scan_row_ref(row, n, &ref_fin);
+                if (ids[r] != want || fin[r] != finite || ref != want || ref_fin != finite) {
+                    CHECKF(0, "n %d trial %d row %d: scan %d (finite %d), reference %d (%d), kv_argmax %d (%d)", n,
+                           trial, r, ids[r], fin[r], ref, ref_fin, want, finite);
+                    bad = 1;
+                }
+            }
+        }
+    free(x);
+    kv_backend_free(b);
 }
 
 static void test_dist_filters(void) {
@@ -191,4 +240,4 @@ static void test_top_k_selection(void) {
     }
 }
 
-TEST_MAIN(T(test_greedy), T(test_top_k_selection), T(test_argmax_blocks), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
+TEST_MAIN(T(test_greedy), T(test_top_k_selection), T(test_argmax_blocks), T(test_logits_scan), T(test_dist_filters), T(test_sampling_frequencies), T(test_validate))
