@@ -545,17 +545,7 @@ static void cpu_gelu_mul(kv_backend *b, float *gate, const float *up, int64_t co
 int32_t kv_logits_scan_row_ref(const float *x, int n, uint8_t *finite) {
     int32_t at = 0;
     float best = x[0];
-    uint32_t bad = 0;
-    for (int i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-        if (x[i] > best) {
-            best = x[i];
-            at = i;
-        }
-    }
-    *finite = (uint8_t)!bad;
+    *finite = (uint8_t)!kv_logits_scan_steps(x, 0, n, &best, &at);
     return at;
 }
 

@@ -4,8 +4,6 @@
  * has the features and keeps the scalar reference. */
 #include "cpu_internal.h"
 
-#include <string.h>
-
 #ifdef KV_HAVE_X86_KERNELS
 
 #include "simd_x86.h"
@@ -100,17 +98,8 @@ int32_t kv_cpu_logits_scan_row_avx2(const float *x, int n, uint8_t *finite) {
             best = vals[l];
             at = ids[l];
         }
-    int any = !_mm256_testz_si256(bad, bad);
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        any |= (u & 0x7f800000u) == 0x7f800000u;
-        if (x[i] > best) {
-            best = x[i];
-            at = i;
-        }
-    }
-    *finite = (uint8_t)!any;
+    const uint32_t tail = kv_logits_scan_steps(x, i, n, &best, &at);
+    *finite = (uint8_t)(_mm256_testz_si256(bad, bad) && !tail);
     return at;
 }
 

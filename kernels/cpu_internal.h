@@ -12,8 +12,27 @@
 #define KV_CPU_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "cpu_isa.h"
+
+/* logits_scan's scalar steps over x[i..n) from the running best value and
+ * its index: a strictly larger value takes over (the first index of the
+ * largest; a NaN is never taken, and a NaN best keeps its place). Returns
+ * nonzero when one of them is NaN or Inf (all exponent bits set). */
+static inline uint32_t kv_logits_scan_steps(const float *x, int i, int n, float *best, int32_t *at) {
+    uint32_t bad = 0;
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+        if (x[i] > *best) {
+            *best = x[i];
+            *at = i;
+        }
+    }
+    return bad;
+}
 
 #ifdef KV_HAVE_X86_KERNELS
 /* sum of x[i]^2 for i < dim, 16 lanes of fp32 then a scalar tail. */
