@@ -327,11 +327,8 @@ int kv_forward_run(kv_forward *f, kv_pages *kv, const kv_batch *bt, float *logit
         o->get_rows(b, &xs, f->rows, f->xl, bt->n_logits);
     }
     o->rmsnorm(b, f->xl, m->output_norm, f->xl, bt->n_logits, dim, hp->rms_eps);
-    if (o->host_buffers) { /* the head writes the caller's rows itself: no copy of n_logits x vocab floats */
-        o->matmul(b, &m->output, f->xl, logits, bt->n_logits);
-        return backend_status(f, err);
-    }
-    o->matmul(b, &m->output, f->xl, f->logits, bt->n_logits);
-    o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));
+    /* host-buffer backends: the head writes the caller's rows itself, no copy of n_logits x vocab floats */
+    o->matmul(b, &m->output, f->xl, o->host_buffers ? logits : f->logits, bt->n_logits);
+    if (!o->host_buffers) o->download(b, logits, f->logits, (size_t)bt->n_logits * hp->n_vocab * sizeof(float));
     return backend_status(f, err);
 }

@@ -264,10 +264,14 @@ int32_t kv_sample_from(const float *probs, int n, kv_rng *rng) {
     return last >= 0 ? last : 0; /* rounding left u above the total */
 }
 
+int kv_sampling_plain_greedy(const kv_sampling *p) {
+    return p->temperature <= 0 && (p->repeat_penalty == 1.0f || p->repeat_last_n == 0);
+}
+
 int32_t kv_sampler_sample(kv_sampler *s, const kv_sampling *p, const float *logits, const int32_t *history,
                           int n_history, kv_rng *rng) {
     if (p->temperature <= 0) {
-        if (p->repeat_penalty == 1.0f || p->repeat_last_n == 0) return kv_argmax(logits, s->n_vocab);
+        if (kv_sampling_plain_greedy(p)) return kv_argmax(logits, s->n_vocab);
         memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
         apply_penalty(s->work, s->n_vocab, p, history, n_history);
         return kv_argmax(s->work, s->n_vocab);

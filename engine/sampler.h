@@ -26,6 +26,10 @@ int kv_sampling_validate(const kv_sampling *p, kv_err *err);
 
 /* Index of the largest logit (lowest index on ties). */
 int32_t kv_argmax(const float *logits, int n);
+/* 1 when p samples the plain argmax of the logits: greedy, with no
+ * repetition penalty to change them (kv_sampler_sample then returns
+ * kv_argmax of the row). */
+int kv_sampling_plain_greedy(const kv_sampling *p);
 
 /* Scratch for sampling over a vocabulary (sized once). */
 typedef struct kv_sampler kv_sampler;

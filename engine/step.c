@@ -378,12 +378,11 @@ static int sample_request(kv_engine *e, ereq *r, int32_t *out) {
         kv_spec_item it = {.r = s, .ss = &r->ss, .sampling = &r->sampling, .rng = &r->rng};
         return kv_spec_verify(e->spec, &it, e->sampler, lg, e->n_vocab, e->probs, out);
     }
-    const kv_sampling *p = &r->sampling;
-    if (e->scanned && p->temperature <= 0 && (p->repeat_penalty == 1.0f || p->repeat_last_n == 0)) {
-        out[0] = e->scan_ids[s->logit_row]; /* greedy with nothing to change the logits: the scan's argmax */
+    if (e->scanned && kv_sampling_plain_greedy(&r->sampling)) {
+        out[0] = e->scan_ids[s->logit_row]; /* what kv_sampler_sample would take: the scan's argmax */
         return 1;
     }
-    out[0] = kv_sampler_sample(e->sampler, p, lg, s->tokens, s->n_tokens, &r->rng);
+    out[0] = kv_sampler_sample(e->sampler, &r->sampling, lg, s->tokens, s->n_tokens, &r->rng);
     return 1;
 }
 
