@@ -1,13 +1,19 @@
 /* forward_moe.c - the mixture-of-experts feed-forward. Per layer: router
  * logits (one matmul of ffn_gate_inp), the backend's moe_route (softmax,
  * top-k, renormalisation), then on the host a counting sort of the
- * (token, expert) pairs by expert, and per expert that got tokens: gather
- * their normed rows (get_rows over the activations viewed as an f32
- * matrix), gate and up matmuls of that expert's row views, SiLU-gate,
- * down matmul, and the backend's scatter_add of the rows times their
- * routing weights into the residual stream. An expert's weights are read
- * once per layer for all the rows routed to it, whatever sequence they
- * come from; an expert no token chose is not read at all. */
+ * (token, expert) pairs by expert. Then, over runs of consecutive experts
+ * whose pairs fit the pair buffers (every expert of a decode step: one
+ * run): one get_rows gathers the pairs' normed rows in expert order, one
+ * matmul_groups runs every routed expert's gate and up matmuls on its own
+ * rows, one silu_mul, one matmul_groups the down matmuls, and one
+ * scatter_add puts each output row times its routing weight back into the
+ * residual stream. Each expert's matmuls see exactly its rows, as they
+ * would one expert at a time, so the bits are those of a per-expert loop;
+ * the backend just dispatches once for all of them (a decode step's
+ * experts get a few rows each: one dispatch per expert cost more than its
+ * arithmetic). An expert's weights are read once per layer for all the
+ * rows routed to it, whatever sequence they come from; an expert no token
+ * chose is not read at all. */
 #include "forward_moe.h"
 
 #include <stdlib.h>
@@ -17,21 +23,23 @@ struct kv_moe {
     const kv_model *m;
     kv_backend *b;
     int max_tokens;
+    int max_pairs; /* rows of xe, gate, up, ye: >= max_tokens (an expert's most) */
     /* backend buffers */
     float *logits;   /* (max_tokens, n_expert) router output */
     int32_t *ids;    /* (max_tokens, k) chosen experts */
     float *wts;      /* (max_tokens, k) their weights */
     int32_t *rows;   /* (max_tokens * k) token rows, grouped by expert */
     float *rw;       /* (max_tokens * k) the routing weight of each of rows */
-    float *xe;       /* (max_tokens, dim) gathered input rows of one expert */
-    float *gate;     /* (max_tokens, expert_ffn_dim) */
-    float *up;       /* (max_tokens, expert_ffn_dim) */
-    float *ye;       /* (max_tokens, dim) one expert's output rows */
+    float *xe;       /* (max_pairs, dim) gathered input rows, grouped by expert */
+    float *gate;     /* (max_pairs, expert_ffn_dim) */
+    float *up;       /* (max_pairs, expert_ffn_dim) */
+    float *ye;       /* (max_pairs, dim) the experts' output rows */
     /* host */
     int32_t *h_ids;  /* (max_tokens * k) */
     float *h_wts;    /* (max_tokens * k) */
     int32_t *h_rows; /* (max_tokens * k) */
     float *h_rw;     /* (max_tokens * k) */
+    kv_matmul_group *g_gu, *g_down; /* (n_expert) one run's groups */
     int off[KV_MOE_MAX_EXPERTS + 1];
     uint32_t counts[KV_MOE_MAX_EXPERTS]; /* tokens per expert since the last take */
 };
@@ -45,6 +53,8 @@ void kv_moe_free(kv_moe *mo) {
     free(mo->h_wts);
     free(mo->h_rows);
     free(mo->h_rw);
+    free(mo->g_gu);
+    free(mo->g_down);
     free(mo);
 }
 
@@ -59,8 +69,12 @@ kv_moe *kv_moe_new(const kv_model *m, kv_backend *b, int max_tokens, uint64_t *b
     mo->b = b;
     mo->max_tokens = max_tokens;
     const size_t T = (size_t)max_tokens, E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
-    const size_t sizes[] = {T * E * 4, T * K * 4, T * K * 4, T * K * 4, T * K * 4, T * hp->dim * 4,
-                            T * hp->expert_ffn_dim * 4, T * hp->expert_ffn_dim * 4, T * hp->dim * 4};
+    /* every pair of a batch of up to 2048 tokens' worth in one run; a
+     * larger batch (a long prefill chunk) runs its experts in several */
+    const size_t P = KV_MAX(T, KV_MIN(T * K, (size_t)KV_MAX(T, 2048)));
+    mo->max_pairs = (int)P;
+    const size_t sizes[] = {T * E * 4, T * K * 4, T * K * 4, T * K * 4, T * K * 4, P * hp->dim * 4,
+                            P * hp->expert_ffn_dim * 4, P * hp->expert_ffn_dim * 4, P * hp->dim * 4};
     void **bufs[] = {(void **)&mo->logits, (void **)&mo->ids, (void **)&mo->wts, (void **)&mo->rows,
                      (void **)&mo->rw, (void **)&mo->xe, (void **)&mo->gate, (void **)&mo->up, (void **)&mo->ye};
     int ok = 1;
@@ -73,7 +87,9 @@ kv_moe *kv_moe_new(const kv_model *m, kv_backend *b, int max_tokens, uint64_t *b
     mo->h_wts = malloc(T * K * sizeof(float));
     mo->h_rows = malloc(T * K * sizeof(int32_t));
     mo->h_rw = malloc(T * K * sizeof(float));
-    if (!ok || !mo->h_ids || !mo->h_wts || !mo->h_rows || !mo->h_rw) {
+    mo->g_gu = calloc(E, sizeof *mo->g_gu);
+    mo->g_down = calloc(E, sizeof *mo->g_down);
+    if (!ok || !mo->h_ids || !mo->h_wts || !mo->h_rows || !mo->h_rw || !mo->g_gu || !mo->g_down) {
         kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate the expert buffers for %d tokens", max_tokens);
         kv_moe_free(mo);
         return NULL;
@@ -140,16 +156,30 @@ void kv_moe_ffn(kv_moe *mo, const kv_layer *L, const float *xb, float *x, int n)
     o->upload(b, mo->rows, mo->h_rows, pairs * sizeof(int32_t));
     o->upload(b, mo->rw, mo->h_rw, pairs * sizeof(float));
     const kv_tensor xs = kv_tensor_f32(xb, dim, n);
-    for (int e = 0; e < E; e++) {
-        const int r0 = mo->off[e], c = mo->off[e + 1] - r0;
-        if (c == 0) continue;
-        o->get_rows(b, &xs, mo->rows + r0, mo->xe, c);
-        const kv_tensor *gu[2] = {&L->exp_gate[e], &L->exp_up[e]};
-        float *gy[2] = {mo->gate, mo->up};
-        kv_backend_matmul_same_x(b, gu, 2, mo->xe, gy, c); /* gate and up: one dispatch */
-        o->silu_mul(b, mo->gate, mo->up, (int64_t)c * ff);
-        o->matmul(b, &L->exp_down[e], mo->gate, mo->ye, c);
-        o->scatter_add(b, x, mo->ye, mo->rows + r0, mo->rw + r0, c, dim);
+    for (int e0 = 0; e0 < E;) {
+        /* a run of experts [e0, e1) whose pairs fit the buffers (an expert
+         * alone always does: it has at most n <= max_tokens pairs) */
+        int e1 = e0 + 1;
+        while (e1 < E && mo->off[e1 + 1] - mo->off[e0] <= mo->max_pairs) e1++;
+        const int p0 = mo->off[e0], np = mo->off[e1] - p0;
+        int ng = 0;
+        for (int e = e0; e < e1; e++) {
+            const int r = mo->off[e] - p0, c = mo->off[e + 1] - mo->off[e];
+            if (c == 0) continue;
+            mo->g_gu[ng] = (kv_matmul_group){.w = {&L->exp_gate[e], &L->exp_up[e]},
+                                             .y = {mo->gate + (size_t)r * ff, mo->up + (size_t)r * ff},
+                                             .nw = 2, .x = mo->xe + (size_t)r * dim, .n = c};
+            mo->g_down[ng++] = (kv_matmul_group){.w = {&L->exp_down[e]}, .y = {mo->ye + (size_t)r * dim}, .nw = 1,
+                                                 .x = mo->gate + (size_t)r * ff, .n = c};
+        }
+        if (np > 0) {
+            o->get_rows(b, &xs, mo->rows + p0, mo->xe, np);
+            kv_backend_matmul_groups(b, mo->g_gu, ng);
+            o->silu_mul(b, mo->gate, mo->up, (int64_t)np * ff);
+            kv_backend_matmul_groups(b, mo->g_down, ng);
+            o->scatter_add(b, x, mo->ye, mo->rows + p0, mo->rw + p0, np, dim);
+        }
+        e0 = e1;
     }
 }
 

@@ -104,3 +104,10 @@ void kv_backend_matmul_same_x(kv_backend *b, const kv_tensor *const *w, int nw, 
     else
         for (int i = 0; i < nw; i++) b->ops->matmul(b, w[i], x, y[i], n);
 }
+
+void kv_backend_matmul_groups(kv_backend *b, const kv_matmul_group *g, int ng) {
+    if (b->ops->matmul_groups)
+        b->ops->matmul_groups(b, g, ng);
+    else
+        for (int i = 0; i < ng; i++) kv_backend_matmul_same_x(b, g[i].w, g[i].nw, g[i].x, g[i].y, g[i].n);
+}

@@ -130,6 +130,17 @@ typedef struct kv_backend kv_backend;
 /* The most weights one matmul_multi call takes (Q, K and V). */
 #define KV_MATMUL_MULTI_MAX 3
 
+/* One group of a matmul_groups call: y[i](n, w[i].ne1) = x(n, K) . w[i]^T
+ * for i < nw (1..KV_MATMUL_MULTI_MAX), the weights with rows of K =
+ * w[0].ne0: a matmul_multi's arguments. */
+typedef struct kv_matmul_group {
+    const kv_tensor *w[KV_MATMUL_MULTI_MAX];
+    float *y[KV_MATMUL_MULTI_MAX];
+    int nw;
+    const float *x;
+    int n; /* rows of x, >= 1 */
+} kv_matmul_group;
+
 typedef struct kv_backend_mem {
     int valid;            /* 0: the backend cannot tell (print N/A) */
     uint64_t total_bytes; /* device memory, or the host budget */
@@ -270,8 +281,10 @@ typedef struct kv_backend_ops {
     void (*moe_route)(kv_backend *b, const float *logits, int n, int n_expert, int k, int norm, int32_t *ids,
                       float *weights);
     /* x[rows[i]] += w[i] * y[i] for i in [0, n), rows of dim floats (the
-     * weighted sum of an expert's output back into its tokens' rows); rows
-     * holds distinct indices. */
+     * weighted sum of the experts' output rows back into their tokens'
+     * rows). A row of x may appear more than once (a token routed to
+     * several experts): its additions happen in increasing i, one rounding
+     * each, so the result does not depend on how the calls are split. */
     void (*scatter_add)(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim);
     /* y[i](n, w[i].ne1) = x(n, K) . w[i]^T for i < nw (1..KV_MATMUL_MULTI_MAX),
      * the weights all with rows of K = w[0].ne0 (types may differ): the nw
@@ -280,6 +293,14 @@ typedef struct kv_backend_ops {
      * pass (Q/K/V and gate/up of a decode step: one dispatch instead of
      * three or two). NULL: the caller makes the matmul calls. */
     void (*matmul_multi)(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n);
+    /* The ng (>= 1) groups' matmul_multi calls, each group its own x, bit
+     * for bit, in as few passes as the scratch allows (one for a decode
+     * step's experts): every x prepared first, then the rows of all the
+     * groups' weights split over the threads at once. A mixture of
+     * experts' gate/up (or down) matmuls of the experts a step routed to:
+     * a few rows each, so one dispatch per expert cost more than its
+     * arithmetic. NULL: kv_backend_matmul_groups makes the calls. */
+    void (*matmul_groups)(kv_backend *b, const kv_matmul_group *g, int ng);
     /* Optional (NULL: nothing to do): makes, once, a layout of weight w
      * that this backend's kernels read faster (cpu: q8_0 as pre-packed
      * panels on AVX-512), kept until the backend is freed and found again
@@ -328,6 +349,9 @@ int kv_backend_status(kv_backend *b, kv_err *err);
  * matmul_multi call (x prepared once, one dispatch) where b has the op, else
  * nw matmul calls; the same bits either way. */
 void kv_backend_matmul_same_x(kv_backend *b, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n);
+/* The groups' matmuls: one matmul_groups call where b has the op, else a
+ * kv_backend_matmul_same_x per group; the same bits either way. */
+void kv_backend_matmul_groups(kv_backend *b, const kv_matmul_group *g, int ng);
 
 /* ops.reserve, NULL-safe: 0 when the backend needs no reservation. */
 int kv_backend_reserve(kv_backend *b, const kv_backend_limits *lim, kv_err *err);

@@ -641,6 +641,18 @@ static void cpu_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, c
     kv_cpu_matmul_multi_isa(b, kv_cpu_get_isa(b), w, nw, x, y, n);
 }
 
+void kv_cpu_matmul_groups_isa(kv_backend *b, kv_cpu_isa isa, const kv_matmul_group *g, int ng) {
+    if (!b || !g || ng <= 0) return;
+    cpu_ctx *c = ctx_of(b);
+    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
+    kv_err e;
+    if (kv_mm_run_groups(&env, isa, g, ng, &e) != KV_OK) cpu_fail(c, "matmul_groups", "%s", e.msg);
+}
+
+static void cpu_matmul_groups(kv_backend *b, const kv_matmul_group *g, int ng) {
+    kv_cpu_matmul_groups_isa(b, kv_cpu_get_isa(b), g, ng);
+}
+
 static void cpu_attention_window(kv_backend *b, const kv_pages *kv, int layer, const kv_attn_batch *ab,
                                  const float *q, float *out, int n_heads, float scale, int window) {
     if (!kv || !ab || ab->n_tokens <= 0) return;
@@ -700,6 +712,7 @@ static const kv_backend_ops cpu_ops = {
     .upload_weight = cpu_upload_weight,
     .matmul = kv_cpu_matmul,
     .matmul_multi = cpu_matmul_multi,
+    .matmul_groups = cpu_matmul_groups,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

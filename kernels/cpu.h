@@ -50,6 +50,8 @@ void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const 
 /* ops.matmul_multi with the kernels of isa (the tests compare every ISA). */
 void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
                              float *const *y, int n);
+/* ops.matmul_groups with the kernels of isa. */
+void kv_cpu_matmul_groups_isa(kv_backend *b, kv_cpu_isa isa, const kv_matmul_group *g, int ng);
 
 /* The KV-cache ops; the kernels live in cpu_attention.c. copy_block does
  * not use b (NULL is fine). */

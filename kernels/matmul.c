@@ -306,9 +306,13 @@ size_t kv_mm_act_bytes(kv_type t, int n, int64_t K, kv_cpu_isa isa) {
     return 0;
 }
 
-/* ---- the driver: up to KV_MATMUL_MULTI_MAX weights of one input -------- */
+/* ---- the driver: groups of up to KV_MATMUL_MULTI_MAX weights of one input */
 
-/* One weight of a call: the kernels' arguments (args.a / args.xp: the
+/* The most weights (segments) one pass takes: its task lives on the stack. A
+ * call with more runs several passes. */
+#define MM_PASS_SEGS 48
+
+/* One weight of a pass: the kernels' arguments (args.a / args.xp: the
  * activations it reads), or for the quant_ext types its dot over qact. */
 typedef struct mm_seg {
     kv_mm_args args;
@@ -316,11 +320,11 @@ typedef struct mm_seg {
     kv_qext_rows_fn qrows; /* its tiled dots (same results), or NULL */
     const uint8_t *qact; /* (n, arow) its quantized activations */
     size_t arow;
-    int64_t c0;          /* its first chunk in the call's numbering */
+    int64_t c0;          /* its first chunk in the pass's numbering */
 } mm_seg;
 
 typedef struct mm_task {
-    mm_seg seg[KV_MATMUL_MULTI_MAX];
+    mm_seg *seg;
     int nseg;
     kv_mm_rows_fn rows;
     void *const *scratch; /* (nth) per-thread scratch; NULL for quant_ext-only calls */
@@ -354,9 +358,13 @@ static void rows_task(void *ctx, int ith, int nth) {
     for (;;) {
         int64_t c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (c >= t->nchunks) break;
-        int i = t->nseg - 1;
-        while (i > 0 && c < t->seg[i].c0) i--;
-        const mm_seg *s = &t->seg[i];
+        int lo = 0, hi = t->nseg - 1; /* the last segment that starts at or before c */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (t->seg[mid].c0 <= c) lo = mid;
+            else hi = mid - 1;
+        }
+        const mm_seg *s = &t->seg[lo];
         int64_t r0 = (c - s->c0) * t->chunk;
         seg_rows(t->rows, s, r0, KV_MIN(s->args.M, r0 + t->chunk), scratch);
     }
@@ -364,7 +372,7 @@ static void rows_task(void *ctx, int ith, int nth) {
 
 /* The activation format a weight type reads: none (float weights read x
  * as is), q8a with a zero point, quant_ext blocks, or packed floats.
- * Weights of one format share one preparation of x. */
+ * Weights of one format and one x share one preparation of it. */
 typedef struct act_fmt {
     enum { ACT_NONE, ACT_Q8A, ACT_QEXT, ACT_XPACK } kind;
     int zp;
@@ -389,49 +397,87 @@ static int act_fmt_eq(act_fmt a, act_fmt b) {
     return 1;
 }
 
-/* One preparation of x(n, K): rows [j0, j1) of a thread's share quantized
- * (q8a or quant_ext), or groups of rows packed. */
-typedef struct prep_task {
+/* The bytes of env->act the activations of one x take in a pass: once per
+ * format among the group's weights, each rounded up to 64. */
+static size_t group_act_bytes(const kv_matmul_group *g, kv_cpu_isa isa, const kv_mm_isa_kernels *kern) {
+    act_fmt f[KV_MATMUL_MULTI_MAX];
+    size_t bytes = 0;
+    for (int i = 0; i < g->nw; i++) {
+        f[i] = act_fmt_of(g->w[i]->type, kern, g->n);
+        int j = 0;
+        while (j < i && !act_fmt_eq(f[j], f[i])) j++;
+        if (j == i) bytes += (kv_mm_act_bytes(g->w[i]->type, g->n, g->w[i]->ne0, isa) + 63) & ~(size_t)63;
+    }
+    return bytes;
+}
+
+/* One preparation of an x(n, K): its rows quantized (q8a or quant_ext),
+ * or groups of rows packed. Units: rows, or packed groups. */
+typedef struct prep_job {
     act_fmt f;
     const float *x;
     int64_t K;
     int n;
     kv_q8a a;
-    kv_q8a_row_fn quant;
     uint8_t *qact;
     size_t arow;
-    kv_mm_xpack_fn xpack;
     float *xp;
+} prep_job;
+
+typedef struct prep_task {
+    const prep_job *job;
+    int njob;
+    int64_t units; /* of all jobs */
+    kv_q8a_row_fn quant;
+    kv_mm_xpack_fn xpack;
 } prep_task;
 
-static void prep_run(void *ctx, int ith, int nth) {
-    const prep_task *p = ctx;
-    const int64_t K = p->K;
-    if (p->f.kind == ACT_XPACK) {
-        int groups = (p->n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
-        int g0 = (int)((int64_t)groups * ith / nth), g1 = (int)((int64_t)groups * (ith + 1) / nth);
-        for (int g = g0; g < g1; g++)
-            p->xpack(p->x + (size_t)g * KV_MM_XGROUP * (size_t)K, KV_MIN(p->n - g * KV_MM_XGROUP, KV_MM_XGROUP), K,
-                     p->xp + (size_t)g * (size_t)K * KV_MM_XGROUP);
+static int64_t job_units(const prep_job *jb) {
+    return jb->f.kind == ACT_XPACK ? (jb->n + KV_MM_XGROUP - 1) / KV_MM_XGROUP : jb->n;
+}
+
+static void prep_units(const prep_task *p, const prep_job *jb, int u0, int u1) {
+    const int64_t K = jb->K;
+    if (jb->f.kind == ACT_XPACK) {
+        for (int g = u0; g < u1; g++)
+            p->xpack(jb->x + (size_t)g * KV_MM_XGROUP * (size_t)K, KV_MIN(jb->n - g * KV_MM_XGROUP, KV_MM_XGROUP), K,
+                     jb->xp + (size_t)g * (size_t)K * KV_MM_XGROUP);
         return;
     }
-    int j0 = (int)((int64_t)p->n * ith / nth), j1 = (int)((int64_t)p->n * (ith + 1) / nth);
-    for (int j = j0; j < j1; j++) {
-        const float *xr = p->x + (size_t)j * K;
-        if (p->f.kind == ACT_QEXT)
-            p->f.qx->quantize_act_row(xr, p->qact + (size_t)j * p->arow, K);
+    for (int j = u0; j < u1; j++) {
+        const float *xr = jb->x + (size_t)j * K;
+        if (jb->f.kind == ACT_QEXT)
+            jb->f.qx->quantize_act_row(xr, jb->qact + (size_t)j * jb->arow, K);
         else
-            p->quant(xr, K, (size_t)p->n, p->a.qs + (size_t)j * KV_QK, p->a.d + j, p->a.ioff + j, p->a.ds + j, p->f.zp);
+            p->quant(xr, K, (size_t)jb->n, jb->a.qs + (size_t)j * KV_QK, jb->a.d + j, jb->a.ioff + j, jb->a.ds + j,
+                     jb->f.zp);
     }
 }
 
-/* Prepares x once per activation format in env->act (the formats side by
- * side) and points every segment at its own: the threads share the work
- * when it is large enough. */
+/* A thread's share of the units of all jobs, taken in order. */
+static void prep_run(void *ctx, int ith, int nth) {
+    const prep_task *p = ctx;
+    const int64_t u0 = p->units * ith / nth, u1 = p->units * (ith + 1) / nth;
+    int64_t base = 0;
+    for (int i = 0; i < p->njob && base < u1; i++) {
+        const int64_t u = job_units(&p->job[i]), lo = KV_MAX(u0, base), hi = KV_MIN(u1, base + u);
+        if (lo < hi) prep_units(p, &p->job[i], (int)(lo - base), (int)(hi - base));
+        base += u;
+    }
+}
+
+/* Prepares every segment's x once per activation format (and x), side by
+ * side in env->act, and points each segment at its own; all of them in one
+ * dispatch when the work is large enough. */
 static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kernels *kern, mm_task *t, int nth,
                      kv_err *err) {
-    act_fmt fmt[KV_MATMUL_MULTI_MAX];
-    int region = 0;
+    act_fmt fmt[MM_PASS_SEGS];
+    prep_job job[MM_PASS_SEGS];
+    int njob = 0;
+    const size_t cap = env->act_bytes * (size_t)KV_MAX(env->act_regions, 1);
+    size_t used = 0;
+    double elems = 0;
+    int64_t units = 0;
     for (int i = 0; i < t->nseg; i++) {
         mm_seg *s = &t->seg[i];
         const kv_mm_args *a = &s->args;
@@ -445,8 +491,10 @@ static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kerne
                                   (long long)a->K, kv_type_name((int)a->type));
         }
         int j = 0;
-        while (j < i && !act_fmt_eq(fmt[j], fmt[i])) j++;
-        if (j < i) { /* the same format as an earlier weight: its activations */
+        while (j < i && !(act_fmt_eq(fmt[j], fmt[i]) && t->seg[j].args.x == a->x && t->seg[j].args.n == a->n &&
+                          t->seg[j].args.K == a->K))
+            j++;
+        if (j < i) { /* the same format of the same x as an earlier weight: its activations */
             s->args.a = t->seg[j].args.a;
             s->args.xp = t->seg[j].args.xp;
             s->qact = t->seg[j].qact;
@@ -454,99 +502,112 @@ static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kerne
         }
         size_t need = kv_mm_act_bytes(a->type, a->n, a->K, isa);
         if (fmt[i].kind == ACT_NONE || need == 0) continue;
+        need = (need + 63) & ~(size_t)63;
+        /* one x in one format takes at most a region (what reserve sized
+         * for its max_rows); several side by side take the regions' room */
         if (!env->act || need > env->act_bytes)
             return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d x %lld %s activations need %zu bytes of scratch, %zu reserved",
-                              a->n, (long long)a->K, kv_type_name((int)a->type), need, env->act_bytes);
-        if (region >= KV_MAX(env->act_regions, 1))
-            return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d activation formats, room for %d", region + 1,
-                              KV_MAX(env->act_regions, 1));
-        uint8_t *buf = (uint8_t *)env->act + (size_t)region++ * env->act_bytes;
-        prep_task p = {.f = fmt[i], .x = a->x, .K = a->K, .n = a->n, .quant = kern->quantize, .xpack = kern->xpack};
-        int units = a->n;
+                              a->n, (long long)a->K, kv_type_name((int)a->type), need, env->act ? env->act_bytes : 0);
+        if (used + need > cap)
+            return kv_err_set(err, KV_ERR_NOMEM, "matmul: %d activation buffers need more than the %zu bytes reserved",
+                              njob + 1, cap);
+        uint8_t *buf = (uint8_t *)env->act + used;
+        used += need;
+        prep_job *jb = &job[njob++];
+        *jb = (prep_job){.f = fmt[i], .x = a->x, .K = a->K, .n = a->n};
         if (fmt[i].kind == ACT_Q8A) {
             q8a_layout l = q8a_layout_of(a->n, a->K);
-            p.a.qs = (int8_t *)buf;
-            p.a.d = (float *)(void *)(buf + l.off_d);
-            p.a.ioff = (int32_t *)(void *)(buf + l.off_i);
-            p.a.ds = (float *)(void *)(buf + l.off_s);
-            s->args.a = p.a;
+            jb->a.qs = (int8_t *)buf;
+            jb->a.d = (float *)(void *)(buf + l.off_d);
+            jb->a.ioff = (int32_t *)(void *)(buf + l.off_i);
+            jb->a.ds = (float *)(void *)(buf + l.off_s);
+            s->args.a = jb->a;
         } else if (fmt[i].kind == ACT_QEXT) {
-            p.qact = buf;
-            p.arow = s->arow;
+            jb->qact = buf;
+            jb->arow = s->arow;
             s->qact = buf;
         } else {
-            p.xp = (float *)(void *)buf;
-            s->args.xp = p.xp;
-            units = (a->n + KV_MM_XGROUP - 1) / KV_MM_XGROUP;
+            jb->xp = (float *)(void *)buf;
+            s->args.xp = jb->xp;
         }
-        if (nth > 1 && (double)a->n * (double)a->K >= KV_MM_MIN_PAR_QUANT && units > 1)
-            kv_threadpool_run(env->pool, prep_run, &p);
-        else
-            prep_run(&p, 0, 1);
+        elems += (double)a->n * (double)a->K;
+        units += job_units(jb);
     }
+    prep_task p = {.job = job, .njob = njob, .units = units, .quant = kern->quantize, .xpack = kern->xpack};
+    if (nth > 1 && elems >= KV_MM_MIN_PAR_QUANT && units > 1)
+        kv_threadpool_run(env->pool, prep_run, &p);
+    else if (njob)
+        prep_run(&p, 0, 1);
     return KV_OK;
 }
 
 /* Validates a call: 0, or an error (and every y that has a known size
  * filled with NaN, so that an unchecked result is loud). */
-static int multi_check(const kv_mm_env *env, const kv_tensor *const *w, int nw, const float *x, float *const *y, int n,
-                       kv_err *err) {
-    int rc = KV_OK;
-    if (!env || !w || !x || !y || n <= 0 || nw < 1 || nw > KV_MATMUL_MULTI_MAX)
-        return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows, %d weights)", n, nw);
-    for (int i = 0; i < nw; i++)
-        if (!y[i]) return kv_err_set(err, KV_ERR_INVAL, "matmul: no output for weight %d", i);
-    for (int i = 0; i < nw && rc == KV_OK; i++) {
-        rc = kv_mm_check(w[i], err);
-        if (rc == KV_OK && w[i]->ne0 != w[0]->ne0)
-            rc = kv_err_set(err, KV_ERR_INVAL, "matmul: weight %d has rows of %lld, weight 0 of %lld", i,
-                            (long long)w[i]->ne0, (long long)w[0]->ne0);
+static int groups_check(const kv_mm_env *env, const kv_matmul_group *g, int ng, kv_err *err) {
+    if (!env || !g || ng < 1) return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d groups)", ng);
+    for (int k = 0; k < ng; k++) {
+        if (!g[k].x || g[k].n <= 0 || g[k].nw < 1 || g[k].nw > KV_MATMUL_MULTI_MAX)
+            return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows, %d weights)", g[k].n, g[k].nw);
+        for (int i = 0; i < g[k].nw; i++)
+            if (!g[k].w[i] || !g[k].y[i]) return kv_err_set(err, KV_ERR_INVAL, "matmul: no weight or output %d", i);
     }
+    int rc = KV_OK;
+    for (int k = 0; k < ng && rc == KV_OK; k++)
+        for (int i = 0; i < g[k].nw && rc == KV_OK; i++) {
+            const kv_tensor *w = g[k].w[i];
+            rc = kv_mm_check(w, err);
+            if (rc == KV_OK && w->ne0 != g[k].w[0]->ne0)
+                rc = kv_err_set(err, KV_ERR_INVAL, "matmul: weight %d has rows of %lld, weight 0 of %lld", i,
+                                (long long)w->ne0, (long long)g[k].w[0]->ne0);
+        }
     /* upload_weight rejects bad weights up front, so reaching here is a
      * caller bug: make the result loud as well as the status. */
     if (rc != KV_OK)
-        for (int i = 0; i < nw; i++)
-            if (w[i] && w[i]->ne1 > 0) fill_nan(y[i], (size_t)n * (size_t)w[i]->ne1);
+        for (int k = 0; k < ng; k++)
+            for (int i = 0; i < g[k].nw; i++)
+                if (g[k].w[i]->ne1 > 0) fill_nan(g[k].y[i], (size_t)g[k].n * (size_t)g[k].w[i]->ne1);
     return rc;
 }
 
-int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
-                    float *const *y, int n, kv_err *err) {
-    int rc = multi_check(env, w, nw, x, y, n, err);
-    if (rc != KV_OK) return rc;
-    if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
-    const kv_mm_isa_kernels *kern = isa_kernels(isa);
-    int nth = kv_threadpool_size(env->pool);
+/* One pass: the ng groups' x prepared, then the rows of all their weights
+ * (<= MM_PASS_SEGS) split over the threads in one dispatch. */
+static int run_pass(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kernels *kern, const kv_matmul_group *g,
+                    int ng, kv_err *err) {
+    mm_seg seg[MM_PASS_SEGS];
     mm_task t;
     memset(&t, 0, sizeof t);
-    t.nseg = nw;
+    memset(seg, 0, sizeof seg);
+    t.seg = seg;
     t.rows = kern->rows;
     t.scratch = env->scratch;
-    int64_t K = w[0]->ne0, Mtot = 0;
-    int need_scratch = 0;
-    for (int i = 0; i < nw; i++) {
-        kv_mm_args *a = &t.seg[i].args;
-        a->type = w[i]->type;
-        a->K = K;
-        a->M = w[i]->ne1;
-        a->nb1 = w[i]->nb1;
-        a->w = w[i]->data;
-        a->n = n;
-        a->x = x;
-        a->y = y[i];
-        a->wp = env->panels && kv_mm_panels_bytes(w[i], isa) ? env->panels(env->owner, w[i]) : NULL;
-        Mtot += a->M;
-        need_scratch |= !qext_of(w[i]->type);
-    }
-    if ((double)n * (double)K * (double)Mtot < KV_MM_MIN_PAR_MACS) nth = 1;
-    size_t need = kv_mm_scratch_bytes(K);
-    if (need_scratch && (need > env->scratch_bytes || !env->scratch)) {
-        rc = kv_err_set(err, KV_ERR_NOMEM, "matmul: a row of %lld needs %zu bytes of per-thread scratch, %zu reserved",
-                        (long long)K, need, env->scratch_bytes);
-        goto fail;
-    }
-    rc = prep_acts(env, isa, kern, &t, nth, err);
-    if (rc != KV_OK) goto fail;
+    int nth = kv_threadpool_size(env->pool), need_scratch = 0;
+    int64_t Mtot = 0, Kmax = 0;
+    double macs = 0;
+    for (int k = 0; k < ng; k++)
+        for (int i = 0; i < g[k].nw; i++) {
+            const kv_tensor *w = g[k].w[i];
+            kv_mm_args *a = &seg[t.nseg++].args;
+            a->type = w->type;
+            a->K = w->ne0;
+            a->M = w->ne1;
+            a->nb1 = w->nb1;
+            a->w = w->data;
+            a->n = g[k].n;
+            a->x = g[k].x;
+            a->y = g[k].y[i];
+            a->wp = env->panels && kv_mm_panels_bytes(w, isa) ? env->panels(env->owner, w) : NULL;
+            Mtot += a->M;
+            Kmax = KV_MAX(Kmax, a->K);
+            macs += (double)a->n * (double)a->K * (double)a->M;
+            need_scratch |= !qext_of(w->type);
+        }
+    if (macs < KV_MM_MIN_PAR_MACS) nth = 1;
+    size_t need = kv_mm_scratch_bytes(Kmax);
+    if (need_scratch && (need > env->scratch_bytes || !env->scratch))
+        return kv_err_set(err, KV_ERR_NOMEM, "matmul: a row of %lld needs %zu bytes of per-thread scratch, %zu reserved",
+                          (long long)Kmax, need, env->scratch_bytes);
+    int rc = prep_acts(env, isa, kern, &t, nth, err);
+    if (rc != KV_OK) return rc;
 
     /* Row chunks: multiples of the panel height; about 4 per thread over
      * all the weights so a slow (descheduled) thread does not hold up the
@@ -554,20 +615,54 @@ int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const
     int64_t chunk = (Mtot + (int64_t)nth * 4 - 1) / ((int64_t)nth * 4);
     chunk = (chunk + KV_MM_PANEL - 1) / KV_MM_PANEL * KV_MM_PANEL;
     t.chunk = KV_MAX(chunk, (int64_t)KV_MM_PANEL);
-    for (int i = 0; i < nw; i++) {
-        t.seg[i].c0 = t.nchunks;
-        t.nchunks += (t.seg[i].args.M + t.chunk - 1) / t.chunk;
+    for (int i = 0; i < t.nseg; i++) {
+        seg[i].c0 = t.nchunks;
+        t.nchunks += (seg[i].args.M + t.chunk - 1) / t.chunk;
     }
     atomic_init(&t.next, 0);
     if (nth == 1)
-        for (int i = 0; i < nw; i++)
-            seg_rows(t.rows, &t.seg[i], 0, t.seg[i].args.M, env->scratch ? env->scratch[0] : NULL);
+        for (int i = 0; i < t.nseg; i++)
+            seg_rows(t.rows, &seg[i], 0, seg[i].args.M, env->scratch ? env->scratch[0] : NULL);
     else
         kv_threadpool_run(env->pool, rows_task, &t);
     return KV_OK;
+}
+
+int kv_mm_run_groups(const kv_mm_env *env, kv_cpu_isa isa, const kv_matmul_group *g, int ng, kv_err *err) {
+    int rc = groups_check(env, g, ng, err);
+    if (rc != KV_OK) return rc;
+    if (!kv_cpu_isa_supported(isa)) isa = KV_CPU_ISA_SCALAR;
+    const kv_mm_isa_kernels *kern = isa_kernels(isa);
+    const size_t cap = env->act_bytes * (size_t)KV_MAX(env->act_regions, 1);
+    /* passes of consecutive groups: as many as the segments and the
+     * activation buffer take (a group alone that does not fit fails in
+     * prep_acts, naming the bytes) */
+    for (int k0 = 0; k0 < ng;) {
+        int k1 = k0, nseg = 0;
+        size_t bytes = 0;
+        while (k1 < ng && nseg + g[k1].nw <= MM_PASS_SEGS) {
+            const size_t b = group_act_bytes(&g[k1], isa, kern);
+            if (k1 > k0 && bytes + b > cap) break;
+            bytes += b;
+            nseg += g[k1++].nw;
+        }
+        if ((rc = run_pass(env, isa, kern, g + k0, k1 - k0, err)) != KV_OK) goto fail;
+        k0 = k1;
+    }
+    return KV_OK;
 fail:
-    for (int i = 0; i < nw; i++) fill_nan(y[i], (size_t)n * (size_t)w[i]->ne1);
+    for (int k = 0; k < ng; k++)
+        for (int i = 0; i < g[k].nw; i++) fill_nan(g[k].y[i], (size_t)g[k].n * (size_t)g[k].w[i]->ne1);
     return rc;
+}
+
+int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
+                    float *const *y, int n, kv_err *err) {
+    if (!w || !y || nw < 1 || nw > KV_MATMUL_MULTI_MAX)
+        return kv_err_set(err, KV_ERR_INVAL, "matmul: bad arguments (%d rows, %d weights)", n, nw);
+    kv_matmul_group g = {.nw = nw, .x = x, .n = n};
+    for (int i = 0; i < nw; i++) g.w[i] = w[i], g.y[i] = y[i];
+    return kv_mm_run_groups(env, isa, &g, 1, err);
 }
 
 int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n,

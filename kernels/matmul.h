@@ -234,7 +234,9 @@ typedef struct kv_mm_env {
     void *act;             /* shared activation buffer: act_regions regions of act_bytes
                               (a multiple of 64) side by side, 64-byte aligned */
     size_t act_bytes;
-    int act_regions;       /* one per activation format of a kv_mm_run_multi call; <= 1: one */
+    int act_regions;       /* one per activation format of a kv_mm_run_multi call; <= 1: one.
+                              One x in one format takes at most one region; a
+                              kv_mm_run_groups pass packs many small ones into them */
     /* the pre-packed panels of a weight (kv_mm_panels_pack), or NULL: the
      * kernels read w as it is; panels NULL: none are kept */
     const uint8_t *(*panels)(const void *owner, const kv_tensor *w);
@@ -262,6 +264,14 @@ int kv_mm_run(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *w, const fl
  * kv_mm_run's for w[i]. Errors as kv_mm_run's (every y filled with NaN). */
 int kv_mm_run_multi(const kv_mm_env *env, kv_cpu_isa isa, const kv_tensor *const *w, int nw, const float *x,
                     float *const *y, int n, kv_err *err);
+
+/* The ng groups' kv_mm_run_multi calls (each group its own x, n rows):
+ * every group's x prepared side by side in env->act, then the rows of all
+ * the groups' weights split over the threads in one dispatch; groups that
+ * do not fit one pass (more than its weights, or activations past env->act)
+ * run in several. Every y bit-identical to kv_mm_run's. Errors as
+ * kv_mm_run_multi's (every y filled with NaN). */
+int kv_mm_run_groups(const kv_mm_env *env, kv_cpu_isa isa, const kv_matmul_group *g, int ng, kv_err *err);
 
 /* Validates a weight for the CPU kernels: 0, or an error naming the type or
  * the shape (err may be NULL). */

@@ -259,6 +259,14 @@ static void sim_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, c
         if (w[i]) charge_matmul(b, w[i], n);
 }
 
+/* The inner backend's matmul_groups, charged as its separate matmuls. */
+static void sim_matmul_groups(kv_backend *b, const kv_matmul_group *g, int ng) {
+    kv_backend_matmul_groups(in_of(b), g, ng);
+    for (int k = 0; g && k < ng; k++)
+        for (int i = 0; g[k].n > 0 && i < g[k].nw && i < KV_MATMUL_MULTI_MAX; i++)
+            if (g[k].w[i]) charge_matmul(b, g[k].w[i], g[k].n);
+}
+
 static void sim_get_rows(kv_backend *b, const kv_tensor *w, const int32_t *ids, float *out, int n) {
     in_of(b)->ops->get_rows(in_of(b), w, ids, out, n);
     if (!w || n <= 0) return;
@@ -439,6 +447,7 @@ static const kv_backend_ops sim_ops = {
     .prepare_weight = sim_prepare_weight,
     .matmul = sim_matmul,
     .matmul_multi = sim_matmul_multi,
+    .matmul_groups = sim_matmul_groups,
     .get_rows = sim_get_rows,
     .rmsnorm = sim_rmsnorm,
     .rope = sim_rope,

@@ -1,5 +1,6 @@
 /* decode_profile.c - where a decode step's time goes: the README's "Where
- * decode time goes" figures. It runs C identical requests through the
+ * decode time goes" figures. It runs C identical requests (--distinct 1:
+ * each its own prompt) through the
  * engine (kv_engine_step on this thread) on a CPU backend whose op table is
  * wrapped with timers, and reports, over the steps in which every running
  * request decodes one token, each op's share of the step (every matmul by
@@ -17,8 +18,8 @@
  * linking with -Wl,--wrap=kv_threadpool_run (the Makefile's rule for this
  * tool): every call the kernels make goes through __wrap_kv_threadpool_run
  * below, which times each share and hands it to the real pool. --multi 0
- * hides the backend's matmul_multi (the engine then makes one matmul call
- * per weight, as before the op existed). The timers
+ * hides the backend's matmul_multi and matmul_groups (the engine then makes
+ * one matmul call per weight, as before the op existed). The timers
  * cost ~50 ns an op and a share; fractions of a step are what to read on a
  * shared machine (absolute times move with the load). */
 #include <pthread.h>
@@ -33,7 +34,7 @@
 /* The op categories, matmuls by role. */
 enum {
     C_WQ, C_WK, C_WV, C_WO, C_GATE, C_UP, C_DOWN, C_HEAD, C_QKV, C_GATE_UP,
-    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER, C_OTHER, C_SCAN,
+    C_ATTN, C_STORE, C_NORM, C_ROPE, C_SILU, C_ADD, C_ROWS, C_XFER, C_OTHER, C_SCAN, C_ROUTER, C_EXPERT,
     C_N
 };
 static const char *cat_name[C_N] = {
@@ -41,7 +42,8 @@ static const char *cat_name[C_N] = {
     "matmul output head", "matmul wq+wk+wv (one matmul_multi)", "matmul ffn gate+up (one matmul_multi)",
     "attention (sliding-window layers too)", "kv_store", "rmsnorm", "rope", "silu_mul / gelu_mul", "add (residual)",
     "get_rows", "upload/download", "scale, bias rows, MoE routing and scatter",
-    "logits scan (argmax, finite; after the forward)",
+    "logits scan (argmax, finite; after the forward)", "matmul MoE router",
+    "matmul MoE experts (gate, up, down)",
 };
 
 typedef struct cat_stats {
@@ -182,6 +184,10 @@ static int matmul_cat(const kv_tensor *w) {
         if (w == &L->w_gate) return C_GATE;
         if (w == &L->w_up) return C_UP;
         if (w == &L->w_down) return C_DOWN;
+        if (w == &L->router) return C_ROUTER;
+        /* an expert's views are of one tensor per kind: find w among them */
+        for (int e = 0; e < m->hp.n_expert; e++)
+            if (w == &L->exp_gate[e] || w == &L->exp_up[e] || w == &L->exp_down[e]) return C_EXPERT;
     }
     return C_HEAD; /* NOTE: a tensor the model does not own (none today) counts with the head */
 }
@@ -215,6 +221,16 @@ static void w_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, con
     double t0 = op_begin(cat);
     g_real->matmul_multi(b, w, nw, x, y, n);
     matmul_end(cat, t0, w, nw, n);
+}
+
+/* A mixture of experts' gate/up or down matmuls of every routed expert. */
+static void w_matmul_groups(kv_backend *b, const kv_matmul_group *g, int ng) {
+    double t0 = op_begin(C_EXPERT);
+    g_real->matmul_groups(b, g, ng);
+    for (int k = 0; k < ng; k++)
+        for (int i = 0; i < g[k].nw; i++)
+            g_step.c[C_EXPERT].bytes += (double)g[k].w[i]->nb1 * (double)g[k].w[i]->ne1;
+    matmul_end(C_EXPERT, t0, NULL, 0, 0);
 }
 
 #define WRAP0(NAME, CAT, PARAMS, ARGS) \
@@ -265,6 +281,7 @@ static void wrap_backend(kv_backend *b, int multi) {
     g_ops.matmul = w_matmul;
     /* --multi 0: the engine's fallback, one matmul call per weight */
     g_ops.matmul_multi = multi && g_real->matmul_multi ? w_matmul_multi : NULL;
+    g_ops.matmul_groups = multi && g_real->matmul_groups ? w_matmul_groups : NULL;
     g_ops.get_rows = w_get_rows;
     g_ops.rmsnorm = w_rmsnorm;
     g_ops.rope = w_rope;
@@ -293,12 +310,12 @@ static void wrap_backend(kv_backend *b, int multi) {
 
 typedef struct opts {
     const char *model, *kv;
-    int threads, concurrency, prompt, tokens, hook, multi;
+    int threads, concurrency, prompt, tokens, hook, multi, distinct;
 } opts;
 
 static int usage(void) {
     fprintf(stderr, "usage: decode_profile --model M [--threads 2] [--concurrency 1] [--prompt 32] [--tokens 64]\n"
-                    "                      [--kv f16] [--hook 0|1] [--multi 1|0]\n");
+                    "                      [--kv f16] [--hook 0|1] [--multi 1|0] [--distinct 0|1]\n");
     return 2;
 }
 
@@ -319,6 +336,7 @@ static int parse_opts(int argc, char **argv, opts *o /* OUT: */) {
         else if (!strcmp(a, "--tokens")) o->tokens = (int)x;
         else if (!strcmp(a, "--hook")) o->hook = (int)x;
         else if (!strcmp(a, "--multi")) o->multi = (int)x;
+        else if (!strcmp(a, "--distinct")) o->distinct = (int)x;
         else return usage();
     }
     if (!o->model || o->threads < 1 || o->concurrency < 1 || o->prompt < 1 || o->tokens < 2) return usage();
@@ -406,8 +424,9 @@ static void report(const opts *o, const kv_model *m, const totals *t) {
         const cat_stats *c = &t->c[k];
         if (!c->calls) continue;
         char rest[256], q[32] = "", bw[32] = "", wk[32] = "", idle[32] = "";
-        if (k <= C_GATE_UP && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
-        if (k <= C_GATE_UP) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
+        const int mm = k <= C_GATE_UP || k == C_ROUTER || k == C_EXPERT;
+        if (mm && c->disp) snprintf(q, sizeof q, "%.0f%%", 100.0 * c->serial_ns / c->cpu_ns);
+        if (mm) snprintf(bw, sizeof bw, "%.1f GB/s", c->bytes / c->op_ns);
         if (c->n_wake) snprintf(wk, sizeof wk, "%.1f us", c->wake_ns / c->n_wake / 1e3);
         if (c->disp) snprintf(idle, sizeof idle, "%.0f%%", 100.0 * c->idle_ns / (o->threads * c->disp_ns));
         snprintf(rest, sizeof rest, " %.1f | %.1f | %s | %s | %s | %s |", (double)c->calls / t->steps,
@@ -446,12 +465,14 @@ static int run(const opts *o, kv_err *err) {
         rc = kv_err_set(err, KV_ERR_NOMEM, "out of memory");
         goto done;
     }
-    uint32_t x = 12345;
-    for (int i = 0; i < o->prompt; i++) {
-        x = x * 1664525u + 1013904223u;
-        ids[i] = (int32_t)(1 + (x >> 8) % (uint32_t)(g_model->hp.n_vocab - 1));
-    }
     for (int r = 0; r < o->concurrency && rc >= 0; r++) {
+        /* one prompt for all (--distinct 0) or one per request: a mixture of
+         * experts routes identical tokens to the same few experts */
+        uint32_t x = 12345u + (o->distinct ? 7919u * (uint32_t)r : 0u);
+        for (int i = 0; i < o->prompt; i++) {
+            x = x * 1664525u + 1013904223u;
+            ids[i] = (int32_t)(1 + (x >> 8) % (uint32_t)(g_model->hp.n_vocab - 1));
+        }
         kv_request_params p;
         kv_engine_request_defaults(e, &p);
         p.tokens = ids, p.n_tokens = o->prompt, p.max_tokens = o->tokens, p.ignore_eos = 1;

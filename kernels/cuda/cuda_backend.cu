@@ -700,6 +700,7 @@ static const kv_backend_ops cuda_ops = {
     /* the mixture-of-experts ops (cuda_moe.cu) */
     kvc_moe_route,    kvc_scatter_add,
     NULL,             /* matmul_multi: the engine makes one matmul call per weight */
+    NULL,             /* matmul_groups: one matmul call per weight too */
     NULL,             /* prepare_weight: the weights are copied to the device as they are */
     0,                /* host_buffers: device memory */
     NULL,             /* logits_scan: the engine scans the downloaded rows */

@@ -3,9 +3,11 @@
  * experts, the k largest ranked by logit with ties to the lower expert,
  * renormalised when asked), one thread per row as the CPU computes it
  * (n_expert is at most KV_MOE_MAX_EXPERTS, a few hundred at most), and the
- * weighted scatter-add of one expert's output rows onto the tokens routed
- * to it. Within one scatter_add call the rows are distinct (a token is
- * routed to an expert once), so no two threads add to one element. */
+ * weighted scatter-add of the experts' output rows onto the tokens routed
+ * to them. One scatter_add call may name a token's row once per expert it
+ * was routed to, and the additions must happen in call order (the CPU's
+ * bits): one thread per column walks the rows in order, so no two threads
+ * add to one element. */
 #include <math.h>
 
 #include "cuda_internal.cuh"
@@ -43,12 +45,11 @@ __global__ void k_moe_route(const float *logits, int n, int n_expert, int k, int
 
 /* x[rows[i]] (dim) += w[i] * y[i] (dim). */
 __global__ void k_scatter_add(float *x, const float *y, const int32_t *rows, const float *w, int n, int dim) {
-    const int64_t count = (int64_t)n * dim;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < count; t += (int64_t)gridDim.x * blockDim.x) {
-        const int i = (int)(t / dim), d = (int)(t % dim);
-        float *xr = x + (size_t)rows[i] * (size_t)dim;
-        xr[d] = __fadd_rn(xr[d], __fmul_rn(w[i], y[t]));
-    }
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < dim; d += gridDim.x * blockDim.x)
+        for (int i = 0; i < n; i++) {
+            float *xr = x + (size_t)rows[i] * (size_t)dim;
+            xr[d] = __fadd_rn(xr[d], __fmul_rn(w[i], y[(size_t)i * dim + d]));
+        }
 }
 
 void kvc_moe_route(kv_backend *b, const float *logits, int n, int n_expert, int k, int norm, int32_t *ids,
@@ -63,7 +64,6 @@ void kvc_moe_route(kv_backend *b, const float *logits, int n, int n_expert, int 
 void kvc_scatter_add(kv_backend *b, float *x, const float *y, const int32_t *rows, const float *w, int n, int dim) {
     if (!x || !y || !rows || !w || n <= 0 || dim <= 0) return;
     cuda_ctx *c = kvc_enter(b, "scatter_add");
-    const int64_t count = (int64_t)n * dim;
-    k_scatter_add<<<kvc_grid_for(count, 256), 256, 0, kvc_stream(c)>>>(x, y, rows, w, n, dim);
+    k_scatter_add<<<kvc_grid_for(dim, 128), 128, 0, kvc_stream(c)>>>(x, y, rows, w, n, dim);
     kvc_done(c, cudaGetLastError(), "scatter_add");
 }

@@ -3,8 +3,11 @@
  * bit: every weight type, mixed types (one, two and three activation
  * formats), row views of one fused matrix (phi3), every ISA, 1 and 2
  * threads, n = 1 and n > 1 rows, on fresh random data each run (the seed
- * is printed). The sim backend charges exactly the separate matmuls'
- * cost; bad calls fail loudly (NaN out, a status naming the op). */
+ * is printed). ops.matmul_groups (many such groups, each its own x: a
+ * mixture of experts' experts) the same way, in one pass and in several
+ * (more weights than a pass takes, activations past the reserved buffer).
+ * The sim backend charges exactly the separate matmuls' cost; bad calls
+ * fail loudly (NaN out, a status naming the op). */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -215,5 +218,142 @@ static void test_multi_rejects(void) {
     kv_backend_free(b);
 }
 
+/* Runs the ng groups through matmul_groups (isa) and each weight alone;
+ * 0 when every output's bits agree. */
+static int groups_same_bits(kv_backend *b, kv_cpu_isa isa, kv_matmul_group *g, int ng, const char *what) {
+    int bad = 0;
+    for (int k = 0; k < ng; k++)
+        for (int i = 0; i < g[k].nw; i++)
+            for (size_t e = 0; e < (size_t)g[k].n * (size_t)g[k].w[i]->ne1; e++) g[k].y[i][e] = NAN;
+    kv_cpu_matmul_groups_isa(b, isa, g, ng);
+    kv_err err = {0};
+    CHECKF(kv_backend_status(b, &err) == 0, "%s: %s", what, err.msg);
+    for (int k = 0; k < ng && !bad; k++)
+        for (int i = 0; i < g[k].nw && !bad; i++) {
+            const size_t cnt = (size_t)g[k].n * (size_t)g[k].w[i]->ne1;
+            float *alone = malloc(cnt * sizeof(float));
+            if (!alone) {
+                CHECKF(0, "%s: out of memory", what);
+                return 1;
+            }
+            kv_cpu_matmul_isa(b, isa, g[k].w[i], g[k].x, alone, g[k].n);
+            for (size_t e = 0; e < cnt; e++)
+                if (memcmp(&alone[e], &g[k].y[i][e], sizeof(float)) != 0 || isnan(alone[e])) {
+                    CHECKF(0, "%s isa=%s threads=%d: group %d of %d (n=%d) weight %d (%s) output %zu: groups %.9g, alone %.9g",
+                           what, kv_cpu_isa_name(isa), b->n_threads, k, ng, g[k].n, i, kv_type_name(g[k].w[i]->type), e,
+                           g[k].y[i][e], alone[e]);
+                    bad = 1;
+                    break;
+                }
+            free(alone);
+        }
+    return bad;
+}
+
+/* Experts of a mixture: each group an expert's gate and up (two weights,
+ * its own rows of x, 1..9 of them), or its down matmul (one), row views
+ * of one stacked tensor per kind, as a GGUF's ffn_*_exps; 6 experts (one
+ * pass), 30 (60 weights: more than a pass takes) and 12 with up to 9 rows
+ * each (more activation rows than the buffer reserved for 17 holds). */
+static void test_groups_experts(void) {
+    harness_seed_fresh();
+    kv_backend *bs[2] = {make("cpu", 1), make("cpu", 2)};
+    REQUIRE(bs[0] && bs[1]);
+    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q4_K, KV_TYPE_F16, KV_TYPE_Q5_0};
+    enum { E = 30, FF = 48, MAXR = 9 };
+    const int counts[] = {6, 30, 12};
+    float *x = malloc((size_t)E * MAXR * K * sizeof(float));
+    float *y = malloc((size_t)E * MAXR * 2 * FF * sizeof(float));
+    REQUIRE(x && y);
+    for (size_t ti = 0; ti < KV_ARRAY_LEN(types); ti++) {
+        void *owned = NULL;
+        kv_tensor stack = test_make_weight(types[ti], E * 2 * FF, K, &owned);
+        REQUIRE(owned);
+        kv_tensor v[E * 2];
+        for (int r = 0; r < E * 2; r++) {
+            v[r] = stack;
+            v[r].ne1 = FF;
+            v[r].data = (const uint8_t *)stack.data + (size_t)r * FF * stack.nb1;
+        }
+        for (size_t ci = 0; ci < KV_ARRAY_LEN(counts); ci++) {
+            const int ng = counts[ci];
+            kv_matmul_group g[E];
+            size_t xo = 0, yo = 0;
+            for (int k = 0; k < ng; k++) {
+                const int n = ci == 2 ? MAXR - (int)(harness_rand64() % 3) : 1 + (int)(harness_rand64() % MAXR);
+                const int two = ci == 0 || k % 3 != 2;
+                g[k] = (kv_matmul_group){.w = {&v[2 * k], &v[2 * k + 1]}, .nw = two ? 2 : 1, .x = x + xo, .n = n};
+                for (int i = 0; i < g[k].nw; i++, yo += (size_t)n * FF) g[k].y[i] = y + yo;
+                harness_fill_rand(x + xo, (size_t)n * K, 2.0f);
+                xo += (size_t)n * K;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d experts", kv_type_name(types[ti]), ng);
+            int bad = 0;
+            for (int isa = 0; isa < KV_CPU_ISA_COUNT && !bad; isa++)
+                if (kv_cpu_isa_supported((kv_cpu_isa)isa))
+                    for (int th = 0; th < 2 && !bad; th++) bad = groups_same_bits(bs[th], (kv_cpu_isa)isa, g, ng, what);
+        }
+        free(owned);
+    }
+    FREE_ALL(x, y);
+    kv_backend_free(bs[0]);
+    kv_backend_free(bs[1]);
+}
+
+/* The sim backend's matmul_groups: the cpu's bits, charged as the separate
+ * matmuls; a group too large for the scratch, or a misshapen one, fails
+ * loudly (NaN, a status naming the op) and a good call after it works. */
+static void test_groups_sim_and_rejects(void) {
+    harness_seed_fresh();
+    kv_backend *s1 = make("sim", 2), *s2 = make("sim", 2), *b = make("cpu", 2);
+    REQUIRE(s1 && s2 && b && s1->ops->matmul_groups && b->ops->matmul_groups);
+    void *o1 = NULL, *o2 = NULL;
+    kv_tensor a = test_make_weight(KV_TYPE_Q8_0, 40, K, &o1), c = test_make_weight(KV_TYPE_Q4_K, 24, K, &o2);
+    REQUIRE(o1 && o2);
+    CHECK(s1->ops->upload_weight(s1, &a, NULL) == 0 && s2->ops->upload_weight(s2, &a, NULL) == 0);
+    CHECK(s1->ops->upload_weight(s1, &c, NULL) == 0 && s2->ops->upload_weight(s2, &c, NULL) == 0);
+    enum { BIG = 1000 };
+    float *x = malloc((size_t)BIG * K * sizeof(float)), *y0 = malloc((size_t)BIG * 40 * sizeof(float)),
+          *y1 = malloc((size_t)BIG * 40 * sizeof(float)), *z0 = malloc(3 * 40 * sizeof(float)),
+          *z1 = malloc(3 * 40 * sizeof(float));
+    REQUIRE(x && y0 && y1 && z0 && z1);
+    harness_fill_rand(x, (size_t)BIG * K, 1.0f);
+    kv_matmul_group g[2] = {{.w = {&a, &c}, .y = {y0, y1}, .nw = 2, .x = x, .n = 3},
+                            {.w = {&c}, .y = {z0}, .nw = 1, .x = x + 3 * K, .n = 2}};
+    s1->ops->matmul_groups(s1, g, 2);
+    s2->ops->matmul(s2, &a, x, z1, 3);
+    CHECK(memcmp(y0, z1, 3 * 40 * sizeof(float)) == 0);
+    s2->ops->matmul(s2, &c, x, z1, 3);
+    CHECK(memcmp(y1, z1, 3 * 24 * sizeof(float)) == 0);
+    s2->ops->matmul(s2, &c, x + 3 * K, z1, 2);
+    CHECK(memcmp(z0, z1, 2 * 24 * sizeof(float)) == 0);
+    kv_backend_clock c1, c2;
+    kv_backend_clock_get(s1, &c1);
+    kv_backend_clock_get(s2, &c2);
+    CHECKF(c1.elapsed_s == c2.elapsed_s && c1.elapsed_s > 0, "sim clock: groups %.12g s, separate %.12g s",
+           c1.elapsed_s, c2.elapsed_s);
+    /* 1000 rows: past the activation buffer reserved for 17 (its three regions) */
+    kv_matmul_group big = {.w = {&a}, .y = {y0}, .nw = 1, .x = x, .n = BIG};
+    b->ops->matmul_groups(b, &big, 1);
+    kv_err err = {0};
+    CHECK(kv_backend_status(b, &err) == KV_ERR_BACKEND && strstr(err.msg, "matmul_groups"));
+    CHECK(isnan(y0[0]) && isnan(y0[(size_t)BIG * 40 - 1]));
+    /* weights of different row lengths in one group */
+    void *o3 = NULL;
+    kv_tensor h = test_make_weight(KV_TYPE_Q8_0, 8, K / 2, &o3);
+    REQUIRE(o3);
+    kv_matmul_group mixed = {.w = {&a, &h}, .y = {y0, y1}, .nw = 2, .x = x, .n = 1};
+    b->ops->matmul_groups(b, &mixed, 1);
+    CHECK(kv_backend_status(b, NULL) == KV_ERR_BACKEND && isnan(y0[0]) && isnan(y1[7]));
+    b->ops->matmul_groups(b, g, 2); /* and a good call after them works */
+    CHECK(kv_backend_status(b, NULL) == 0 && !isnan(y0[0]) && !isnan(z0[0]));
+    FREE_ALL(x, y0, y1, z0, z1);
+    FREE_ALL(o1, o2, o3);
+    kv_backend_free(s1);
+    kv_backend_free(s2);
+    kv_backend_free(b);
+}
+
 TEST_MAIN(T(test_multi_every_type), T(test_multi_mixed_types), T(test_multi_row_views), T(test_multi_sim_cost),
-          T(test_multi_rejects))
+          T(test_multi_rejects), T(test_groups_experts), T(test_groups_sim_and_rejects))
