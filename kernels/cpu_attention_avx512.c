@@ -236,8 +236,94 @@ INL void scores_q8_512_nh(const int8_t *const *qq, const float *qd, const int32_
     }
 }
 
+/* x[g] lane k = x[k] lane g on entry: a 16 x 16 transpose of dwords
+ * (32-bit and 64-bit unpacks inside 128-bit lanes, then a 4 x 4 transpose
+ * of the lanes), 64 shuffles. */
+INL void tr16x16_epi32(__m512i x[16]) {
+    __m512i t[16];
+    UNROLL for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    /* u[4i + d], 128-bit lane L: dword 4L + d of rows 4i..4i+3 */
+    UNROLL for (int i = 0; i < 16; i += 4) {
+        x[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        x[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        x[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        x[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    UNROLL for (int d = 0; d < 4; d++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(x[d], x[4 + d], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i v1 = _mm512_shuffle_i32x4(x[d], x[4 + d], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i v2 = _mm512_shuffle_i32x4(x[8 + d], x[12 + d], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i v3 = _mm512_shuffle_i32x4(x[8 + d], x[12 + d], _MM_SHUFFLE(3, 2, 3, 2));
+        t[d] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + d] = _mm512_shuffle_i32x4(v0, v2, _MM_SHUFFLE(3, 1, 3, 1));
+        t[8 + d] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + d] = _mm512_shuffle_i32x4(v1, v3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    UNROLL for (int g = 0; g < 16; g++) x[g] = t[g];
+}
+
+/* scores_q8_512_nh on sixteen keys at a time, for head_dim a multiple of
+ * 64: each 64-code slice of the 16 keys is transposed (keys into lanes,
+ * 4-code groups into vectors), so vpdpbusd against the query's 4-code
+ * group broadcast yields the 16 keys' partial dots in their own lanes and
+ * no horizontal sum is left. The transpose is paid once per slice for all
+ * NH rows (the query heads of a kv head) where the sums were paid per row.
+ * The integer dots are exact in any order and the float steps are the
+ * four-key kernel's, key for key, so the scores' bits are the same. */
+INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32_t *qsum, int hd,
+                           const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf,
+                           const int NH) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int t = 0; t < nt; t += 16) {
+        const uint8_t *r[16];
+        float sk[16];
+        UNROLL for (int k = 0; k < 16; k++) {
+            r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
+            sk[k] = row_scale(r[k], hd, KV_CACHE_INT8);
+        }
+        __m512i a[ATTN_HC];
+        UNROLL for (int h = 0; h < NH; h++) a[h] = _mm512_setzero_si512();
+        for (int c = 0; c < hd; c += 64) {
+            __m512i x[16];
+            UNROLL for (int k = 0; k < 16; k++) {
+                if (c == 0 && !(k & 3)) attn_pf_step(pf, t + k);
+                x[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(r[k] + c)), bias);
+            }
+            tr16x16_epi32(x);
+            UNROLL for (int h = 0; h < NH; h++) {
+                const int8_t *q = qq[h] + c;
+                UNROLL for (int g = 0; g < 16; g++) {
+                    int32_t q4;
+                    memcpy(&q4, q + 4 * g, 4);
+                    a[h] = _mm512_dpbusd_epi32(a[h], x[g], _mm512_set1_epi32(q4));
+                }
+            }
+        }
+        const __m512 ks = _mm512_loadu_ps(sk);
+        const __mmask16 keep = kv_tail16(nt - t);
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m512i d = _mm512_sub_epi32(a[h], _mm512_set1_epi32(128 * qsum[h]));
+            const __m512 f = _mm512_mul_ps(_mm512_set1_ps(scale * qd[h]), ks);
+            _mm512_mask_storeu_ps(s + h * ss + t, keep, _mm512_mul_ps(_mm512_cvtepi32_ps(d), f));
+        }
+    }
+}
+
 static void scores_q8_512(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
                           const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf) {
+    if (hd % 64 == 0 && nt > 4) {
+        switch (nr) {
+        case 1: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 1); break;
+        case 2: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 2); break;
+        case 3: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 3); break;
+        case 4: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 4); break;
+        default: break;
+        }
+        return;
+    }
     switch (nr) {
     case 1: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 1); break;
     case 2: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 2); break;

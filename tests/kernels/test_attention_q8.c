@@ -1,6 +1,7 @@
 /* test_attention_q8.c - the integer int8 path of the attention scores
  * (int8 keys against query rows quantized to int8, kv_attn_scores_q8): on
- * fresh random data, head_dims 1..130 and the largest, 1..9 query rows, 1..37
+ * fresh random data, head_dims 1..130 (64 and 128 often: the 16-key AVX-512
+ * kernel) and the largest, 1..9 query rows, 1..37
  * keys at a stride with gaps, every ISA that has the path (AVX2: vpmaddubsw
  * with the sign trick; AVX-512: vpdpbusd) gives the scalar
  * reference's bits (the dot is exact in integers, the score one shared
@@ -22,7 +23,7 @@ static void test_q8_scores_match(void) {
     double worst = 0.0;
     int simd_runs = 0;
     for (int rep = 0; rep < 300; rep++) {
-        const int hd = rep == 0 ? KV_ATTN_MAX_HEAD_DIM : rep % 3 == 0 ? 64 : 1 + rnd(130);
+        const int hd = rep == 0 ? KV_ATTN_MAX_HEAD_DIM : rep % 3 == 0 ? 64 : rep % 5 == 0 ? 128 : 1 + rnd(130);
         const int nr = 1 + rnd(9), nt = 1 + rnd(37);
         const size_t rb = kv_cache_row_bytes(KV_CACHE_INT8, hd), stride = rb + (size_t)rnd(3) * 8;
         float *q = malloc(sizeof(float) * (size_t)nr * hd), *kf = malloc(sizeof(float) * (size_t)hd);
