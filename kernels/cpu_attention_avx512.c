@@ -13,6 +13,7 @@
 #include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#include "simd_avx512.h"
 
 #define INL static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
@@ -295,11 +296,7 @@ INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32
             tr16x16_epi32(x);
             UNROLL for (int h = 0; h < NH; h++) {
                 const int8_t *q = qq[h] + c;
-                UNROLL for (int g = 0; g < 16; g++) {
-                    int32_t q4;
-                    memcpy(&q4, q + 4 * g, 4);
-                    a[h] = _mm512_dpbusd_epi32(a[h], x[g], _mm512_set1_epi32(q4));
-                }
+                UNROLL for (int g = 0; g < 16; g++) a[h] = _mm512_dpbusd_epi32(a[h], x[g], kv_bcast4_512(q + 4 * g));
             }
         }
         const __m512 ks = _mm512_loadu_ps(sk);

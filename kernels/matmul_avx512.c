@@ -37,6 +37,7 @@
 #include "simd_x86.h"
 
 KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#include "simd_avx512.h"
 
 #define KV_AI static inline __attribute__((always_inline))
 
@@ -90,11 +91,6 @@ void kv_q8a_row_avx512(const float *x, int64_t K, size_t bstride, int8_t *qs, fl
 /* ---- helpers ------------------------------------------------------------- */
 
 
-KV_AI __m512i bcast32(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
 
 /* Transposes the 4x4 blocks of 32-bit elements that v[4g..4g+3] hold in
  * each 128-bit lane, g < G: the first steps of pack_q's regrouping. */
@@ -231,7 +227,7 @@ KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_
     /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
     __m512i s[2] = {_mm512_set1_epi32(ioff), _mm512_setzero_si512()};
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], bcast32(ap + 4 * g));
+    for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], kv_bcast4_512(ap + 4 * g));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
 }
 

@@ -31,6 +31,7 @@
 #ifdef KV_QEXT_HAVE_X86
 
 KV_SIMD_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#include "simd_avx512.h"
 
 #define KV_AI static inline __attribute__((always_inline))
 #define TILE_R 4 /* weight rows per pass */
@@ -346,11 +347,6 @@ static void kp_pack(const uint8_t *w, size_t ws, int rows, int64_t i0, int nc, k
     }
 }
 
-KV_AI __m512i bc32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
 
 /* y[j][0..16) (j < J, stride ys; lanes outside mask untouched) from the
  * panel's nc super-blocks, activation rows a (stride as) at super-block
@@ -381,8 +377,8 @@ KV_AI void kp_kernel(const kp_panel *P, int nc, const uint8_t *a, size_t as, int
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int g = 0; g < GPS; g += 2) {
-                    s0 = _mm512_dpbusd_epi32(s0, wg[g], bc32(aq + 4 * g));
-                    s1 = _mm512_dpbusd_epi32(s1, wg[g + 1], bc32(aq + 4 * g + 4));
+                    s0 = _mm512_dpbusd_epi32(s0, wg[g], kv_bcast4_512(aq + 4 * g));
+                    s1 = _mm512_dpbusd_epi32(s1, wg[g + 1], kv_bcast4_512(aq + 4 * g + 4));
                 }
                 is[jj] = _mm512_add_epi32(is[jj], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
             }
@@ -391,7 +387,7 @@ KV_AI void kp_kernel(const kp_panel *P, int nc, const uint8_t *a, size_t as, int
         for (int k = 0; k < 8; k++) {
             const __m512i mn = _mm512_load_si512((const void *)P->mn[c][k]);
 #pragma GCC unroll 8
-            for (int jj = 0; jj < J; jj++) ms[jj] = _mm512_dpwssd_epi32(ms[jj], mn, bc32(ab[jj]->bsums + 2 * k));
+            for (int jj = 0; jj < J; jj++) ms[jj] = _mm512_dpwssd_epi32(ms[jj], mn, kv_bcast4_512(ab[jj]->bsums + 2 * k));
         }
         const __m512 dw = _mm512_load_ps(P->d[c]), dm = _mm512_load_ps(P->dmin[c]);
 #pragma GCC unroll 8
