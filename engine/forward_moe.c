@@ -34,7 +34,8 @@ struct kv_moe {
     float *gate;     /* (max_pairs, expert_ffn_dim) */
     float *up;       /* (max_pairs, expert_ffn_dim) */
     float *ye;       /* (max_pairs, dim) the experts' output rows */
-    /* host */
+    /* host: one allocation (host) carved into these */
+    void *host;
     int32_t *h_ids;  /* (max_tokens * k) */
     float *h_wts;    /* (max_tokens * k) */
     int32_t *h_rows; /* (max_tokens * k) */
@@ -49,12 +50,7 @@ void kv_moe_free(kv_moe *mo) {
     void *bufs[] = {mo->logits, mo->ids, mo->wts, mo->rows, mo->rw, mo->xe, mo->gate, mo->up, mo->ye};
     for (size_t i = 0; i < KV_ARRAY_LEN(bufs); i++)
         if (bufs[i]) mo->b->ops->free(mo->b, bufs[i]);
-    free(mo->h_ids);
-    free(mo->h_wts);
-    free(mo->h_rows);
-    free(mo->h_rw);
-    free(mo->g_gu);
-    free(mo->g_down);
+    free(mo->host);
     free(mo);
 }
 
@@ -83,13 +79,19 @@ kv_moe *kv_moe_new(const kv_model *m, kv_backend *b, int max_tokens, uint64_t *b
         *bytes += sizes[i];
         ok = ok && *bufs[i];
     }
-    mo->h_ids = malloc(T * K * sizeof(int32_t));
-    mo->h_wts = malloc(T * K * sizeof(float));
-    mo->h_rows = malloc(T * K * sizeof(int32_t));
-    mo->h_rw = malloc(T * K * sizeof(float));
-    mo->g_gu = calloc(E, sizeof *mo->g_gu);
-    mo->g_down = calloc(E, sizeof *mo->g_down);
-    if (!ok || !mo->h_ids || !mo->h_wts || !mo->h_rows || !mo->h_rw || !mo->g_gu || !mo->g_down) {
+    /* the four (T * k) id / weight arrays, then the two runs' groups (the
+     * arrays' 16 * T * k bytes keep the groups' pointers aligned) */
+    const size_t hk = T * K * 4;
+    uint8_t *h = mo->host = malloc(4 * hk + 2 * E * sizeof(kv_matmul_group));
+    if (h) {
+        mo->h_ids = (int32_t *)(void *)h;
+        mo->h_wts = (float *)(void *)(h + hk);
+        mo->h_rows = (int32_t *)(void *)(h + 2 * hk);
+        mo->h_rw = (float *)(void *)(h + 3 * hk);
+        mo->g_gu = (kv_matmul_group *)(void *)(h + 4 * hk);
+        mo->g_down = mo->g_gu + E;
+    }
+    if (!ok || !h) {
         kv_err_set(err, KV_ERR_NOMEM, "forward: cannot allocate the expert buffers for %d tokens", max_tokens);
         kv_moe_free(mo);
         return NULL;

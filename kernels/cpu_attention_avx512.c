@@ -311,23 +311,18 @@ INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32
 
 static void scores_q8_512(const int8_t *const *qq, const float *qd, const int32_t *qsum, int nr, int hd,
                           const uint8_t *rows, size_t stride, int nt, float scale, float *s, int ss, attn_pf *pf) {
-    if (hd % 64 == 0 && nt > 4) {
-        switch (nr) {
-        case 1: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 1); break;
-        case 2: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 2); break;
-        case 3: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 3); break;
-        case 4: scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 4); break;
-        default: break;
-        }
-        return;
-    }
+    const int k16 = hd % 64 == 0 && nt > 4;
+#define Q8_ROWS(NH)                                                                                                    \
+    (k16 ? scores_q8_512_k16(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, NH)                              \
+         : scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, NH))
     switch (nr) {
-    case 1: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 1); break;
-    case 2: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 2); break;
-    case 3: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 3); break;
-    case 4: scores_q8_512_nh(qq, qd, qsum, hd, rows, stride, nt, scale, s, ss, pf, 4); break;
+    case 1: Q8_ROWS(1); break;
+    case 2: Q8_ROWS(2); break;
+    case 3: Q8_ROWS(3); break;
+    case 4: Q8_ROWS(4); break;
     default: break;
     }
+#undef Q8_ROWS
 }
 
 const kv_attn_kernels kv_attn_kernels_avx512 = {scores_512, accum_512,   expsum_512,   maxf_512,
