@@ -67,7 +67,7 @@ kv_moe *kv_moe_new(const kv_model *m, kv_backend *b, int max_tokens, uint64_t *b
     const size_t T = (size_t)max_tokens, E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
     /* every pair of a batch of up to 2048 tokens' worth in one run; a
      * larger batch (a long prefill chunk) runs its experts in several */
-    const size_t P = KV_MAX(T, KV_MIN(T * K, (size_t)KV_MAX(T, 2048)));
+    const size_t P = KV_MIN(T * K, KV_MAX(T, (size_t)2048)); /* >= T: k >= 1 */
     mo->max_pairs = (int)P;
     const size_t sizes[] = {T * E * 4, T * K * 4, T * K * 4, T * K * 4, T * K * 4, P * hp->dim * 4,
                             P * hp->expert_ffn_dim * 4, P * hp->expert_ffn_dim * 4, P * hp->dim * 4};

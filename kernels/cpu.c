@@ -615,10 +615,17 @@ static void cpu_add_rows(kv_backend *b, float *x, const float *bias, int n, int 
 
 /* ---- matmul and the KV-cache ops: the kernels with this backend's state - */
 
+/* What the matmul driver may use for one call: the pool, the per-thread
+ * scratch, the activation regions (KV_MATMUL_MULTI_MAX of act_cap) and the
+ * panels. */
+static kv_mm_env cpu_mm_env(cpu_ctx *c) {
+    return (kv_mm_env){c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
+}
+
 void kv_cpu_matmul_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *w, const float *x, float *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
+    const kv_mm_env env = cpu_mm_env(c);
     kv_err e;
     if (kv_mm_run(&env, isa, w, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul", "%s", e.msg);
 }
@@ -631,7 +638,7 @@ void kv_cpu_matmul_multi_isa(kv_backend *b, kv_cpu_isa isa, const kv_tensor *con
                              float *const *y, int n) {
     if (!b || !w || !x || !y || n <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
+    const kv_mm_env env = cpu_mm_env(c);
     kv_err e;
     if (kv_mm_run_multi(&env, isa, w, nw, x, y, n, &e) != KV_OK) cpu_fail(c, "matmul_multi", "%s", e.msg);
 }
@@ -644,7 +651,7 @@ static void cpu_matmul_multi(kv_backend *b, const kv_tensor *const *w, int nw, c
 void kv_cpu_matmul_groups_isa(kv_backend *b, kv_cpu_isa isa, const kv_matmul_group *g, int ng) {
     if (!b || !g || ng <= 0) return;
     cpu_ctx *c = ctx_of(b);
-    kv_mm_env env = {c->pool, c->scratch, c->scratch_cap, c->act, c->act_cap, KV_MATMUL_MULTI_MAX, cpu_panels_of, c};
+    const kv_mm_env env = cpu_mm_env(c);
     kv_err e;
     if (kv_mm_run_groups(&env, isa, g, ng, &e) != KV_OK) cpu_fail(c, "matmul_groups", "%s", e.msg);
 }

@@ -576,7 +576,9 @@ static int run_pass(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kernel
     mm_seg seg[MM_PASS_SEGS];
     mm_task t;
     memset(&t, 0, sizeof t);
-    memset(seg, 0, sizeof seg);
+    int used = 0; /* clear only the segments this pass fills (every matmul call runs a pass) */
+    for (int k = 0; k < ng; k++) used += g[k].nw;
+    memset(seg, 0, sizeof *seg * (size_t)used);
     t.seg = seg;
     t.rows = kern->rows;
     t.scratch = env->scratch;
