@@ -178,19 +178,18 @@ static void panel_run(void *ctx, int ith, int nth) {
     const kv_tensor *w = t->w;
     const kv_type ty = w->type;
     const int64_t nb = w->ne0 / KV_QK;
-    const size_t bs = kv_mm_qblk_bytes(ty), qo = kv_mm_qblk_qoff(ty), hb = kv_mm_panel_hblock(ty),
-                 qb = kv_mm_panel_qblock(ty);
+    const size_t bs = kv_mm_qblk_bytes(ty), qo = kv_mm_qblk_qoff(ty);
     const int64_t p0 = t->panels * ith / nth, p1 = t->panels * (ith + 1) / nth;
     for (int64_t p = p0; p < p1; p++) {
-        uint8_t *ph = t->dst + (size_t)p * kv_mm_panel_stride(ty, nb), *pq = ph + kv_mm_panel_qoff(ty, nb);
-        memset(ph, 0, kv_mm_panel_stride(ty, nb)); /* missing rows, masks, padding */
+        uint8_t *pp = t->dst + (size_t)p * kv_mm_panel_stride(ty, nb);
+        memset(pp, 0, kv_mm_panel_stride(ty, nb)); /* missing rows and blocks, masks */
         for (int rr = 0; rr < KV_MM_PANEL; rr++) {
             const int64_t r = p * KV_MM_PANEL + rr;
             if (r >= w->ne1) break;
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->nb1;
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = row + (size_t)b * bs;
-                uint8_t *h = ph + (size_t)b * hb, *q = pq + (size_t)b * qb + rr * 4;
+                uint8_t *h = pp + kv_mm_panel_hoff(ty, b), *q = pp + kv_mm_panel_qoff(ty, b) + rr * 4;
                 __builtin_memcpy(h + 2 * rr, blk, 2); /* d */
                 if (ty == KV_TYPE_Q5_0) {
                     const uint32_t qh = kv_mm_q5_qh(blk);

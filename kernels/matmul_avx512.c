@@ -56,12 +56,6 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 #define KV_PF_AHEAD_Q 2
 #define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
-/* Bytes ahead of the block being read that the pre-packed panel kernel
- * prefetches into L2 (its stream is one sequential run of the weight).
- * NOTE: `bench-kernels -t 1 --types q8_0 --panels`, the 32000 x 768 head
- * on Zen 4 at n = 1: 4 KiB ahead into L2 17.5 GB/s, 2 KiB into L1 13-15,
- * none 14.3. */
-#define KV_PP_AHEAD 4096
 
 /* ---- activation quantizer ------------------------------------------------ */
 
@@ -315,28 +309,24 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
 
 /* y[j0..j0+J][r0..r0+16) from panel pp: qp_kernel's loop and arithmetic
  * (the same chain per output, so the same bits), the quants, fp16 scales
- * and q5_0's fifth-bit masks read in place, a later part of the panel
- * stream prefetched into L2. */
+ * and q5_0's fifth-bit masks read in place, in the order they are stored
+ * (one sequential stream: the hardware prefetcher keeps up with it, see
+ * kv_mm_panel_pair). */
 KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t r0, __mmask16 mask, int j0,
                       const int J) {
     const int64_t nb = a->K / KV_QK;
-    const size_t n = (size_t)a->n, hb = kv_mm_panel_hblock(t), qb = kv_mm_panel_qblock(t);
+    const size_t n = (size_t)a->n, hb = kv_mm_panel_hblock(t), qb = kv_mm_panel_qblock(t), pair = 2 * (hb + qb);
     __m512 acc[12];
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
     const float *ad = a->a.d + j0;
     const int32_t *io = a->a.ioff + j0;
-    const uint8_t *ph = pp, *pq = pp + kv_mm_panel_qoff(t, nb);
     const __m512i nib = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, io += n) {
-        const uint8_t *pb = pq + (size_t)b * qb, *hd = ph + (size_t)b * hb;
-        /* past the panel's end this reaches into the next panel, which the
-         * thread reads next (a prefetch never faults) */
-#pragma GCC unroll 8
-        for (size_t l = 0; l < qb; l += 64) _mm_prefetch((const char *)(pb + KV_PP_AHEAD + l), KV_PF_HINT);
-        if (hb * (size_t)(b + 1) / 64 != hb * (size_t)b / 64 || b == 0)
-            _mm_prefetch((const char *)(hd + KV_PP_AHEAD * hb / qb), KV_PF_HINT);
+        /* kv_mm_panel_hoff / _qoff, with the pair's base kept in step */
+        const uint8_t *base = pp + (size_t)(b >> 1) * pair;
+        const uint8_t *hd = base + (size_t)(b & 1) * hb, *pb = base + 2 * hb + (size_t)(b & 1) * qb;
         __m512i wg[8];
         if (t == KV_TYPE_Q8_0) {
 #pragma GCC unroll 8
