@@ -50,7 +50,7 @@ static void usage(FILE *f) {
                "  --min-time   seconds to time each case (default 0.3)\n"
                "  --no-ref     skip timing the scalar reference path\n"
                "  --panels     also time each weight prepared as the engine prepares it (prepare_weight:\n"
-               "               q8_0 and q5_0 as pre-packed panels on AVX-512), a \"+panels\" row after each\n");
+               "               q8_0, q5_0, q4_0 and q4_1 as pre-packed panels on AVX-512), a \"+panels\" row after each\n");
 }
 
 static double rnd(uint64_t *s) {

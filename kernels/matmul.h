@@ -76,20 +76,21 @@ typedef struct kv_mm_args {
     const uint8_t *wp; /* w as pre-packed panels (kv_mm_panels_pack), or NULL */
 } kv_mm_args;
 
-/* Pre-packed panels (q8_0, q5_0), the layout the AVX-512
+/* Pre-packed panels (q8_0, q5_0, q4_0, q4_1), the layout the AVX-512
  * kernels read without repacking, made once per weight (the cpu backend's
  * prepare_weight). A panel of 16 rows is one sequential stream of block
  * pairs: blocks 2i and 2i+1 are their two headers, then their two quants
  * (an odd nb's last pair has a zero second block).
  *  - header of block b: the 16 rows' fp16 d (32 bytes); q5_0 then 8 masks
  *    of 64 bits, mask G bit 4r + i = the fifth bit of element 4G + i of
- *    row r (64 bytes)
+ *    row r (64 bytes); q4_1 then the 16 rows' fp16 m (32 bytes)
  *  - quants of block b: q8_0: 8 groups of 16 rows x 4 bytes made unsigned
  *    (w ^ 0x80): group g holds elements 4g..4g+3 of every row, the zmm the
- *    kernels broadcast 4 activation bytes against (512 bytes); q5_0: 4 zmm
+ *    kernels broadcast 4 activation bytes against (512 bytes); q4 / q5_0: 4 zmm
  *    of 16 rows x 4 nibble bytes, zmm g = bytes 4g..4g+3 of each row's 16,
  *    so its low nibbles are group g and its high ones group g + 4 (256)
- * A pair is 1088 bytes (q8_0) or 704 (q5_0), whole cache lines, and every
+ * A pair is 1088 bytes (q8_0), 704 (q5_0), 576 (q4_0) or 640 (q4_1), whole
+ * cache lines (and no more than the rows' own bytes but q5_0's), and every
  * quant group stays 64-byte aligned. NOTE: the earlier layout put a
  * panel's headers before all its quants, so a reader jumped between two
  * streams and skipped the headers' lines as it went: on Zen 4 the
@@ -99,7 +100,7 @@ typedef struct kv_mm_args {
  * prefetch at all.
  * Panels follow each other (kv_mm_panel_stride); the rows past M of the
  * last one are zero. */
-static inline size_t kv_mm_panel_hblock(kv_type t) { return t == KV_TYPE_Q5_0 ? 96 : 32; }
+static inline size_t kv_mm_panel_hblock(kv_type t) { return t == KV_TYPE_Q5_0 ? 96 : t == KV_TYPE_Q4_1 ? 64 : 32; }
 static inline size_t kv_mm_panel_qblock(kv_type t) { return t == KV_TYPE_Q8_0 ? 512 : 256; }
 static inline size_t kv_mm_panel_pair(kv_type t) { return 2 * (kv_mm_panel_hblock(t) + kv_mm_panel_qblock(t)); }
 /* Offsets of block b's header and quants from its panel's start. */

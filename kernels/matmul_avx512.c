@@ -320,10 +320,10 @@ KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
     const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    const float *ad = a->a.d + j0;
+    const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
     const int32_t *io = a->a.ioff + j0;
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, io += n) {
+    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
         /* kv_mm_panel_hoff / _qoff, with the pair's base kept in step */
         const uint8_t *base = pp + (size_t)(b >> 1) * pair;
         const uint8_t *hd = base + (size_t)(b & 1) * hb, *pb = base + 2 * hb + (size_t)(b & 1) * qb;
@@ -348,9 +348,16 @@ KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t
             }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)hd));
+        if (t == KV_TYPE_Q4_1) { /* qp_kernel's q4_1 step: no zero point, then the min term */
+            const __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(hd + 32)));
 #pragma GCC unroll 12
-        for (int jj = 0; jj < J; jj++) {
-            acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], io[jj]);
+            for (int jj = 0; jj < J; jj++) {
+                acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], 0);
+                acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
+            }
+        } else {
+#pragma GCC unroll 12
+            for (int jj = 0; jj < J; jj++) acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], io[jj]);
         }
     }
 #pragma GCC unroll 12

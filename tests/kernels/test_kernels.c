@@ -406,7 +406,7 @@ static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
 static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
 static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
 
-/* prepare_weight's pre-packed panels (q8_0, q5_0): once a weight is prepared, the
+/* prepare_weight's pre-packed panels (q8_0, q5_0, q4_0, q4_1): once a weight is prepared, the
  * backend's matmul and matmul_multi give the bits the unprepared weight
  * gave, for every n (the panel kernel serves all of them) and a partial
  * last panel; the panels are counted in the backend's memory; a tensor
@@ -479,14 +479,14 @@ static void check_panels(kv_type t) {
 }
 
 static void test_matmul_panels(void) {
-    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q5_0};
+    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q5_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
     for (size_t i = 0; i < KV_ARRAY_LEN(types); i++) check_panels(types[i]);
-    /* q4_0 keeps its rows (no panels): prepare is a no-op that succeeds */
+    /* f16 keeps its rows (no panels): prepare is a no-op that succeeds */
     kv_backend *b = cpu(1);
     REQUIRE(b);
     float wf[64 * 32];
     kv_tensor w;
-    uint8_t *data = make_weight(KV_TYPE_Q4_0, 64, 32, 0, &w, wf);
+    uint8_t *data = make_weight(KV_TYPE_F16, 64, 32, 0, &w, wf);
     kv_backend_mem m0, m1;
     b->ops->mem_info(b, &m0);
     kv_err err;
