@@ -159,6 +159,10 @@ size_t kv_mm_panels_bytes(const kv_tensor *w, kv_cpu_isa isa) {
      * them than on the direct tiles); read as one stream they are faster */
     const int typed = w && (w->type == KV_TYPE_Q8_0 || w->type == KV_TYPE_Q5_0 || w->type == KV_TYPE_Q4_0 ||
                             w->type == KV_TYPE_Q4_1);
+    if (w && w->type == KV_TYPE_Q4_K) /* quant_ext's panels (kv_qext_panel_pack) */
+        return isa == KV_CPU_ISA_AVX512 && kv_qext_panels_isa(w->type, KV_QEXT_ISA_AVX512)
+                   ? kv_qext_panel_bytes(w->type, w->ne0, w->ne1)
+                   : 0;
     if (!typed || isa != KV_CPU_ISA_AVX512 || w->ne0 % KV_QK || w->ne1 <= 0)
         return 0;
     const size_t panels = (size_t)(w->ne1 + KV_MM_PANEL - 1) / KV_MM_PANEL;
@@ -180,6 +184,10 @@ static void panel_run(void *ctx, int ith, int nth) {
     const int64_t nb = w->ne0 / KV_QK;
     const size_t bs = kv_mm_qblk_bytes(ty), qo = kv_mm_qblk_qoff(ty);
     const int64_t p0 = t->panels * ith / nth, p1 = t->panels * (ith + 1) / nth;
+    if (ty == KV_TYPE_Q4_K) {
+        kv_qext_panel_pack(ty, w->data, w->nb1, w->ne1, w->ne0, p0, p1, t->dst);
+        return;
+    }
     for (int64_t p = p0; p < p1; p++) {
         uint8_t *pp = t->dst + (size_t)p * kv_mm_panel_stride(ty, nb);
         memset(pp, 0, kv_mm_panel_stride(ty, nb)); /* missing rows and blocks, masks */
@@ -318,6 +326,7 @@ typedef struct mm_seg {
     kv_mm_args args;
     kv_qext_dot_fn dot; /* non-NULL: quant_ext type */
     kv_qext_rows_fn qrows; /* its tiled dots (same results), or NULL */
+    kv_qext_panels_fn qpanels; /* the same over its pre-packed panels (args.wp), or NULL */
     const uint8_t *qact; /* (n, arow) its quantized activations */
     size_t arow;
     int64_t c0;          /* its first chunk in the pass's numbering */
@@ -337,6 +346,12 @@ static void seg_rows(kv_mm_rows_fn rows, const mm_seg *s, int64_t r0, int64_t r1
     const kv_mm_args *a = &s->args;
     if (!s->dot) {
         rows(a, r0, r1, scratch);
+        return;
+    }
+    if (s->qpanels && r0 % KV_MM_PANEL == 0) {
+        const size_t pstride = (size_t)(a->K / KV_QK_K) * KV_QK4_PANEL_SB;
+        s->qpanels(a->K, a->wp + (size_t)(r0 / KV_MM_PANEL) * pstride, (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0,
+                   (size_t)a->M);
         return;
     }
     if (s->qrows) {
@@ -485,6 +500,7 @@ static int prep_acts(const kv_mm_env *env, kv_cpu_isa isa, const kv_mm_isa_kerne
         if (fmt[i].kind == ACT_QEXT) {
             s->dot = qx_dot(fmt[i].qx, isa);
             s->qrows = isa == KV_CPU_ISA_SCALAR ? NULL : kv_qext_rows_isa(a->type, (kv_qext_isa)isa);
+            s->qpanels = a->wp && s->qrows ? kv_qext_panels_isa(a->type, (kv_qext_isa)isa) : NULL;
             s->arow = kv_type_row_size(fmt[i].qx->vec_type, a->K);
             if (s->arow == 0)
                 return kv_err_set(err, KV_ERR_INVAL, "matmul: row length %lld does not fit %s's activation blocks",

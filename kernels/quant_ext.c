@@ -751,6 +751,57 @@ kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa) {
     return rows_tab[isa][i];
 }
 
+size_t kv_qext_panel_bytes(kv_type t, int64_t K, int64_t M) {
+    if (t != KV_TYPE_Q4_K || K <= 0 || K % KV_QK_K || M <= 0) return 0;
+    return (size_t)((M + 15) / 16) * (size_t)(K / KV_QK_K) * KV_QK4_PANEL_SB;
+}
+
+/* A plain byte shuffle, once per weight: portable C. */
+void kv_qext_panel_pack(kv_type t, const void *w, size_t ws, int64_t M, int64_t K, int64_t p0, int64_t p1,
+                        uint8_t *dst) {
+    if (!kv_qext_panel_bytes(t, K, M)) return;
+    const int64_t nb = K / KV_QK_K;
+    for (int64_t p = p0; p < p1; p++) {
+        uint8_t *pp = dst + (size_t)p * (size_t)nb * KV_QK4_PANEL_SB;
+        memset(pp, 0, (size_t)nb * KV_QK4_PANEL_SB); /* rows past M */
+        for (int rr = 0; rr < 16; rr++) {
+            const int64_t r = p * 16 + rr;
+            if (r >= M) break;
+            const kv_block_q4_K *row = (const kv_block_q4_K *)(const void *)((const uint8_t *)w + (size_t)r * ws);
+            for (int64_t c = 0; c < nb; c++) {
+                const kv_block_q4_K *x = &row[c];
+                uint8_t *sb = pp + (size_t)c * KV_QK4_PANEL_SB;
+                memcpy(sb + 2 * rr, &x->d, 2);
+                memcpy(sb + 32 + 2 * rr, &x->dmin, 2);
+                for (int j = 0; j < 8; j++) {
+                    uint8_t sc, m;
+                    k4_scale_min(j, x->scales, &sc, &m);
+                    sb[64 + 16 * j + rr] = sc;
+                    sb[192 + 16 * j + rr] = m;
+                    /* element 32j + l: sub-block j's nibble of qs[32 (j / 2) + l] */
+                    const uint8_t *q = x->qs + 32 * (j / 2);
+                    const int sh = 4 * (j & 1);
+                    for (int g = 0; g < 4; g++)
+                        for (int i = 0; i < 4; i++) {
+                            const uint8_t lo = (q[4 * g + i] >> sh) & 15, hi = (q[16 + 4 * g + i] >> sh) & 15;
+                            sb[320 + 256 * j + 64 * g + 4 * rr + i] = (uint8_t)(lo | hi << 4);
+                        }
+                }
+            }
+        }
+    }
+}
+
+kv_qext_panels_fn kv_qext_panels_isa(kv_type t, kv_qext_isa isa) {
+#ifdef KV_QEXT_HAVE_X86
+    if (t == KV_TYPE_Q4_K && isa == KV_QEXT_ISA_AVX512 && kv_qext_isa_available(isa)) return kv_qext_panels_q4_K_avx512;
+#else
+    (void)t;
+    (void)isa;
+#endif
+    return NULL;
+}
+
 void kv_qext_init(void) {
     pthread_once(&pick_once, pick_best);
 }

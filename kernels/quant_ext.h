@@ -158,4 +158,30 @@ kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa);
  * none (then loop over the dot). */
 kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa);
 
+/* Pre-packed q4_K panels (the cpu backend's prepare_weight on AVX-512, as
+ * matmul.h's q8_0 / q4 panels): 16 rows a panel, each super-block of them
+ * one sequential run of KV_QK4_PANEL_SB bytes:
+ *   0    the 16 rows' fp16 d, then their fp16 dmin (64 bytes)
+ *   64   the 6-bit scales as bytes, [sub-block j][row] (128)
+ *   192  the 6-bit mins as bytes, [sub-block j][row] (128)
+ *   320  per sub-block j, 4 zmm of 16 rows x 4 bytes: byte i of row r in
+ *        zmm g holds element 32j + 4g + i in its low nibble and 32j + 16 +
+ *        4g + i in its high one (2048)
+ * 2,368 bytes for the rows' 2,304: the scales unpacked once, not per row
+ * and step as the row tiles must. Rows past M are zero. */
+#define KV_QK4_PANEL_SB 2368
+/* Bytes of the panels of an (M, K) weight of type t, or 0 when t has none. */
+size_t kv_qext_panel_bytes(kv_type t, int64_t K, int64_t M);
+/* Packs panels [p0, p1) of the (M, K) rows w (stride ws) into dst (all the
+ * panels, kv_qext_panel_bytes long). */
+void kv_qext_panel_pack(kv_type t, const void *w, size_t ws, int64_t M, int64_t K, int64_t p0, int64_t p1,
+                        uint8_t *dst);
+/* nr rows (a multiple of 16 but for the weight's last panel) from the
+ * panels at pp, against na activation rows: y as kv_qext_rows_fn, the
+ * same bits as the rows' tiles at the same level. */
+typedef void (*kv_qext_panels_fn)(int64_t K, const uint8_t *pp, int nr, const void *a, size_t as, int na, float *y,
+                                  size_t ys);
+/* The panel kernel of t at exactly level isa, or NULL. */
+kv_qext_panels_fn kv_qext_panels_isa(kv_type t, kv_qext_isa isa);
+
 #endif

@@ -42,6 +42,9 @@ void kv_qext_rows_q4_K_avx512(int64_t K, const void *w, size_t ws, int nr, const
                               size_t ys);
 void kv_qext_rows_q6_K_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int na, float *y,
                               size_t ys);
+/* quant_ext_k512.c's kernel over pre-packed q4_K panels (kv_qext_panels_fn). */
+void kv_qext_panels_q4_K_avx512(int64_t K, const uint8_t *pp, int nr, const void *a, size_t as, int na, float *y,
+                                size_t ys);
 #endif
 
 #endif

@@ -486,6 +486,90 @@ void kv_qext_rows_q6_K_avx512(int64_t K, const void *w, size_t ws, int nr, const
     k_rows(q6t_tab, K, w, ws, nr, a, as, na, y, ys, 1);
 }
 
+/* ---- pre-packed q4_K panels (kv_qext_panel_pack), any n ----------------- */
+
+/* y[j][0..16) for J activation rows from one panel's nb super-blocks,
+ * read in the order they are stored; kp_kernel's chain (the exact integer
+ * isum and msum, then the two float steps), so the same bits. */
+KV_AI void k4pp_kernel(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys, __mmask16 mask,
+                       const int J) {
+    __m512 acc[KP_J];
+#pragma GCC unroll 8
+    for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    for (int64_t c = 0; c < nb; c++) {
+        const uint8_t *sb = pp + (size_t)c * KV_QK4_PANEL_SB;
+        const kv_block_q8_K *ab[KP_J];
+        __m512i is[KP_J], ms[KP_J];
+#pragma GCC unroll 8
+        for (int jj = 0; jj < J; jj++) {
+            ab[jj] = (const kv_block_q8_K *)(const void *)(a + (size_t)jj * as) + c;
+            is[jj] = ms[jj] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            __m512i wg[8];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_load_si512((const void *)(sb + 320 + 256 * j + 64 * g));
+                wg[g] = _mm512_and_si512(v, nib);
+                wg[g + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(sb + 64 + 16 * j)));
+#pragma GCC unroll 8
+            for (int jj = 0; jj < J; jj++) {
+                const int8_t *aq = ab[jj]->qs + 32 * j;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int g = 0; g < 8; g += 2) {
+                    s0 = _mm512_dpbusd_epi32(s0, wg[g], kv_bcast4_512(aq + 4 * g));
+                    s1 = _mm512_dpbusd_epi32(s1, wg[g + 1], kv_bcast4_512(aq + 4 * g + 4));
+                }
+                is[jj] = _mm512_add_epi32(is[jj], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+            }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) { /* (m_k, m_k) int16 pairs against bsums 2k, 2k+1 */
+            const __m512i m = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(sb + 192 + 16 * k)));
+            const __m512i mn = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+#pragma GCC unroll 8
+            for (int jj = 0; jj < J; jj++) ms[jj] = _mm512_dpwssd_epi32(ms[jj], mn, kv_bcast4_512(ab[jj]->bsums + 2 * k));
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)sb));
+        const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(sb + 32)));
+#pragma GCC unroll 8
+        for (int jj = 0; jj < J; jj++) {
+            const __m512 da = _mm512_set1_ps(q8k_d(ab[jj]));
+            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[jj]), _mm512_mul_ps(dw, da), acc[jj]);
+            acc[jj] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms[jj]), _mm512_mul_ps(dm, da), acc[jj]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(y + (size_t)jj * ys, mask, acc[jj]);
+}
+
+typedef void (*k4pp_fn)(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys, __mmask16 mask);
+#define K4PP_FN(J)                                                                                                     \
+    static void k4pp_##J(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys,            \
+                         __mmask16 mask) {                                                                             \
+        k4pp_kernel(pp, nb, a, as, y, ys, mask, J);                                                                    \
+    }
+K4PP_FN(1) K4PP_FN(2) K4PP_FN(3) K4PP_FN(4) K4PP_FN(5) K4PP_FN(6) K4PP_FN(7) K4PP_FN(8)
+static const k4pp_fn k4pp_tab[KP_J] = {k4pp_1, k4pp_2, k4pp_3, k4pp_4, k4pp_5, k4pp_6, k4pp_7, k4pp_8};
+
+void kv_qext_panels_q4_K_avx512(int64_t K, const uint8_t *pp, int nr, const void *a, size_t as, int na, float *y,
+                                size_t ys) {
+    const int64_t nb = K / KV_QK_K;
+    for (int r = 0; r < nr; r += 16, pp += (size_t)nb * KV_QK4_PANEL_SB) {
+        const int rows = nr - r < 16 ? nr - r : 16;
+        const __mmask16 mask = (__mmask16)((1u << rows) - 1);
+        for (int j = 0; j < na; j += KP_J) {
+            const int J = na - j < KP_J ? na - j : KP_J;
+            k4pp_tab[J - 1](pp, nb, (const uint8_t *)a + (size_t)j * as, as, y + (size_t)j * ys + (size_t)r, ys, mask);
+        }
+    }
+}
+
 float kv_qext_dot_q4_K_avx512(int64_t n, const void *w, const void *a) {
     float y;
     k4t_1_1(n / KV_QK_K, w, 0, a, 0, &y, 0, NULL);

@@ -19,6 +19,7 @@
 #include "../../kernels/membw.h"
 #include "../../kernels/threadpool.h"
 #include "../../kernels/types.h"
+#include "../../kernels/quant_ext.h"
 #include "../backend_helpers.h"
 #include "../harness.h"
 
@@ -406,7 +407,7 @@ static void test_matmul_q4_0(void) { check_matmul_type(KV_TYPE_Q4_0); }
 static void test_matmul_q4_1(void) { check_matmul_type(KV_TYPE_Q4_1); }
 static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
 
-/* prepare_weight's pre-packed panels (q8_0, q5_0, q4_0, q4_1): once a weight is prepared, the
+/* prepare_weight's pre-packed panels (q8_0, q5_0, q4_0, q4_1, q4_K): once a weight is prepared, the
  * backend's matmul and matmul_multi give the bits the unprepared weight
  * gave, for every n (the panel kernel serves all of them) and a partial
  * last panel; the panels are counted in the backend's memory; a tensor
@@ -414,7 +415,8 @@ static void test_matmul_q5_0(void) { check_matmul_type(KV_TYPE_Q5_0); }
 static void check_panels(kv_type t) {
     kv_backend *b = cpu(2);
     REQUIRE(b && b->ops->prepare_weight);
-    const int64_t K = 352, M = 300; /* 11 blocks; 18 full panels and one of 12 rows */
+    /* 11 blocks (q4_K: 3 super-blocks); 18 full panels and one of 12 rows */
+    const int64_t K = t == KV_TYPE_Q4_K ? 768 : 352, M = 300;
     enum { NX = 64 };
     float *wf = malloc((size_t)(M * K) * sizeof(float)), *x = malloc((size_t)NX * K * sizeof(float));
     float *y0 = malloc((size_t)NX * M * sizeof(float)), *y1 = malloc((size_t)NX * M * sizeof(float));
@@ -437,7 +439,8 @@ static void check_panels(kv_type t) {
     CHECK(b->ops->prepare_weight(b, &w, &err) == 0); /* once is kept */
     b->ops->mem_info(b, &m1);
     const int panels = kv_cpu_get_isa(b) == KV_CPU_ISA_AVX512 && !kv_mm_amx_on();
-    CHECKF(m1.used_bytes - m0.used_bytes == (panels ? 19u * kv_mm_panel_stride(t, 11) : 0u), "%s: %llu bytes more",
+    const size_t pbytes = t == KV_TYPE_Q4_K ? kv_qext_panel_bytes(t, K, M) : 19u * kv_mm_panel_stride(t, 11);
+    CHECKF(m1.used_bytes - m0.used_bytes == (panels ? pbytes : 0u), "%s: %llu bytes more",
            kv_type_name(t), (unsigned long long)(m1.used_bytes - m0.used_bytes));
     /* and reported as prepared copies (the memory breakdown's weights_prepared) */
     CHECKF(m1.prepared_bytes - m0.prepared_bytes == m1.used_bytes - m0.used_bytes, "%s: %llu prepared bytes more",
@@ -457,9 +460,10 @@ static void check_panels(kv_type t) {
     }
     if (panels) { /* the panels are what is read: the row bytes no longer matter */
         const size_t bs = kv_type_get((int)t)->type_size, qo = bs - 16 - (t == KV_TYPE_Q8_0 ? 16 : 0);
+        const int64_t nbk = K / kv_type_get((int)t)->blck_size;
         for (int flip = 0; flip < 2; flip++) {
             for (int64_t r = 0; r < M; r++)
-                for (int64_t bk = 0; bk < K / 32; bk++) data[(size_t)r * w.nb1 + (size_t)bk * bs + qo] ^= 0x55;
+                for (int64_t bk = 0; bk < nbk; bk++) data[(size_t)r * w.nb1 + (size_t)bk * bs + qo] ^= 0x55;
             if (flip) break;
             b->ops->matmul(b, &w, x, y1, 1);
             CHECK(memcmp(y1, ref[0], (size_t)M * sizeof(float)) == 0);
@@ -479,7 +483,7 @@ static void check_panels(kv_type t) {
 }
 
 static void test_matmul_panels(void) {
-    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q5_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1};
+    const kv_type types[] = {KV_TYPE_Q8_0, KV_TYPE_Q5_0, KV_TYPE_Q4_0, KV_TYPE_Q4_1, KV_TYPE_Q4_K};
     for (size_t i = 0; i < KV_ARRAY_LEN(types); i++) check_panels(types[i]);
     /* f16 keeps its rows (no panels): prepare is a no-op that succeeds */
     kv_backend *b = cpu(1);
