@@ -97,7 +97,7 @@ typedef struct kv_mm_args {
  * hardware prefetcher then streamed one thread at ~18 GB/s where a plain
  * sequential read reaches ~27, and a software prefetch 4 KiB ahead only
  * got it to ~19; read in order, the pairs stream at ~30 with no software
- * prefetch at all.
+ * prefetch at all (a batch's kernel still prefetches: KV_PP_AHEAD).
  * Panels follow each other (kv_mm_panel_stride); the rows past M of the
  * last one are zero. */
 static inline size_t kv_mm_panel_hblock(kv_type t) { return t == KV_TYPE_Q5_0 ? 96 : t == KV_TYPE_Q4_1 ? 64 : 32; }

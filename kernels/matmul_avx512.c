@@ -56,6 +56,16 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 #define KV_PF_AHEAD_Q 2
 #define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
+/* Bytes ahead of the block pair being read that the pre-packed panel
+ * kernel prefetches into L2 when it serves more than one activation row.
+ * NOTE: measured on Zen 4, `bench-kernels -t 2 --types q8_0 --n 32
+ * --panels`, the 32000 x 768 head: with n > 12 a panel is read once per
+ * register block of rows (Q_J_SPLIT), and that back-and-forth loses the
+ * hardware prefetcher: 2.73-3.40 ms a call without this, 2.41-2.54 with it
+ * (the old split layout's 2.46-2.60), 2.56-2.66 at 2 KiB. At n = 1 the
+ * sequential stream is best left to the hardware (one thread, 256 MiB of
+ * panels: ~30 GB/s without, ~22 with 4 KiB into L2, ~29.6 with 2 KiB). */
+#define KV_PP_AHEAD 4096
 
 /* ---- activation quantizer ------------------------------------------------ */
 
@@ -310,8 +320,8 @@ static void q_packed(const kv_mm_args *a, kv_type t, int64_t r0, int64_t r1, voi
 /* y[j0..j0+J][r0..r0+16) from panel pp: qp_kernel's loop and arithmetic
  * (the same chain per output, so the same bits), the quants, fp16 scales
  * and q5_0's fifth-bit masks read in place, in the order they are stored
- * (one sequential stream: the hardware prefetcher keeps up with it, see
- * kv_mm_panel_pair). */
+ * (one sequential stream: at n = 1 the hardware prefetcher keeps up with
+ * it, see kv_mm_panel_pair; with more rows see KV_PP_AHEAD). */
 KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t r0, __mmask16 mask, int j0,
                       const int J) {
     const int64_t nb = a->K / KV_QK;
@@ -327,6 +337,8 @@ KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t
         /* kv_mm_panel_hoff / _qoff, with the pair's base kept in step */
         const uint8_t *base = pp + (size_t)(b >> 1) * pair;
         const uint8_t *hd = base + (size_t)(b & 1) * hb, *pb = base + 2 * hb + (size_t)(b & 1) * qb;
+        if (n > 1 && (b & 1) == 0) /* see KV_PP_AHEAD; a prefetch never faults */
+            for (size_t l = 0; l < pair; l += 64) _mm_prefetch((const char *)(base + KV_PP_AHEAD + l), KV_PF_HINT);
         __m512i wg[8];
         if (t == KV_TYPE_Q8_0) {
 #pragma GCC unroll 8
