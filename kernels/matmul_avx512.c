@@ -235,6 +235,36 @@ KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
 }
 
+/* The activation rows j0.. of a panel kernel at its current block. */
+typedef struct q8a_cur {
+    const int8_t *aq;
+    const float *ad, *ads;
+    const int32_t *io;
+} q8a_cur;
+
+KV_AI q8a_cur q8a_at(const kv_mm_args *a, int j0) {
+    return (q8a_cur){a->a.qs + (size_t)j0 * KV_QK, a->a.d + j0, a->a.ds + j0, a->a.ioff + j0};
+}
+
+KV_AI void q8a_next(q8a_cur *c, size_t n) {
+    c->aq += n * KV_QK;
+    c->ad += n;
+    c->ads += n;
+    c->io += n;
+}
+
+/* One block of J activation rows into acc, the step every panel kernel
+ * takes: q_block_acc with the zero point, or for q4_1 without it and then
+ * the min term fma(m, sum(a), acc). */
+KV_AI void q_rows_step(__m512 *acc, const int J, kv_type t, const __m512i wg[8], __m512 dw, __m512 mw,
+                       const q8a_cur *c) {
+#pragma GCC unroll 12
+    for (int jj = 0; jj < J; jj++) {
+        acc[jj] = q_block_acc(acc[jj], wg, dw, c->aq + jj * KV_QK, c->ad[jj], t == KV_TYPE_Q4_1 ? 0 : c->io[jj]);
+        if (t == KV_TYPE_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(c->ads[jj]), acc[jj]);
+    }
+}
+
 /* y[j0..j0+J][r0..r0+16) from a packed panel. */
 KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const float *pd, const float *pm, int64_t r0,
                      __mmask16 mask, int j0, const int J) {
@@ -243,21 +273,15 @@ KV_AI void qp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pq, const fl
     __m512 acc[12];
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
-    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
-    const int32_t *io = a->a.ioff + j0;
-    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
+    q8a_cur c = q8a_at(a, j0);
+    for (int64_t b = 0; b < nb; b++, q8a_next(&c, n)) {
         const uint8_t *pb = pq + (size_t)b * 512;
         __m512i wg[8]; /* group g: elements 4g..4g+3 of the 16 rows */
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) wg[g] = _mm512_load_si512((const void *)(pb + g * 64));
         __m512 dw = _mm512_load_ps(pd + b * 16);
         __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_load_ps(pm + b * 16) : _mm512_setzero_ps();
-#pragma GCC unroll 12
-        for (int jj = 0; jj < J; jj++) {
-            acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], t == KV_TYPE_Q4_1 ? 0 : io[jj]);
-            if (t == KV_TYPE_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
-        }
+        q_rows_step(acc, J, t, wg, dw, mw, &c);
     }
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
@@ -329,11 +353,9 @@ KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t
     __m512 acc[12];
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
-    const int8_t *aq = a->a.qs + (size_t)j0 * KV_QK;
-    const float *ad = a->a.d + j0, *ads = a->a.ds + j0;
-    const int32_t *io = a->a.ioff + j0;
+    q8a_cur c = q8a_at(a, j0);
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < nb; b++, aq += n * KV_QK, ad += n, ads += n, io += n) {
+    for (int64_t b = 0; b < nb; b++, q8a_next(&c, n)) {
         /* kv_mm_panel_hoff / _qoff, with the pair's base kept in step */
         const uint8_t *base = pp + (size_t)(b >> 1) * pair;
         const uint8_t *hd = base + (size_t)(b & 1) * hb, *pb = base + 2 * hb + (size_t)(b & 1) * qb;
@@ -360,17 +382,9 @@ KV_AI void qpp_kernel(const kv_mm_args *a, kv_type t, const uint8_t *pp, int64_t
             }
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)hd));
-        if (t == KV_TYPE_Q4_1) { /* qp_kernel's q4_1 step: no zero point, then the min term */
-            const __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(hd + 32)));
-#pragma GCC unroll 12
-            for (int jj = 0; jj < J; jj++) {
-                acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], 0);
-                acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ads[jj]), acc[jj]);
-            }
-        } else {
-#pragma GCC unroll 12
-            for (int jj = 0; jj < J; jj++) acc[jj] = q_block_acc(acc[jj], wg, dw, aq + jj * KV_QK, ad[jj], io[jj]);
-        }
+        const __m512 mw = t == KV_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(hd + 32)))
+                                            : _mm512_setzero_ps();
+        q_rows_step(acc, J, t, wg, dw, mw, &c);
     }
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(a->y + (size_t)(j0 + jj) * a->M + r0, mask, acc[jj]);
