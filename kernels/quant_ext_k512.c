@@ -492,13 +492,15 @@ void kv_qext_rows_q6_K_avx512(int64_t K, const void *w, size_t ws, int nr, const
  * read in the order they are stored; kp_kernel's chain (the exact integer
  * isum and msum, then the two float steps), so the same bits. */
 KV_AI void k4pp_kernel(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys, __mmask16 mask,
-                       const int J) {
+                       const int J, int pf) {
     __m512 acc[KP_J];
 #pragma GCC unroll 8
     for (int jj = 0; jj < J; jj++) acc[jj] = _mm512_setzero_ps();
     const __m512i nib = _mm512_set1_epi8(0x0F);
     for (int64_t c = 0; c < nb; c++) {
         const uint8_t *sb = pp + (size_t)c * KV_QK4_PANEL_SB;
+        if (pf) /* matmul_avx512.c's KV_PP_AHEAD: a prefetch never faults */
+            for (int l = 0; l < KV_QK4_PANEL_SB; l += 64) _mm_prefetch((const char *)(sb + 4096 + l), KPF_HINT);
         const kv_block_q8_K *ab[KP_J];
         __m512i is[KP_J], ms[KP_J];
 #pragma GCC unroll 8
@@ -548,11 +550,12 @@ KV_AI void k4pp_kernel(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t a
     for (int jj = 0; jj < J; jj++) _mm512_mask_storeu_ps(y + (size_t)jj * ys, mask, acc[jj]);
 }
 
-typedef void (*k4pp_fn)(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys, __mmask16 mask);
+typedef void (*k4pp_fn)(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys, __mmask16 mask,
+                        int pf);
 #define K4PP_FN(J)                                                                                                     \
     static void k4pp_##J(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t as, float *y, size_t ys,            \
-                         __mmask16 mask) {                                                                             \
-        k4pp_kernel(pp, nb, a, as, y, ys, mask, J);                                                                    \
+                         __mmask16 mask, int pf) {                                                                     \
+        k4pp_kernel(pp, nb, a, as, y, ys, mask, J, pf);                                                                \
     }
 K4PP_FN(1) K4PP_FN(2) K4PP_FN(3) K4PP_FN(4) K4PP_FN(5) K4PP_FN(6) K4PP_FN(7) K4PP_FN(8)
 static const k4pp_fn k4pp_tab[KP_J] = {k4pp_1, k4pp_2, k4pp_3, k4pp_4, k4pp_5, k4pp_6, k4pp_7, k4pp_8};
@@ -565,7 +568,8 @@ void kv_qext_panels_q4_K_avx512(int64_t K, const uint8_t *pp, int nr, const void
         const __mmask16 mask = (__mmask16)((1u << rows) - 1);
         for (int j = 0; j < na; j += KP_J) {
             const int J = na - j < KP_J ? na - j : KP_J;
-            k4pp_tab[J - 1](pp, nb, (const uint8_t *)a + (size_t)j * as, as, y + (size_t)j * ys + (size_t)r, ys, mask);
+            k4pp_tab[J - 1](pp, nb, (const uint8_t *)a + (size_t)j * as, as, y + (size_t)j * ys + (size_t)r, ys, mask,
+                            na > 1);
         }
     }
 }
