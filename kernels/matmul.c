@@ -157,13 +157,12 @@ size_t kv_mm_panels_bytes(const kv_tensor *w, kv_cpu_isa isa) {
     /* NOTE: q4_0 and q4_1 were left out while a panel kept its headers
      * apart from its quants (SmolLM2's Q4_1 decode ran 5-10% slower on
      * them than on the direct tiles); read as one stream they are faster */
-    const int typed = w && (w->type == KV_TYPE_Q8_0 || w->type == KV_TYPE_Q5_0 || w->type == KV_TYPE_Q4_0 ||
-                            w->type == KV_TYPE_Q4_1);
-    if (w && w->type == KV_TYPE_Q4_K) /* quant_ext's panels (kv_qext_panel_pack) */
-        return isa == KV_CPU_ISA_AVX512 && kv_qext_panels_isa(w->type, KV_QEXT_ISA_AVX512)
-                   ? kv_qext_panel_bytes(w->type, w->ne0, w->ne1)
-                   : 0;
-    if (!typed || isa != KV_CPU_ISA_AVX512 || w->ne0 % KV_QK || w->ne1 <= 0)
+    if (!w || isa != KV_CPU_ISA_AVX512) return 0;
+    if (w->type == KV_TYPE_Q4_K) /* quant_ext's panels (kv_qext_panel_pack) */
+        return kv_qext_panels_isa(w->type, KV_QEXT_ISA_AVX512) ? kv_qext_panel_bytes(w->type, w->ne0, w->ne1) : 0;
+    const int typed = w->type == KV_TYPE_Q8_0 || w->type == KV_TYPE_Q5_0 || w->type == KV_TYPE_Q4_0 ||
+                      w->type == KV_TYPE_Q4_1;
+    if (!typed || w->ne0 % KV_QK || w->ne1 <= 0)
         return 0;
     const size_t panels = (size_t)(w->ne1 + KV_MM_PANEL - 1) / KV_MM_PANEL;
     return panels * kv_mm_panel_stride(w->type, w->ne0 / KV_QK);
@@ -349,8 +348,7 @@ static void seg_rows(kv_mm_rows_fn rows, const mm_seg *s, int64_t r0, int64_t r1
         return;
     }
     if (s->qpanels && r0 % KV_MM_PANEL == 0) {
-        const size_t pstride = (size_t)(a->K / KV_QK_K) * KV_QK4_PANEL_SB;
-        s->qpanels(a->K, a->wp + (size_t)(r0 / KV_MM_PANEL) * pstride, (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0,
+        s->qpanels(a->K, a->wp + (size_t)(r0 / KV_MM_PANEL) * kv_qext_panel_stride(a->type, a->K), (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0,
                    (size_t)a->M);
         return;
     }

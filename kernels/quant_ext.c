@@ -752,8 +752,7 @@ kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa) {
 }
 
 size_t kv_qext_panel_bytes(kv_type t, int64_t K, int64_t M) {
-    if (t != KV_TYPE_Q4_K || K <= 0 || K % KV_QK_K || M <= 0) return 0;
-    return (size_t)((M + 15) / 16) * (size_t)(K / KV_QK_K) * KV_QK4_PANEL_SB;
+    return M > 0 ? (size_t)((M + 15) / 16) * kv_qext_panel_stride(t, K) : 0;
 }
 
 /* A plain byte shuffle, once per weight: portable C. */
@@ -762,8 +761,8 @@ void kv_qext_panel_pack(kv_type t, const void *w, size_t ws, int64_t M, int64_t 
     if (!kv_qext_panel_bytes(t, K, M)) return;
     const int64_t nb = K / KV_QK_K;
     for (int64_t p = p0; p < p1; p++) {
-        uint8_t *pp = dst + (size_t)p * (size_t)nb * KV_QK4_PANEL_SB;
-        memset(pp, 0, (size_t)nb * KV_QK4_PANEL_SB); /* rows past M */
+        uint8_t *pp = dst + (size_t)p * kv_qext_panel_stride(t, K);
+        memset(pp, 0, kv_qext_panel_stride(t, K)); /* rows past M */
         for (int rr = 0; rr < 16; rr++) {
             const int64_t r = p * 16 + rr;
             if (r >= M) break;

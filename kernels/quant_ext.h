@@ -170,6 +170,11 @@ kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa);
  * 2,368 bytes for the rows' 2,304: the scales unpacked once, not per row
  * and step as the row tiles must. Rows past M are zero. */
 #define KV_QK4_PANEL_SB 2368
+/* Bytes of one panel (16 rows) of a K-long weight of type t, or 0 when t
+ * has no panels or K is not whole super-blocks. */
+static inline size_t kv_qext_panel_stride(kv_type t, int64_t K) {
+    return t == KV_TYPE_Q4_K && K > 0 && K % KV_QK_K == 0 ? (size_t)(K / KV_QK_K) * KV_QK4_PANEL_SB : 0;
+}
 /* Bytes of the panels of an (M, K) weight of type t, or 0 when t has none. */
 size_t kv_qext_panel_bytes(kv_type t, int64_t K, int64_t M);
 /* Packs panels [p0, p1) of the (M, K) rows w (stride ws) into dst (all the
