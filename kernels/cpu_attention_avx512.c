@@ -296,7 +296,7 @@ INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32
             tr16x16_epi32(x);
             UNROLL for (int h = 0; h < NH; h++) {
                 const int8_t *q = qq[h] + c;
-                UNROLL for (int g = 0; g < 16; g++) a[h] = _mm512_dpbusd_epi32(a[h], x[g], kv_bcast4_512(q + 4 * g));
+                UNROLL for (int g = 0; g < 16; g++) a[h] = kv_dpbusd_bcast512(a[h], x[g], q + 4 * g);
             }
         }
         const __m512 ks = _mm512_loadu_ps(sk);

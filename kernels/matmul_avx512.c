@@ -231,7 +231,7 @@ KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_
     /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
     __m512i s[2] = {_mm512_set1_epi32(ioff), _mm512_setzero_si512()};
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], wg[g], kv_bcast4_512(ap + 4 * g));
+    for (int g = 0; g < 8; g++) s[g & 1] = kv_dpbusd_bcast512(s[g & 1], wg[g], ap + 4 * g);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
 }
 

@@ -728,6 +728,8 @@ static void pick_best(void) {
     for (int i = 0; i < OPS_COUNT; i++) {
         if (simd_tab[isa][i]) ops_tab[i].vec_dot = simd_tab[isa][i];
         ops_tab[i].rows = rows_tab[isa][i];
+        const kv_qext_from_f32_fn q = kv_qext_quant_act_isa(ops_tab[i].vec_type, isa);
+        if (q) ops_tab[i].quantize_act_row = q;
     }
 }
 
@@ -743,6 +745,17 @@ kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa) {
     if (i < 0 || !kv_qext_isa_available(isa)) return NULL;
     if (isa == KV_QEXT_ISA_SCALAR) return ops_tab[i].vec_dot_ref;
     return simd_tab[isa][i];
+}
+
+kv_qext_from_f32_fn kv_qext_quant_act_isa(kv_type vec_type, kv_qext_isa isa) {
+    if (!kv_qext_isa_available(isa)) return NULL;
+    if (isa == KV_QEXT_ISA_SCALAR)
+        return vec_type == KV_TYPE_Q8_K ? quant_q8_K : vec_type == KV_TYPE_Q8_0 ? quant_q8_0
+                                                     : vec_type == KV_TYPE_Q8_1 ? quant_q8_1 : NULL;
+#ifdef KV_QEXT_HAVE_X86
+    if (vec_type == KV_TYPE_Q8_K && isa == KV_QEXT_ISA_AVX512) return kv_qext_quant_q8_K_avx512;
+#endif
+    return NULL;
 }
 
 kv_qext_rows_fn kv_qext_rows_isa(kv_type t, kv_qext_isa isa) {

@@ -153,6 +153,11 @@ const char *kv_qext_isa_name(kv_qext_isa isa);
 /* The dot of type t at exactly level isa (tests, benchmarks, a matmul that
  * forces a level), or NULL when t has no ops or the level is unavailable. */
 kv_qext_dot_fn kv_qext_vec_dot_isa(kv_type t, kv_qext_isa isa);
+/* The activation quantizer into vec_type at exactly level isa, bit for bit
+ * the scalar one (level 0: Q8_0, Q8_1, Q8_K), or NULL where that level has
+ * none of its own (kv_qext_get's quantize_act_row is then the scalar one).
+ * Only Q8_K has a SIMD level (AVX-512). */
+kv_qext_from_f32_fn kv_qext_quant_act_isa(kv_type vec_type, kv_qext_isa isa);
 /* The tiled dots of type t at exactly level isa (matching
  * kv_qext_vec_dot_isa(t, isa) bit for bit), or NULL where that level has
  * none (then loop over the dot). */

@@ -170,6 +170,48 @@ KV_AI float dot_k4(int64_t n, const void *vw, const kv_block_q8_K *y, const int 
 
 float kv_qext_dot_q5_K_avx512(int64_t n, const void *vw, const void *va) { return dot_k4(n, vw, va, 1); }
 
+/* q8_K activations (the K-quants' vec_type): quant_q8_K's arithmetic in
+ * 16 lanes, bit for bit. The largest magnitude is the first element that
+ * reaches it (NaNs never do: vmaxps returns its second operand when either
+ * is NaN), nearest_int is the same float add of 1.5 * 2^23 and mantissa
+ * extraction, so NaN, inf and ties come out as the scalar ones do. */
+void kv_qext_quant_q8_K_avx512(const float *x, void *dst, int64_t n) {
+    uint8_t *out = dst;
+    const __m512 magic = _mm512_set1_ps(12582912.f);
+    const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int64_t i = 0; i < n / KV_QK_K; i++, x += KV_QK_K, out += sizeof(kv_block_q8_K)) {
+        __m512 m = _mm512_setzero_ps();
+        for (int g = 0; g < 16; g++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * g)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (!(amax > 0)) {
+            memset(out, 0, sizeof(kv_block_q8_K));
+            continue;
+        }
+        float max = amax;
+        for (int g = 0; g < 16; g++) {
+            const __mmask16 k =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * g)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (k) {
+                max = x[16 * g + __builtin_ctz(k)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max, d = 1 / iscale;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        int16_t bsums[16];
+        for (int g = 0; g < 16; g++) {
+            const __m512 v = _mm512_add_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * g)), magic);
+            __m512i q = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), half);
+            q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            _mm_storeu_si128((__m128i *)(void *)(out + offsetof(kv_block_q8_K, qs) + 16 * g), _mm512_cvtepi32_epi8(q));
+            bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        memcpy(out + offsetof(kv_block_q8_K, d), &d, sizeof d);
+        memcpy(out + offsetof(kv_block_q8_K, bsums), bsums, sizeof bsums);
+    }
+}
+
 /* q4_K and q6_K: quant_ext_k512.c's tiles. */
 
 KV_SIMD_TARGET_END

@@ -34,6 +34,8 @@ float kv_qext_dot_q4_K_avx512(int64_t n, const void *w, const void *a);
 float kv_qext_dot_q5_K_avx512(int64_t n, const void *w, const void *a);
 float kv_qext_dot_q6_K_avx512(int64_t n, const void *w, const void *a);
 float kv_qext_dot_q8_K_avx512(int64_t n, const void *w, const void *a);
+/* q8_K activations, quant_q8_K's bits (kv_qext_from_f32_fn). */
+void kv_qext_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 /* quant_ext_k512.c's and quant_ext_q5_512.c's tiles (kv_qext_rows_fn),
  * the same sums as the dots above. */
 void kv_qext_rows_q5_0_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int na, float *y,

@@ -324,6 +324,59 @@ static void test_act_quant(void) {
     CHECK(kv_qext_quantize_act(KV_TYPE_Q8_K, x, k8, -256) == -1);
 }
 
+/* Every level's activation quantizer equals the scalar one byte for byte
+ * (q8_K: the scale, the quants and the group sums), on fresh random rows
+ * and on the cases a SIMD port gets wrong: the largest magnitude reached
+ * twice with opposite signs (the first wins), rounding ties (iscale = -1
+ * puts x.5 on a tie), zeros, a lone NaN (its payload), infinities,
+ * subnormals and a row of one constant. */
+static void test_act_quant_isa(void) {
+    enum { NB = 8, N = NB * 256 };
+    float *x = malloc(N * sizeof *x);
+    uint8_t *ref = malloc(NB * sizeof(kv_block_q8_K)), *got = malloc(NB * sizeof(kv_block_q8_K));
+    REQUIRE(x && ref && got);
+    const kv_qext_from_f32_fn scalar = kv_qext_quant_act_isa(KV_TYPE_Q8_K, KV_QEXT_ISA_SCALAR);
+    REQUIRE(scalar != NULL);
+    CHECK(kv_qext_quant_act_isa(KV_TYPE_Q4_K, KV_QEXT_ISA_SCALAR) == NULL);
+    int levels = 0;
+    for (int isa = 1; isa <= 2; isa++) {
+        const kv_qext_from_f32_fn f = kv_qext_quant_act_isa(KV_TYPE_Q8_K, (kv_qext_isa)isa);
+        if (!f) continue;
+        levels++;
+        for (int rep = 0; rep < 200; rep++) {
+            const float sc = rep % 3 == 0 ? 1e-3f : rep % 3 == 1 ? 1.f : 300.f;
+            for (int i = 0; i < N; i++) x[i] = gauss() * sc;
+            /* block 0: the top magnitude twice, negative first; block 1:
+             * ties to even; block 2 zeros with one NaN; block 3 +inf and
+             * -inf; block 4 subnormals; block 5 a constant; block 6 a NaN
+             * with a payload among normal values */
+            const int a = (int)(rnd() % 128), b = 128 + (int)(rnd() % 128);
+            x[a] = -50.f * sc;
+            x[b] = 50.f * sc;
+            for (int i = 0; i < 256; i++) x[256 + i] = (float)((int)(rnd() % 255) - 127) * 0.5f;
+            x[256 + (int)(rnd() % 256)] = 127.f;
+            for (int i = 0; i < 256; i++) x[512 + i] = 0.f;
+            x[512 + (int)(rnd() % 256)] = NAN;
+            x[768 + (int)(rnd() % 256)] = (rep & 1) ? INFINITY : -INFINITY;
+            if (rep & 2) x[768 + (int)(rnd() % 256)] = -INFINITY;
+            for (int i = 0; i < 256; i++) x[1024 + i] = (float)((int)(rnd() % 2001) - 1000) * 1e-42f;
+            for (int i = 0; i < 256; i++) x[1280 + i] = -0.375f;
+            uint32_t nan_bits = 0x7f800001u | (uint32_t)(rnd() & 0x7fffff) | (uint32_t)(rnd() & 1) << 31;
+            memcpy(&x[1536 + (int)(rnd() % 256)], &nan_bits, 4);
+            scalar(x, ref, N);
+            memset(got, 0xA5, NB * sizeof(kv_block_q8_K));
+            f(x, got, N);
+            for (int blk = 0; blk < NB; blk++)
+                CHECKF(memcmp(ref + blk * sizeof(kv_block_q8_K), got + blk * sizeof(kv_block_q8_K),
+                              sizeof(kv_block_q8_K)) == 0,
+                       "%s q8_K activations differ from the scalar ones in block %d (rep %d)",
+                       kv_qext_isa_name((kv_qext_isa)isa), blk, rep);
+        }
+    }
+    printf("  q8_K activation quantizer: %d SIMD level(s) checked against the scalar one\n", levels);
+    FREE_ALL(x, ref, got);
+}
+
 /* One weight row and one activation row for type t, n elements:
  * half the time quantized from random floats, half random block bytes. */
 static void make_pair(kv_type t, int64_t n, uint8_t *w, uint8_t *a, float *tmp, int random_bytes) {
@@ -529,6 +582,6 @@ static void test_bench(void) {
 }
 
 TEST_MAIN(T(test_table), T(test_init_marks_supported), T(test_dequant_matches_layout), T(test_roundtrip_error),
-          T(test_special_inputs), T(test_act_quant), T(test_dot_matches_dequant_and_simd), T(test_rows_tiles),
+          T(test_special_inputs), T(test_act_quant), T(test_act_quant_isa), T(test_dot_matches_dequant_and_simd), T(test_rows_tiles),
           T(test_determinism),
           T(test_bench))
