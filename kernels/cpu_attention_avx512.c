@@ -285,8 +285,10 @@ INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32
             r[k] = rows + (size_t)KV_MIN(t + k, nt - 1) * stride;
             sk[k] = row_scale(r[k], hd, KV_CACHE_INT8);
         }
-        __m512i a[ATTN_HC];
-        UNROLL for (int h = 0; h < NH; h++) a[h] = _mm512_setzero_si512();
+        /* two chains per row (even and odd groups): one chain of 16
+         * dependent vpdpbusd per 64 codes waited on its latency */
+        __m512i a[ATTN_HC][2];
+        UNROLL for (int h = 0; h < NH; h++) a[h][0] = a[h][1] = _mm512_setzero_si512();
         for (int c = 0; c < hd; c += 64) {
             __m512i x[16];
             UNROLL for (int k = 0; k < 16; k++) {
@@ -296,13 +298,13 @@ INL void scores_q8_512_k16(const int8_t *const *qq, const float *qd, const int32
             tr16x16_epi32(x);
             UNROLL for (int h = 0; h < NH; h++) {
                 const int8_t *q = qq[h] + c;
-                UNROLL for (int g = 0; g < 16; g++) a[h] = kv_dpbusd_bcast512(a[h], x[g], q + 4 * g);
+                UNROLL for (int g = 0; g < 16; g++) a[h][g & 1] = kv_dpbusd_bcast512(a[h][g & 1], x[g], q + 4 * g);
             }
         }
         const __m512 ks = _mm512_loadu_ps(sk);
         const __mmask16 keep = kv_tail16(nt - t);
         UNROLL for (int h = 0; h < NH; h++) {
-            const __m512i d = _mm512_sub_epi32(a[h], _mm512_set1_epi32(128 * qsum[h]));
+            const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(a[h][0], a[h][1]), _mm512_set1_epi32(128 * qsum[h]));
             const __m512 f = _mm512_mul_ps(_mm512_set1_ps(scale * qd[h]), ks);
             _mm512_mask_storeu_ps(s + h * ss + t, keep, _mm512_mul_ps(_mm512_cvtepi32_ps(d), f));
         }
