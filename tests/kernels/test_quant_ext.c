@@ -548,6 +548,28 @@ static void test_bench(void) {
         return;
     }
     const int64_t K = 4096, M = 4096;
+    { /* the q8_K activation quantizer per level: 64 rows of 2048 (a batch of ffn_down inputs) */
+        const int64_t n = 64 * 2048;
+        float *x = malloc(n * sizeof *x);
+        uint8_t *q = malloc((size_t)(n / 256) * sizeof(kv_block_q8_K));
+        REQUIRE(x && q);
+        for (int64_t i = 0; i < n; i++) x[i] = gauss();
+        printf("  q8_K activations");
+        for (int isa = 0; isa <= 2; isa++) {
+            const kv_qext_from_f32_fn f = kv_qext_quant_act_isa(KV_TYPE_Q8_K, (kv_qext_isa)isa);
+            if (!f) continue;
+            double best = 1e30;
+            for (int rep = 0; rep < 7; rep++) {
+                const uint64_t t0 = kv_now_ns();
+                f(x, q, n);
+                const double s = (double)(kv_now_ns() - t0) * 1e-9;
+                if (s < best) best = s;
+            }
+            printf("  %s %.3f ns/element", kv_qext_isa_name((kv_qext_isa)isa), best / (double)n * 1e9);
+        }
+        printf("\n");
+        FREE_ALL(x, q);
+    }
     for (int k = 0; k < N_TYPES; k++) {
         kv_type t = new_types[k];
         const kv_qext_ops *o = kv_qext_get(t);
