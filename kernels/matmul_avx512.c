@@ -227,11 +227,13 @@ static void pack_q(const kv_mm_args *a, kv_type t, int64_t r0, int rows, uint8_t
  * elements 4g..4g+3 (unsigned): acc = fma(float(isum + ioff), dw * da,
  * acc), the step every panel kernel takes (the integer part's order is
  * free; q4_1 adds its min term after). */
-KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_t *ap, float da, int32_t ioff) {
+KV_AI __m512 q_block_acc(__m512 acc, const __m512i wg[8], __m512 dw, const int8_t *ap, float da, int32_t ioff,
+                         const int fold) {
     /* two chains: even groups onto the zero-point correction, odd ones onto 0 */
     __m512i s[2] = {_mm512_set1_epi32(ioff), _mm512_setzero_si512()};
+    /* fold: the register block has several activation rows (kv_dpbusd_b512) */
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) s[g & 1] = kv_dpbusd_bcast512(s[g & 1], wg[g], ap + 4 * g);
+    for (int g = 0; g < 8; g++) s[g & 1] = kv_dpbusd_b512(s[g & 1], wg[g], ap + 4 * g, fold);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
 }
 
@@ -260,7 +262,8 @@ KV_AI void q_rows_step(__m512 *acc, const int J, kv_type t, const __m512i wg[8],
                        const q8a_cur *c) {
 #pragma GCC unroll 12
     for (int jj = 0; jj < J; jj++) {
-        acc[jj] = q_block_acc(acc[jj], wg, dw, c->aq + jj * KV_QK, c->ad[jj], t == KV_TYPE_Q4_1 ? 0 : c->io[jj]);
+        acc[jj] = q_block_acc(acc[jj], wg, dw, c->aq + jj * KV_QK, c->ad[jj], t == KV_TYPE_Q4_1 ? 0 : c->io[jj],
+                              J > 1);
         if (t == KV_TYPE_Q4_1) acc[jj] = _mm512_fmadd_ps(mw, _mm512_set1_ps(c->ads[jj]), acc[jj]);
     }
 }

@@ -377,8 +377,8 @@ KV_AI void kp_kernel(const kp_panel *P, int nc, const uint8_t *a, size_t as, int
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int g = 0; g < GPS; g += 2) {
-                    s0 = kv_dpbusd_bcast512(s0, wg[g], aq + 4 * g);
-                    s1 = kv_dpbusd_bcast512(s1, wg[g + 1], aq + 4 * g + 4);
+                    s0 = kv_dpbusd_b512(s0, wg[g], aq + 4 * g, J > 1);
+                    s1 = kv_dpbusd_b512(s1, wg[g + 1], aq + 4 * g + 4, J > 1);
                 }
                 is[jj] = _mm512_add_epi32(is[jj], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
             }
@@ -524,8 +524,8 @@ KV_AI void k4pp_kernel(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t a
                 __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int g = 0; g < 8; g += 2) {
-                    s0 = kv_dpbusd_bcast512(s0, wg[g], aq + 4 * g);
-                    s1 = kv_dpbusd_bcast512(s1, wg[g + 1], aq + 4 * g + 4);
+                    s0 = kv_dpbusd_b512(s0, wg[g], aq + 4 * g, J > 1);
+                    s1 = kv_dpbusd_b512(s1, wg[g + 1], aq + 4 * g + 4, J > 1);
                 }
                 is[jj] = _mm512_add_epi32(is[jj], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
             }

@@ -28,4 +28,16 @@ static inline __attribute__((always_inline)) __m512i kv_dpbusd_bcast512(__m512i 
     return acc;
 }
 
+/* kv_dpbusd_bcast512 where fold (a compile-time constant in the callers:
+ * their register block has more than one activation row), else the
+ * intrinsics' separate broadcast. The compute-bound batched kernels gain
+ * from the fold; one row (decode) is memory-bound and keeps the code it
+ * had: with the fold there too, tools/decode_ab.sh gave 110M q8_0 0.95x
+ * and SmolLM2 0.92-0.99x, inside this machine's noise (the same binary
+ * against itself: 0.97x) but no gain either. */
+static inline __attribute__((always_inline)) __m512i kv_dpbusd_b512(__m512i acc, __m512i u, const void *p,
+                                                                    const int fold) {
+    return fold ? kv_dpbusd_bcast512(acc, u, p) : _mm512_dpbusd_epi32(acc, u, kv_bcast4_512(p));
+}
+
 #endif
