@@ -348,8 +348,8 @@ static void seg_rows(kv_mm_rows_fn rows, const mm_seg *s, int64_t r0, int64_t r1
         return;
     }
     if (s->qpanels && r0 % KV_MM_PANEL == 0) {
-        s->qpanels(a->K, a->wp + (size_t)(r0 / KV_MM_PANEL) * kv_qext_panel_stride(a->type, a->K), (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0,
-                   (size_t)a->M);
+        const uint8_t *pp = a->wp + (size_t)(r0 / KV_MM_PANEL) * kv_qext_panel_stride(a->type, a->K);
+        s->qpanels(a->K, pp, (int)(r1 - r0), s->qact, s->arow, a->n, a->y + r0, (size_t)a->M);
         return;
     }
     if (s->qrows) {

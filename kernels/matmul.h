@@ -100,6 +100,17 @@ typedef struct kv_mm_args {
  * prefetch at all (a batch's kernel still prefetches: KV_PP_AHEAD).
  * Panels follow each other (kv_mm_panel_stride); the rows past M of the
  * last one are zero. */
+/* Bytes ahead of the block (pair) being read that the pre-packed panel
+ * kernels (matmul_avx512.c's qpp_kernel, quant_ext_k512.c's k4pp_kernel)
+ * prefetch into L2 when they serve more than one activation row.
+ * NOTE: measured on Zen 4, `bench-kernels -t 2 --types q8_0 --n 32
+ * --panels`, the 32000 x 768 head: with n > 12 a panel is read once per
+ * register block of rows (Q_J_SPLIT), and that back-and-forth loses the
+ * hardware prefetcher: 2.73-3.40 ms a call without this, 2.41-2.54 with it
+ * (the old split layout's 2.46-2.60), 2.56-2.66 at 2 KiB. At n = 1 the
+ * sequential stream is best left to the hardware (one thread, 256 MiB of
+ * panels: ~30 GB/s without, ~22 with 4 KiB into L2, ~29.6 with 2 KiB). */
+#define KV_PP_AHEAD 4096
 static inline size_t kv_mm_panel_hblock(kv_type t) { return t == KV_TYPE_Q5_0 ? 96 : t == KV_TYPE_Q4_1 ? 64 : 32; }
 static inline size_t kv_mm_panel_qblock(kv_type t) { return t == KV_TYPE_Q8_0 ? 512 : 256; }
 static inline size_t kv_mm_panel_pair(kv_type t) { return 2 * (kv_mm_panel_hblock(t) + kv_mm_panel_qblock(t)); }

@@ -56,16 +56,6 @@ KV_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16
 #define KV_PF_AHEAD_Q 2
 #define KV_PF_AHEAD_F 1
 #define KV_PF_HINT _MM_HINT_T1
-/* Bytes ahead of the block pair being read that the pre-packed panel
- * kernel prefetches into L2 when it serves more than one activation row.
- * NOTE: measured on Zen 4, `bench-kernels -t 2 --types q8_0 --n 32
- * --panels`, the 32000 x 768 head: with n > 12 a panel is read once per
- * register block of rows (Q_J_SPLIT), and that back-and-forth loses the
- * hardware prefetcher: 2.73-3.40 ms a call without this, 2.41-2.54 with it
- * (the old split layout's 2.46-2.60), 2.56-2.66 at 2 KiB. At n = 1 the
- * sequential stream is best left to the hardware (one thread, 256 MiB of
- * panels: ~30 GB/s without, ~22 with 4 KiB into L2, ~29.6 with 2 KiB). */
-#define KV_PP_AHEAD 4096
 
 /* ---- activation quantizer ------------------------------------------------ */
 

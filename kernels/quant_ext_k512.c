@@ -26,6 +26,7 @@
  * integers each super-block; the panels hold one output per lane. So a
  * row's result does not depend on how many rows the call had: batch
  * invariance, checked bit for bit by tests/kernels/test_quant_ext.c. */
+#include "matmul.h" /* KV_PP_AHEAD */
 #include "quant_ext_simd.h"
 
 #ifdef KV_QEXT_HAVE_X86
@@ -499,8 +500,8 @@ KV_AI void k4pp_kernel(const uint8_t *pp, int64_t nb, const uint8_t *a, size_t a
     const __m512i nib = _mm512_set1_epi8(0x0F);
     for (int64_t c = 0; c < nb; c++) {
         const uint8_t *sb = pp + (size_t)c * KV_QK4_PANEL_SB;
-        if (pf) /* matmul_avx512.c's KV_PP_AHEAD: a prefetch never faults */
-            for (int l = 0; l < KV_QK4_PANEL_SB; l += 64) _mm_prefetch((const char *)(sb + 4096 + l), KPF_HINT);
+        if (pf) /* see KV_PP_AHEAD; a prefetch never faults */
+            for (int l = 0; l < KV_QK4_PANEL_SB; l += 64) _mm_prefetch((const char *)(sb + KV_PP_AHEAD + l), KPF_HINT);
         const kv_block_q8_K *ab[KP_J];
         __m512i is[KP_J], ms[KP_J];
 #pragma GCC unroll 8

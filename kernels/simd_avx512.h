@@ -23,8 +23,9 @@ static inline __attribute__((always_inline)) __m512i kv_bcast4_512(const void *p
  * vpbroadcastd per group, and on Zen 4 the folded form runs the batched
  * q8_0 panel kernel 4-6% faster (bench-kernels --panels, n = 32). The same
  * instruction either way, so the same bits. */
+typedef int32_t kv_i32_any __attribute__((may_alias, aligned(1))); /* 4 bytes of any type, any alignment */
 static inline __attribute__((always_inline)) __m512i kv_dpbusd_bcast512(__m512i acc, __m512i u, const void *p) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)p));
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const kv_i32_any *)p));
     return acc;
 }
 
